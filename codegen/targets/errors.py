@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from codegen.errors import SpecError, SpecErrors
 from codegen.render import Output, render
 from codegen.spec import Spec
 
@@ -13,8 +14,36 @@ def class_name(code: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in code.split("_"))
 
 
+ERRORS_SCHEMA = "schema/errors.schema.json"
+
+
+def collect(spec: Spec) -> tuple[dict[str, dict], list[str]]:
+    """Every error from every file whose $schema is the errors schema, and those files.
+
+    Errors may be split across files by area (spec/errors.yaml, spec/chat/errors.yaml, ...);
+    a code defined twice is refused.
+    """
+    errors: dict[str, dict] = {}
+    files = sorted(rel for rel, data in spec.files.items() if data["$schema"] == ERRORS_SCHEMA)
+    for rel in files:
+        for code, entry in spec[rel]["errors"].items():
+            if code in errors:
+                raise SpecErrors(
+                    [
+                        SpecError(
+                            f"spec/{rel}",
+                            f"errors.{code}",
+                            "defined twice",
+                            "keep one definition of each error code",
+                        )
+                    ]
+                )
+            errors[code] = entry
+    return errors, files
+
+
 def build(spec: Spec) -> list[Output]:
-    errors = spec["errors.yaml"]["errors"]
+    errors, files = collect(spec)
     rows = [
         {
             "code": code,
@@ -30,4 +59,4 @@ def build(spec: Spec) -> list[Output]:
         }
         for code, e in errors.items()
     ]
-    return [render("errors.py.j2", spec.sources("errors.yaml"), "errors.py", rows=rows)]
+    return [render("errors.py.j2", spec.sources(*files), "errors.py", rows=rows)]
