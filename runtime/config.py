@@ -1,0 +1,61 @@
+"""Settings of the horde-chat services, read from the environment.
+
+| variable | default | meaning |
+| --- | --- | --- |
+| HORDE_DATABASE_URL | (unset) | a Postgres URL; unset starts the embedded server |
+| HORDE_REDIS_URL | (unset) | a Redis URL; unset starts the embedded server |
+| HORDE_DATA_DIR | ./var | where the embedded servers keep their data (survives restarts) |
+| HORDE_NATIVE_HOST / HORDE_NATIVE_PORT | 127.0.0.1 / 7001 | the native API |
+| HORDE_FRONT_HOST / HORDE_FRONT_PORT | 127.0.0.1 / 7002 | the chat front (a later issue) |
+| HORDE_RATE_LIMITS | on | "off" disables flask-limiter (never in production) |
+| HORDE_RATE_LIMIT_SCALE | 1 | multiplies every rate limit (tests raise them) |
+| HORDE_SWEEP_SECONDS | 10 | period of the lifecycle sweep (TTL, expiry) |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def _int(env: dict[str, str], key: str, default: int) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{key} must be an integer, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a service needs to know about where it runs."""
+
+    database_url: str | None = None
+    redis_url: str | None = None
+    data_dir: Path = field(default_factory=lambda: Path("var"))
+    native_host: str = "127.0.0.1"
+    native_port: int = 7001
+    front_host: str = "127.0.0.1"
+    front_port: int = 7002
+    rate_limits_enabled: bool = True
+    rate_limit_scale: int = 1
+    sweep_seconds: int = 10
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        env = dict(os.environ if env is None else env)
+        return cls(
+            database_url=env.get("HORDE_DATABASE_URL") or None,
+            redis_url=env.get("HORDE_REDIS_URL") or None,
+            data_dir=Path(env.get("HORDE_DATA_DIR") or "var"),
+            native_host=env.get("HORDE_NATIVE_HOST") or "127.0.0.1",
+            native_port=_int(env, "HORDE_NATIVE_PORT", 7001),
+            front_host=env.get("HORDE_FRONT_HOST") or "127.0.0.1",
+            front_port=_int(env, "HORDE_FRONT_PORT", 7002),
+            rate_limits_enabled=(env.get("HORDE_RATE_LIMITS") or "on").lower() != "off",
+            rate_limit_scale=max(1, _int(env, "HORDE_RATE_LIMIT_SCALE", 1)),
+            sweep_seconds=max(1, _int(env, "HORDE_SWEEP_SECONDS", 10)),
+        )
