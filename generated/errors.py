@@ -32,6 +32,9 @@ class HordeError(Exception):
     default_param: ClassVar[str | None] = None
     no_retry: ClassVar[bool] = False
     sends_retry_after: ClassVar[bool] = False
+    default_retry_after: ClassVar[int | None] = None
+    front_when: ClassVar[tuple[str, ...]] = ()
+    native_routes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -46,7 +49,7 @@ class HordeError(Exception):
         self.message = message if message is not None else self.template.format(**fields)
         self.param = param if param is not None else self.default_param
         self.metadata = metadata
-        self.retry_after = retry_after
+        self.retry_after = retry_after if retry_after is not None else self.default_retry_after
         super().__init__(self.message)
 
     def native_body(self) -> dict[str, Any]:
@@ -75,17 +78,100 @@ class HordeError(Exception):
         return headers
 
 
-class MissingPrompt(HordeError):
-    """A text request without a prompt, or with an empty one."""
+class InvalidJSON(HordeError):
+    """The body is not valid JSON (or not UTF-8), or is not a JSON object."""
 
-    code = 'MissingPrompt'
-    template = 'The generation prompt was not given.'
+    code = 'InvalidJSON'
+    template = 'We could not parse the JSON body of your request: {detail}'
     native_status = 400
-    front_status = None
-    openai_type = None
+    front_status = 400
+    openai_type = 'invalid_request_error'
     default_param = None
     no_retry = False
     sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
+
+
+class InvalidPayload(HordeError):
+    """The JSON body breaks the route's schema (a missing field, a wrong type, a number out of bounds, an unknown key where unknown keys are refused). The message names the field."""
+
+    code = 'InvalidPayload'
+    template = 'Input payload validation failed: {field}: {problem}'
+    native_status = 400
+    front_status = 400
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
+
+
+class PayloadTooLarge(HordeError):
+    """The body exceeds the service's size limit; it is refused before it is parsed."""
+
+    code = 'PayloadTooLarge'
+    template = 'The request body is larger than the limit of {limit} bytes.'
+    native_status = 413
+    front_status = 413
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
+
+
+class NulByteInPayload(HordeError):
+    """A string anywhere in the body holds a NUL character."""
+
+    code = 'NulByteInPayload'
+    template = 'The payload contains a NUL byte (\\u0000), which cannot be stored.'
+    native_status = 400
+    front_status = 400
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
+
+
+class RouteNotFound(HordeError):
+    """No route has this path (OpenAI's wording for an unknown URL)."""
+
+    code = 'RouteNotFound'
+    template = 'Invalid URL ({method} {path}).'
+    native_status = 404
+    front_status = 404
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
+
+
+class MethodNotAllowed(HordeError):
+    """The path exists but does not accept this HTTP method."""
+
+    code = 'MethodNotAllowed'
+    template = 'Method {method} is not allowed on {path}.'
+    native_status = 405
+    front_status = 405
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
 
 
 class InvalidAPIKey(HordeError):
@@ -99,6 +185,313 @@ class InvalidAPIKey(HordeError):
     default_param = None
     no_retry = False
     sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('any',)
+
+
+class RateLimited(HordeError):
+    """A per-IP or per-key rate limit of the native API (upstream's limits, counted in Redis) was reached."""
+
+    code = 'RateLimited'
+    template = 'Rate limit exceeded: {limit}. Try again in {seconds} seconds.'
+    native_status = 429
+    front_status = 429
+    openai_type = 'rate_limit_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = True
+    default_retry_after = 1
+    front_when = ('submission',)
+    native_routes = ('any',)
+
+
+class InternalError(HordeError):
+    """A fault of the service itself, never of the input. Bad input always gets one of the other codes."""
+
+    code = 'InternalError'
+    template = 'Internal error; the incident was logged.'
+    native_status = 500
+    front_status = 500
+    openai_type = 'server_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation', 'submission', 'waiting')
+    native_routes = ('any',)
+
+
+class FrontAtCapacity(HordeError):
+    """The per-source or the global cap on open requests of the front is reached; the body is not read and nothing is submitted."""
+
+    code = 'FrontAtCapacity'
+    template = 'The chat front is at capacity ({scope}); try again shortly.'
+    native_status = None
+    front_status = 503
+    openai_type = 'service_unavailable_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = True
+    default_retry_after = 2
+    front_when = ('admission',)
+    native_routes = ()
+
+
+class BodyReadTimeout(HordeError):
+    """The client did not finish sending its body in time; nothing was submitted."""
+
+    code = 'body_read_timeout'
+    template = 'The request body was not received within {seconds} seconds.'
+    native_status = None
+    front_status = 408
+    openai_type = 'timeout_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ()
+
+
+class HordeUnavailable(HordeError):
+    """The front could not submit to, or read from, the native API (connection refused, a 5xx, or a lost response that the operation key could not recover)."""
+
+    code = 'horde_unavailable'
+    template = "The horde's native API could not be reached: {detail}"
+    native_status = None
+    front_status = 502
+    openai_type = 'upstream_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission', 'waiting')
+    native_routes = ()
+
+
+class QueueUnavailable(HordeError):
+    """Under horde.availability_mode fail_fast, the first status read shows zero eligible worker threads or a wait_time over the budget left; the front cancels the request."""
+
+    code = 'queue_unavailable'
+    template = 'No worker can start this request in time: {reason}. The request was cancelled.'
+    native_status = None
+    front_status = 503
+    openai_type = 'service_unavailable_error'
+    default_param = None
+    no_retry = True
+    sends_retry_after = True
+    default_retry_after = 30
+    front_when = ('first_status',)
+    native_routes = ()
+
+
+class DeadlineExceeded(HordeError):
+    """The front's budget for the request ran out while waiting; it cancels the request."""
+
+    code = 'deadline_exceeded'
+    template = "No reply within the request's deadline of {seconds} seconds. The request was cancelled."
+    native_status = None
+    front_status = 408
+    openai_type = 'timeout_error'
+    default_param = None
+    no_retry = True
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('waiting', 'stream')
+    native_routes = ()
+
+
+class NoGeneration(HordeError):
+    """The status reports the request done but carries no generation (for example cancelled by an operator); nothing is charged."""
+
+    code = 'no_generation'
+    template = 'The request ended without a generation. The request was cancelled.'
+    native_status = None
+    front_status = 502
+    openai_type = 'upstream_error'
+    default_param = None
+    no_retry = True
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('waiting', 'stream')
+    native_routes = ()
+
+
+class ChatRequestFaulted(HordeError):
+    """Workers faulted the request more times than its fault limit allows (including replies refused by verification)."""
+
+    code = 'ChatRequestFaulted'
+    template = 'The request faulted: {reason}'
+    native_status = None
+    front_status = 502
+    openai_type = 'upstream_error'
+    default_param = None
+    no_retry = True
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('waiting', 'stream')
+    native_routes = ()
+
+
+class StreamDiverged(HordeError):
+    """A relayed stream is reconciled with the final reply; one that neither equals nor extends the relayed text ends with this error event."""
+
+    code = 'stream_diverged'
+    template = 'The final reply does not extend the text already streamed; the stream ends here.'
+    native_status = None
+    front_status = 502
+    openai_type = 'upstream_error'
+    default_param = None
+    no_retry = True
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('stream',)
+    native_routes = ()
+
+
+class ModelNotFound(HordeError):
+    """A model id (in model or models) that no worker serves by that exact name, or one that contains a colon (reserved). OpenAI's wording and status."""
+
+    code = 'model_not_found'
+    template = 'The model `{model}` does not exist or you do not have access to it.'
+    native_status = 404
+    front_status = 404
+    openai_type = 'invalid_request_error'
+    default_param = 'model'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission',)
+    native_routes = ('chat',)
+
+
+class NoEligibleWorker(HordeError):
+    """At submission: no online chat worker serves the model (nothing is queued). On the front also after the grace period, when is_possible stays false without a declaration gap (the request is cancelled)."""
+
+    code = 'no_eligible_worker'
+    template = 'No online worker can serve this request: {reason}'
+    native_status = 503
+    front_status = 503
+    openai_type = 'service_unavailable_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission', 'waiting')
+    native_routes = ('chat',)
+
+
+class NoWorkerSupportsFeatures(HordeError):
+    """A declaration gap: no online worker of the model declares a feature or (under strict) a guarantee the request requires. Immediate; the front cancels a submitted request."""
+
+    code = 'no_worker_supports_features'
+    template = 'No online worker declares what this request requires: {missing}.'
+    native_status = 404
+    front_status = 404
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission', 'first_status')
+    native_routes = ('chat',)
+
+
+class NoWorkerSupportsLimit(HordeError):
+    """A limits gap: only a context, output, image count or image size limit is exceeded on every online worker of the model. Immediate, in both modes."""
+
+    code = 'no_worker_supports_limit'
+    template = "No online worker accepts this request's size: {limit} {value} is over the largest declared {maximum}."
+    native_status = 400
+    front_status = 400
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission', 'first_status')
+    native_routes = ('chat',)
+
+
+class MissingPrompt(HordeError):
+    """A text request without a prompt, or with an empty one."""
+
+    code = 'MissingPrompt'
+    template = 'You cannot specify an empty prompt.'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = 'prompt'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('text',)
+
+
+class TokenOverflow(HordeError):
+    """A text request asks for more output tokens than its context can hold."""
+
+    code = 'TokenOverflow'
+    template = 'max_context_length ({max_context_length}) must be at least max_length ({max_length}).'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = 'params.max_context_length'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('text',)
+
+
+class TooManyStopSequences(HordeError):
+    """A text request sends more than 128 stop sequences."""
+
+    code = 'TooManyStopSequences'
+    template = 'Too many stop sequences: {count}; the limit is {limit}.'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = 'params.stop_sequence'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('text',)
+
+
+class ExcessiveStopSequence(HordeError):
+    """A text request's stop sequences exceed 2000 characters in total."""
+
+    code = 'ExcessiveStopSequence'
+    template = 'The stop sequences total {chars} characters; the limit is {limit}.'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = 'params.stop_sequence'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('text',)
+
+
+class MissingFullSamplerOrder(HordeError):
+    """A text request's sampler_order has fewer than 7 distinct values."""
+
+    code = 'MissingFullSamplerOrder'
+    template = 'sampler_order must list at least 7 distinct samplers; it lists {count}.'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = 'params.sampler_order'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('text',)
 
 
 class UnsupportedChatParameter(HordeError):
@@ -112,11 +505,395 @@ class UnsupportedChatParameter(HordeError):
     default_param = None
     no_retry = False
     sends_retry_after = False
+    default_retry_after = None
+    front_when = ('validation',)
+    native_routes = ('chat',)
+
+
+class CorruptPrompt(HordeError):
+    """The moderation screen matched the full submitted prompt or messages."""
+
+    code = 'CorruptPrompt'
+    template = 'This request appears to violate our terms of service and will be reported.'
+    native_status = 400
+    front_status = 400
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission',)
+    native_routes = ('text', 'chat')
+
+
+class ImageValidationFailed(HordeError):
+    """An image part could not be fetched, decoded or normalised at submit, or breaks the image size limits."""
+
+    code = 'ImageValidationFailed'
+    template = 'Image validation failed: {reason}'
+    native_status = 400
+    front_status = 400
+    openai_type = 'invalid_request_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission',)
+    native_routes = ('chat',)
+
+
+class KudosCapExceeded(HordeError):
+    """horde.max_kudos is below the dry-run quote (at the full max_length); refused before anything is queued, held or uploaded."""
+
+    code = 'KudosCapExceeded'
+    template = "The request's quote of {quote} kudos is above horde.max_kudos ({max_kudos})."
+    native_status = 400
+    front_status = 400
+    openai_type = 'invalid_request_error'
+    default_param = 'horde.max_kudos'
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission',)
+    native_routes = ('chat',)
+
+
+class KudosUpfront(HordeError):
+    """A large request (max_length above the upfront threshold) by a user without enough kudos to hold for it."""
+
+    code = 'KudosUpfront'
+    template = 'This request needs {kudos} kudos upfront; your balance is {balance}.'
+    native_status = 403
+    front_status = 402
+    openai_type = 'insufficient_quota'
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ('submission',)
+    native_routes = ('text', 'chat')
+
+
+class TooManyPrompts(HordeError):
+    """The user's queued requests plus this one exceed the user's concurrency."""
+
+    code = 'TooManyPrompts'
+    template = 'Parallel requests ({count}) exceeded user limit ({concurrency}). Please try again later or request to increase your concurrency.'
+    native_status = 429
+    front_status = 429
+    openai_type = 'rate_limit_error'
+    default_param = None
+    no_retry = False
+    sends_retry_after = True
+    default_retry_after = 5
+    front_when = ('submission',)
+    native_routes = ('text', 'chat')
+
+
+class RequestNotFound(HordeError):
+    """A status or cancel for an id that does not exist, has expired, or belongs to the other route family (a chat id on the text routes, or the reverse)."""
+
+    code = 'RequestNotFound'
+    template = "{request_type} with ID '{id}' not found."
+    native_status = 404
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('text', 'chat')
+
+
+class InvalidOperationKey(HordeError):
+    """A chat async carries an operation key that is empty, too long or has other characters."""
+
+    code = 'InvalidOperationKey'
+    template = "The X-Operation-Key header must be 1 to {limit} characters of A-Z, a-z, 0-9, '-' or '_'."
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('chat',)
+
+
+class OperationKeyMismatch(HordeError):
+    """The same operation key (scoped to the user) arrives with a body whose fingerprint differs from the request it created. The front never does this."""
+
+    code = 'OperationKeyMismatch'
+    template = 'The operation key {key} was already used by this user with a different request body.'
+    native_status = 422
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('chat',)
+
+
+class InvalidServicePasskey(HordeError):
+    """A caller presents the front's service passkey header with a wrong value."""
+
+    code = 'InvalidServicePasskey'
+    template = 'The service passkey header does not match the configured passkey.'
+    native_status = 403
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('chat',)
+
+
+class AnonForbiddenWorker(HordeError):
+    """A pop, progress or submit with the anonymous key."""
+
+    code = 'AnonForbiddenWorker'
+    template = 'Anonymous user is forbidden from running a worker.'
+    native_status = 403
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit', 'progress')
+
+
+class WorkerMaintenance(HordeError):
+    """A pop by a worker in maintenance (for example after more than 20 aborted jobs in an hour)."""
+
+    code = 'WorkerMaintenance'
+    template = 'Worker {name} is in maintenance: {reason}'
+    native_status = 403
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit',)
+
+
+class WrongCredentials(HordeError):
+    """A pop under a worker name owned by another user, or a submit of another user's job."""
+
+    code = 'WrongCredentials'
+    template = 'Wrong credentials to submit as this worker.'
+    native_status = 403
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit', 'progress')
+
+
+class InvalidJobID(HordeError):
+    """A submit or progress post for a generation id that does not exist."""
+
+    code = 'InvalidJobID'
+    template = 'Processing Job with ID {id} does not exist.'
+    native_status = 404
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit', 'progress')
+
+
+class DuplicateGen(HordeError):
+    """A second submit of a generation; it earns no second reward."""
+
+    code = 'DuplicateGen'
+    template = 'Processing Generation with ID {id} already submitted.'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit',)
+
+
+class AbortedGen(HordeError):
+    """A submit of a generation already aborted (its TTL ran out, or it was cancelled)."""
+
+    code = 'AbortedGen'
+    template = 'Processing Generation with ID {id} took too long to process and has been aborted!'
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit',)
+
+
+class ReplyRefused(HordeError):
+    """Verification of a structured chat submit against the stored request refused it (a call to an unknown function, duplicate call ids, and under strict a tool_choice or response_format violation). The job faults and counts toward the request's fault limit."""
+
+    code = 'ReplyRefused'
+    template = "The reply breaks the request's contract: {reason}. The job is faulted."
+    native_status = 400
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('pop_submit',)
+
+
+class ProgressLeaseMissing(HordeError):
+    """A progress post for a job that was not popped as a streamed job, or whose lease ended (submitted, faulted or cancelled)."""
+
+    code = 'ProgressLeaseMissing'
+    template = 'Generation {id} has no open progress lease.'
+    native_status = 404
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('progress',)
+
+
+class ProgressOutOfOrder(HordeError):
+    """A progress post whose seq is not the next one; the worker resyncs from last."""
+
+    code = 'ProgressOutOfOrder'
+    template = 'Progress post {seq} does not follow the last accepted post {last}.'
+    native_status = 409
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('progress',)
+
+
+class ProgressCapReached(HordeError):
+    """The retained progress stream is full; later posts are refused, the submit is not."""
+
+    code = 'ProgressCapReached'
+    template = 'Generation {id} reached the progress cap of {limit} characters; submit the reply.'
+    native_status = 413
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('progress',)
+
+
+class UserNotFound(HordeError):
+    """A users/{id} read for an id that does not exist."""
+
+    code = 'UserNotFound'
+    template = "User with ID '{id}' not found."
+    native_status = 404
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('users',)
+
+
+class WorkerNotFound(HordeError):
+    """A workers/{id} read for an id that does not exist."""
+
+    code = 'WorkerNotFound'
+    template = "Worker with ID '{id}' not found."
+    native_status = 404
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('workers',)
 
 
 ERRORS: dict[str, type[HordeError]] = {
-    'MissingPrompt': MissingPrompt,
+    'InvalidJSON': InvalidJSON,
+    'InvalidPayload': InvalidPayload,
+    'PayloadTooLarge': PayloadTooLarge,
+    'NulByteInPayload': NulByteInPayload,
+    'RouteNotFound': RouteNotFound,
+    'MethodNotAllowed': MethodNotAllowed,
     'InvalidAPIKey': InvalidAPIKey,
+    'RateLimited': RateLimited,
+    'InternalError': InternalError,
+    'FrontAtCapacity': FrontAtCapacity,
+    'body_read_timeout': BodyReadTimeout,
+    'horde_unavailable': HordeUnavailable,
+    'queue_unavailable': QueueUnavailable,
+    'deadline_exceeded': DeadlineExceeded,
+    'no_generation': NoGeneration,
+    'ChatRequestFaulted': ChatRequestFaulted,
+    'stream_diverged': StreamDiverged,
+    'model_not_found': ModelNotFound,
+    'no_eligible_worker': NoEligibleWorker,
+    'no_worker_supports_features': NoWorkerSupportsFeatures,
+    'no_worker_supports_limit': NoWorkerSupportsLimit,
+    'MissingPrompt': MissingPrompt,
+    'TokenOverflow': TokenOverflow,
+    'TooManyStopSequences': TooManyStopSequences,
+    'ExcessiveStopSequence': ExcessiveStopSequence,
+    'MissingFullSamplerOrder': MissingFullSamplerOrder,
     'UnsupportedChatParameter': UnsupportedChatParameter,
+    'CorruptPrompt': CorruptPrompt,
+    'ImageValidationFailed': ImageValidationFailed,
+    'KudosCapExceeded': KudosCapExceeded,
+    'KudosUpfront': KudosUpfront,
+    'TooManyPrompts': TooManyPrompts,
+    'RequestNotFound': RequestNotFound,
+    'InvalidOperationKey': InvalidOperationKey,
+    'OperationKeyMismatch': OperationKeyMismatch,
+    'InvalidServicePasskey': InvalidServicePasskey,
+    'AnonForbiddenWorker': AnonForbiddenWorker,
+    'WorkerMaintenance': WorkerMaintenance,
+    'WrongCredentials': WrongCredentials,
+    'InvalidJobID': InvalidJobID,
+    'DuplicateGen': DuplicateGen,
+    'AbortedGen': AbortedGen,
+    'ReplyRefused': ReplyRefused,
+    'ProgressLeaseMissing': ProgressLeaseMissing,
+    'ProgressOutOfOrder': ProgressOutOfOrder,
+    'ProgressCapReached': ProgressCapReached,
+    'UserNotFound': UserNotFound,
+    'WorkerNotFound': WorkerNotFound,
 }
 """Every error class by its code."""

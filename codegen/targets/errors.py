@@ -56,6 +56,9 @@ def build(spec: Spec) -> list[Output]:
             "param": e.get("param"),
             "no_retry": e.get("no_retry", False),
             "retry_after": e.get("retry_after", False),
+            "retry_after_seconds": e.get("retry_after_seconds"),
+            "front_when": tuple(e.get("front", {}).get("when", ())),
+            "native_routes": tuple(e.get("native", {}).get("routes", ())),
         }
         for code, e in errors.items()
     ]
