@@ -1,0 +1,193 @@
+"""The horde-chat demo model: a tiny GGUF the project builds itself, so no download is needed.
+
+What it is, plainly: a llama-architecture network with 2 layers and hidden size 64 (about
+600 KB), a byte-level BPE tokenizer trained in memory on a few sentences, and a ChatML chat
+template. It knows no language. Its attention-output and FFN-down weights are zero, so the
+hidden state at each position is just the current token's embedding; each output row on the
+chain ``newline -> reply tokens -> <|im_end|>`` is biased toward the embedding of the token
+before it. Whatever it is asked, it therefore answers :data:`DEMO_REPLY` and stops. Off that
+chain (under a grammar, for example) its weights are random and its output is noise.
+
+It exists so that ``make run`` and the tests serve real chat completions through a real
+llama.cpp server on a fresh machine. The build is deterministic (fixed seed, fixed corpus) and
+takes a fraction of a second; the file is cached under the data folder.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import gguf
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+MODEL_NAME = "horde-chat-demo"
+DEMO_REPLY = "I am the tiny horde-chat demo model and always give this one answer."
+DEFAULT_MODELS_DIR = Path("var") / "models"
+# Bump when the build changes, so a cached file from an older build is not reused.
+BUILD_VERSION = 1
+
+ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+N_LAYERS = 2
+N_EMBD = 64
+N_HEAD = 4
+N_FF = 128
+N_CTX_TRAIN = 4096
+VOCAB_LIMIT = 512
+SEED = 7
+CHAIN_GAIN = 12.0  # logit margin of a chain step is about CHAIN_GAIN * sqrt(N_EMBD)
+
+_CORPUS = [
+    DEMO_REPLY,
+    "system user assistant tool",
+    "You are a helpful assistant.",
+    "Hello! How are you today? Say hello in one word.",
+    '{"type": "object", "properties": {"name": "string"}, "required": []}',
+]
+
+
+def default_model_path(data_dir: Path | None = None) -> Path:
+    """Where the demo model is cached: ``<data_dir>/models/`` (``./var/models/`` by default)."""
+    models_dir = DEFAULT_MODELS_DIR if data_dir is None else Path(data_dir) / "models"
+    return models_dir / f"{MODEL_NAME}-v{BUILD_VERSION}.gguf"
+
+
+def build_tiny_model(
+    path: Path | str | None = None, *, add_bos_token: bool = False, rebuild: bool = False
+) -> Path:
+    """Return the path of the demo GGUF, building it first unless it is already cached.
+
+    ``add_bos_token=True`` builds a variant whose tokenizer asks for a BOS token (used only
+    to check how backends treat BOS); the demo model itself has it off.
+    """
+    target = Path(path) if path is not None else default_model_path()
+    if target.exists() and not rebuild:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = train_tokenizer()
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=".building-", suffix=".gguf")
+    os.close(fd)
+    try:
+        _write_gguf(Path(tmp_name), tokenizer, add_bos_token=add_bos_token)
+        os.replace(tmp_name, target)  # atomic: a concurrent reader never sees half a file
+    finally:
+        if os.path.exists(tmp_name):
+            os.unlink(tmp_name)
+    return target
+
+
+def train_tokenizer() -> Tokenizer:
+    """A byte-level BPE tokenizer over the fixed corpus, with every byte in its alphabet."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_LIMIT,
+        min_frequency=1,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
+    return tokenizer
+
+
+def reply_chain(tokenizer: Tokenizer) -> list[int]:
+    """Token ids the model walks: newline, the reply's tokens, then ``<|im_end|>``."""
+    newline = tokenizer.encode("\n").ids
+    reply = tokenizer.encode(DEMO_REPLY).ids
+    chain = [*newline, *reply, tokenizer.token_to_id(IM_END)]
+    if len(newline) != 1 or len(set(chain)) != len(chain):
+        raise ValueError(f"the reply chain must be distinct tokens, got {chain}")
+    return chain
+
+
+def _vocabulary(tokenizer: Tokenizer) -> tuple[list[str], list[int], list[str]]:
+    vocab = tokenizer.get_vocab()
+    tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
+    if [vocab[t] for t in tokens] != list(range(len(tokens))):
+        raise ValueError("token ids are not contiguous")
+    types = [
+        gguf.TokenType.CONTROL if t in SPECIAL_TOKENS else gguf.TokenType.NORMAL for t in tokens
+    ]
+    merges = json.loads(tokenizer.to_str())["model"]["merges"]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    return tokens, [int(t) for t in types], merges
+
+
+def _weights(n_vocab: int, chain: list[int]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(SEED)
+
+    def noise(*shape: int, scale: float = 0.02) -> np.ndarray:
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    embeddings = noise(n_vocab, N_EMBD, scale=1.0)
+    # Chain tokens get orthonormal embeddings, so one step never pulls toward another.
+    basis, _ = np.linalg.qr(rng.standard_normal((N_EMBD, len(chain))))
+    embeddings[chain] = basis.T.astype(np.float32)
+    output = noise(n_vocab, N_EMBD)
+    for previous, following in itertools.pairwise(chain):
+        output[following] += CHAIN_GAIN * embeddings[previous]
+    tensors = {
+        "token_embd.weight": embeddings,
+        "output_norm.weight": np.ones(N_EMBD, dtype=np.float32),
+        "output.weight": output,
+    }
+    for layer in range(N_LAYERS):
+        block = f"blk.{layer}"
+        tensors |= {
+            f"{block}.attn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
+            f"{block}.attn_q.weight": noise(N_EMBD, N_EMBD),
+            f"{block}.attn_k.weight": noise(N_EMBD, N_EMBD),
+            f"{block}.attn_v.weight": noise(N_EMBD, N_EMBD),
+            f"{block}.attn_output.weight": np.zeros((N_EMBD, N_EMBD), dtype=np.float32),
+            f"{block}.ffn_norm.weight": np.ones(N_EMBD, dtype=np.float32),
+            f"{block}.ffn_gate.weight": noise(N_FF, N_EMBD),
+            f"{block}.ffn_up.weight": noise(N_FF, N_EMBD),
+            f"{block}.ffn_down.weight": np.zeros((N_EMBD, N_FF), dtype=np.float32),
+        }
+    return tensors
+
+
+def _write_gguf(path: Path, tokenizer: Tokenizer, *, add_bos_token: bool) -> None:
+    tokens, types, merges = _vocabulary(tokenizer)
+    chain = reply_chain(tokenizer)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(MODEL_NAME)
+    writer.add_description("horde-chat demo model: answers one fixed sentence, knows no language")
+    writer.add_context_length(N_CTX_TRAIN)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYERS)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD)
+    writer.add_rope_dimension_count(N_EMBD // N_HEAD)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("gpt-2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokenizer.token_to_id(ENDOFTEXT))
+    writer.add_eos_token_id(tokenizer.token_to_id(IM_END))
+    writer.add_add_bos_token(add_bos_token)
+    writer.add_chat_template(CHATML_TEMPLATE)
+    for name, array in _weights(len(tokens), chain).items():
+        writer.add_tensor(name, array)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
