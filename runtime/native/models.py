@@ -1,0 +1,186 @@
+"""The native API's tables (SQLAlchemy 2 declarative models).
+
+Money is ``Numeric(16, 2)`` so a balance equals the sum of its ledger rows exactly.
+``waiting_prompts`` is upstream's TextWaitingPrompt: text and (next issue) chat requests
+share it, told apart by ``is_chat``. Chat-only columns come with the chat migration.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+Money = Numeric(16, 2)
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+def _false() -> Any:
+    return mapped_column(Boolean, server_default=text("false"), nullable=False, default=False)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(100), nullable=False)
+    kudos: Mapped[Decimal] = mapped_column(Money, server_default=text("0"), nullable=False)
+    concurrency: Mapped[int] = mapped_column(Integer, server_default=text("30"), nullable=False)
+    trusted: Mapped[bool] = _false()
+    created: Mapped[datetime] = _now()
+
+
+class ApiKey(Base):
+    """API keys, stored as SHA-256 digests only."""
+
+    __tablename__ = "api_keys"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created: Mapped[datetime] = _now()
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    name: Mapped[str] = mapped_column(String(100), unique=True, nullable=False)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    models: Mapped[list[str]] = mapped_column(JSONB, nullable=False, default=list)
+    max_length: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_context_length: Mapped[int] = mapped_column(Integer, nullable=False)
+    threads: Mapped[int] = mapped_column(Integer, server_default=text("1"), nullable=False)
+    nsfw: Mapped[bool] = _false()
+    bridge_agent: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    maintenance: Mapped[bool] = _false()
+    maintenance_reason: Mapped[str | None] = mapped_column(Text)
+    kudos: Mapped[Decimal] = mapped_column(Money, server_default=text("0"), nullable=False)
+    fulfilments: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    contributions: Mapped[int] = mapped_column(BigInteger, server_default=text("0"), nullable=False)
+    aborted_jobs: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    last_check_in: Mapped[datetime] = _now()
+    created: Mapped[datetime] = _now()
+
+
+class WaitingPrompt(Base):
+    """A text request (upstream TextWaitingPrompt); ``n`` counts the jobs not yet handed out."""
+
+    __tablename__ = "waiting_prompts"
+    __table_args__ = (
+        Index(
+            "ix_waiting_prompts_queue",
+            text("extra_priority DESC"),
+            "created",
+            postgresql_where=text("active AND n > 0"),
+        ),
+        Index("ix_waiting_prompts_user_active", "user_id", "active"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    is_chat: Mapped[bool] = _false()
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    prompt: Mapped[str] = mapped_column(Text, nullable=False)
+    params: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False, default=dict)
+    n: Mapped[int] = mapped_column(Integer, nullable=False)
+    jobs: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_length: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_context_length: Mapped[int] = mapped_column(Integer, nullable=False)
+    models: Mapped[list[str]] = mapped_column(JSONB, nullable=False, default=list)
+    workers: Mapped[list[str]] = mapped_column(JSONB, nullable=False, default=list)
+    worker_blacklist: Mapped[bool] = _false()
+    trusted_workers: Mapped[bool] = _false()
+    slow_workers: Mapped[bool] = mapped_column(Boolean, server_default=text("true"), default=True)
+    extra_slow_workers: Mapped[bool] = _false()
+    nsfw: Mapped[bool] = _false()
+    softprompt: Mapped[str | None] = mapped_column(String(255))
+    client_agent: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    ipaddr: Mapped[str] = mapped_column(String(64), nullable=False, default="")
+    extra_priority: Mapped[Decimal] = mapped_column(Money, nullable=False, default=0)
+    kudos_estimate: Mapped[Decimal] = mapped_column(Money, nullable=False, default=0)
+    active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"), default=True)
+    faulted: Mapped[bool] = _false()
+    cancelled: Mapped[bool] = _false()
+    created: Mapped[datetime] = _now()
+    expiry: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class Generation(Base):
+    """One job handed to a worker (upstream ProcessingGeneration)."""
+
+    __tablename__ = "processing_gens"
+    __table_args__ = (Index("ix_processing_gens_worker_aborted", "worker_id", "aborted_at"),)
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    wp_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("waiting_prompts.id", ondelete="CASCADE"), index=True
+    )
+    worker_id: Mapped[uuid.UUID] = mapped_column(ForeignKey("workers.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    start_time: Mapped[datetime] = _now()
+    ttl: Mapped[int] = mapped_column(Integer, nullable=False)
+    generation: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[str | None] = mapped_column(String(20))
+    seed: Mapped[int | None] = mapped_column(BigInteger)
+    gen_metadata: Mapped[list[Any]] = mapped_column(JSONB, nullable=False, default=list)
+    reward: Mapped[Decimal] = mapped_column(Money, server_default=text("0"), nullable=False)
+    charge: Mapped[Decimal] = mapped_column(Money, server_default=text("0"), nullable=False)
+    faulted: Mapped[bool] = _false()
+    aborted: Mapped[bool] = _false()
+    cancelled: Mapped[bool] = _false()
+    censored: Mapped[bool] = _false()
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    aborted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class KudosLedger(Base):
+    """Every kudos change; a user's balance is the sum of their rows."""
+
+    __tablename__ = "kudos_ledger"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    delta: Mapped[Decimal] = mapped_column(Money, nullable=False)
+    balance_after: Mapped[Decimal] = mapped_column(Money, nullable=False)
+    reason: Mapped[str] = mapped_column(String(40), nullable=False)
+    wp_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), index=True)
+    generation_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    worker_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    created: Mapped[datetime] = _now()
+
+
+class KudosHold(Base):
+    """Upfront kudos held for a large request, keyed by a unique business id."""
+
+    __tablename__ = "kudos_holds"
+
+    business_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    wp_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True), index=True)
+    amount: Mapped[Decimal] = mapped_column(Money, nullable=False)
+    released: Mapped[bool] = _false()
+    created: Mapped[datetime] = _now()
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
