@@ -1,0 +1,249 @@
+"""What llama-cpp-python's server really does, checked against the real server and demo model.
+
+The chat worker is built on these facts (issue 7): the exact prompt counter, streaming
+without usage, grammar-forced tool calls, and which response_format shapes the backend takes.
+Content is asserted only where the demo model or a grammar determines it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from openai import OpenAI
+
+from runtime.worker.llama_server import LlamaServer
+from runtime.worker.tiny_model import (
+    CHATML_TEMPLATE,
+    DEMO_REPLY,
+    ENDOFTEXT,
+    IM_END,
+    MODEL_NAME,
+    build_tiny_model,
+    train_tokenizer,
+)
+
+pytestmark = pytest.mark.integration
+
+PROBE = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Wie spät ist es? 日本語で 🙂"},
+    {"role": "assistant", "content": "Keine Ahnung."},
+    {"role": "user", "content": "Then tell me who you are."},
+]
+UNIT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a unit",
+        "parameters": {
+            "type": "object",
+            "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+FLAG_SCHEMA = {
+    "type": "object",
+    "properties": {"ok": {"type": "boolean"}},
+    "required": ["ok"],
+    "additionalProperties": False,
+}
+# Under a grammar the demo model's weights are random: leave room for optional whitespace.
+GRAMMAR_MAX_TOKENS = 300
+
+
+def _start(model: Path) -> Iterator[LlamaServer]:
+    with LlamaServer(model, n_ctx=1024) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    yield from _start(build_tiny_model(tmp_path_factory.mktemp("models") / "demo.gguf"))
+
+
+@pytest.fixture(scope="module")
+def bos_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    path = tmp_path_factory.mktemp("models") / "demo-bos.gguf"
+    yield from _start(build_tiny_model(path, add_bos_token=True))
+
+
+@pytest.fixture
+def client(server: LlamaServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=server.openai_base_url, api_key="unused", max_retries=0) as sdk:
+        yield sdk
+
+
+def _rendered(messages: list[dict[str, str]]) -> str:
+    formatter = Jinja2ChatFormatter(CHATML_TEMPLATE, eos_token=IM_END, bos_token=ENDOFTEXT)
+    return formatter(messages=messages).prompt  # type: ignore[arg-type]
+
+
+def _count(server: LlamaServer, text: str) -> int:
+    response = httpx.post(f"{server.base_url}/extras/tokenize/count", json={"input": text})
+    response.raise_for_status()
+    return int(response.json()["count"])
+
+
+def _prompt_tokens(server: LlamaServer, messages: list[dict[str, str]]) -> int:
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 4}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    response.raise_for_status()
+    return int(response.json()["usage"]["prompt_tokens"])
+
+
+def test_models_route_lists_the_alias(client: OpenAI) -> None:
+    assert [model.id for model in client.models.list()] == [MODEL_NAME]
+
+
+def test_chat_completion_is_exactly_the_demo_reply(client: OpenAI) -> None:
+    completion = client.chat.completions.create(model=MODEL_NAME, messages=PROBE)  # type: ignore[arg-type]
+    choice = completion.choices[0]
+    assert choice.message.content == DEMO_REPLY
+    assert choice.finish_reason == "stop"
+    assert choice.message.tool_calls is None
+    assert completion.usage is not None
+    # The end-of-turn token that stopped generation is not counted.
+    assert completion.usage.completion_tokens == len(train_tokenizer().encode(DEMO_REPLY).ids)
+
+
+def test_response_model_echoes_whatever_the_request_named(client: OpenAI) -> None:
+    completion = client.chat.completions.create(model="no-such-model", messages=PROBE)  # type: ignore[arg-type]
+    assert completion.model == "no-such-model"
+    assert completion.choices[0].message.content == DEMO_REPLY
+
+
+def test_max_tokens_cuts_the_reply_with_finish_reason_length(client: OpenAI) -> None:
+    completion = client.chat.completions.create(model=MODEL_NAME, messages=PROBE, max_tokens=3)  # type: ignore[arg-type]
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage is not None and completion.usage.completion_tokens == 3
+    assert DEMO_REPLY.startswith(completion.choices[0].message.content or "")
+
+
+def test_stream_yields_the_same_text_and_never_a_usage_chunk(client: OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=PROBE,  # type: ignore[arg-type]
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert all(chunk.usage is None for chunk in chunks)  # include_usage is ignored
+    assert all(len(chunk.choices) == 1 for chunk in chunks)
+    text = "".join(chunk.choices[0].delta.content or "" for chunk in chunks)
+    assert text == DEMO_REPLY
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] == ["stop"]
+
+
+def test_counter_from_template_render_equals_usage_prompt_tokens(server: LlamaServer) -> None:
+    for messages in (PROBE[:2], PROBE, [{"role": "user", "content": "x" * 700}]):
+        assert _count(server, _rendered(messages)) == _prompt_tokens(server, messages)
+
+
+def test_bos_model_count_route_adds_bos_while_the_chat_path_does_not(
+    bos_server: LlamaServer,
+) -> None:
+    rendered = _rendered(PROBE)
+    assert _count(bos_server, rendered) == _prompt_tokens(bos_server, PROBE) + 1
+    tokens = httpx.post(f"{bos_server.base_url}/extras/tokenize", json={"input": "hi"}).json()
+    assert tokens["tokens"][0] == train_tokenizer().token_to_id(ENDOFTEXT)
+
+
+def test_control_token_text_in_content_is_parsed_as_a_control_token(server: LlamaServer) -> None:
+    injected = [{"role": "user", "content": f"a{IM_END}b"}]
+    rendered = _rendered(injected)
+    response = httpx.post(f"{server.base_url}/extras/tokenize", json={"input": rendered})
+    im_end = train_tokenizer().token_to_id(IM_END)
+    assert response.json()["tokens"].count(im_end) == 2  # the template's and the user's
+    assert _prompt_tokens(server, injected) == _count(server, rendered)
+
+
+def test_named_tool_choice_is_forced_by_grammar(client: OpenAI) -> None:
+    completion = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=PROBE,  # type: ignore[arg-type]
+        tools=[UNIT_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=GRAMMAR_MAX_TOKENS,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) == 1
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert call.id.startswith("call_")
+    assert json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")  # type: ignore[union-attr]
+
+
+def test_named_tool_choice_streams_argument_deltas(client: OpenAI) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=PROBE,  # type: ignore[arg-type]
+        tools=[UNIT_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=GRAMMAR_MAX_TOKENS,
+        stream=True,
+    )
+    chunks = list(stream)
+    deltas = [c.choices[0].delta.tool_calls for c in chunks if c.choices[0].delta.tool_calls]
+    arguments = "".join(d[0].function.arguments or "" for d in deltas if d[0].function)
+    assert json.loads(arguments)["unit"] in ("celsius", "fahrenheit")
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_unnamed_tool_choice_is_not_enforced(client: OpenAI, tool_choice: str) -> None:
+    completion = client.chat.completions.create(
+        model=MODEL_NAME,
+        messages=PROBE,  # type: ignore[arg-type]
+        tools=[UNIT_TOOL],  # type: ignore[list-item]
+        tool_choice=tool_choice,  # type: ignore[arg-type]
+    )
+    choice = completion.choices[0]
+    assert choice.message.tool_calls is None
+    assert choice.message.content == DEMO_REPLY
+
+
+def test_json_object_with_schema_constrains_the_content(server: LlamaServer) -> None:
+    body = {
+        "model": MODEL_NAME,
+        "messages": PROBE,
+        "response_format": {"type": "json_object", "schema": FLAG_SCHEMA},
+        "max_tokens": GRAMMAR_MAX_TOKENS,
+    }
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=60)
+    assert response.status_code == 200
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert isinstance(json.loads(choice["message"]["content"])["ok"], bool)
+
+
+def test_json_schema_response_format_is_refused_with_500(server: LlamaServer) -> None:
+    body = {
+        "model": MODEL_NAME,
+        "messages": PROBE,
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "flag", "schema": FLAG_SCHEMA, "strict": True},
+        },
+    }
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 500
+    error = response.json()["error"]
+    assert error["type"] == "internal_server_error"
+    assert "response_format" in error["message"]
+
+
+def test_unknown_fields_and_n_above_one_are_silently_accepted(server: LlamaServer) -> None:
+    body = {"model": MODEL_NAME, "messages": PROBE, "n": 2, "no_such_field": True}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200
+    assert len(response.json()["choices"]) == 1
