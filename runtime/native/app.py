@@ -1,0 +1,55 @@
+"""The native API's Flask application factory.
+
+Routes come from ``generated.routes.ROUTES`` (surface ``native``); each operation id this
+issue implements has a view in ``VIEWS``. Operations of later issues (the chat routes,
+text progress) are not registered yet and answer 404 RouteNotFound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask
+
+from generated.routes import ROUTES
+from runtime.native import views_status, views_text, views_workers
+from runtime.native.context import EXTENSION, NativeContext
+from runtime.native.http_errors import register_error_handlers
+from runtime.native.rate_limits import make_limiter, route_limits
+
+MAX_BODY_BYTES = 1024 * 1024
+
+VIEWS: dict[str, Callable[..., Any]] = {
+    "text_async": views_text.text_async,
+    "text_status": views_text.text_status_view,
+    "text_cancel": views_text.text_cancel,
+    "text_pop": views_workers.text_pop,
+    "text_submit": views_workers.text_submit,
+    "heartbeat": views_status.heartbeat,
+    "models": views_status.models,
+    "workers": views_status.workers,
+    "worker": views_status.worker,
+    "user": views_status.user,
+    "users": views_status.users,
+}
+
+
+def create_app(ctx: NativeContext) -> Flask:
+    app = Flask("horde_native")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION] = ctx
+    register_error_handlers(app)
+    limiter = make_limiter(app, ctx.settings.redis_url or "", ctx.settings.rate_limits_enabled)
+    limits = route_limits(ctx.policy.rate_limits.scaled(ctx.settings.rate_limit_scale))
+    for operation_id, route in ROUTES.items():
+        view = VIEWS.get(operation_id)
+        if route.surface != "native" or view is None:
+            continue
+        for limit, key_func in limits.get(operation_id, []):
+            view = limiter.limit(limit, key_func=key_func)(view)
+        app.add_url_rule(
+            route.flask_rule, endpoint=operation_id, view_func=view, methods=[route.method]
+        )
+    return app

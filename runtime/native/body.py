@@ -1,0 +1,90 @@
+"""Reading a request: the JSON body (parsed strictly, NUL-free, schema-checked, defaults
+filled from the route's schema) and the headers, all through ``generated.routes``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import request
+
+from generated.errors import InvalidJSON, InvalidPayload, NulByteInPayload
+from generated.routes import DEFS, ROUTES, validate_body, validate_headers
+
+INT64 = 2**63 - 1
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
+def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def fill_defaults(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> Any:
+    """``value`` with every absent property that has a schema ``default`` filled in."""
+    schema = _resolve(schema, defs)
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for part in schema.get("allOf", []):
+        out = fill_defaults(part, out, defs)
+    for name, prop in schema.get("properties", {}).items():
+        prop = _resolve(prop, defs)
+        if name not in out and "default" in prop:
+            out[name] = prop["default"]
+        elif name in out:
+            out[name] = fill_defaults(prop, out[name], defs)
+        elif prop.get("type") == "object" and prop.get("properties"):
+            out[name] = fill_defaults(prop, {}, defs)
+    return out
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise InvalidJSON(detail=str(exc)[:200]) from None
+    if not isinstance(body, dict):
+        raise InvalidJSON(detail="the body must be a JSON object")
+    if _has_nul(body):
+        raise NulByteInPayload()
+    return body
+
+
+def json_body(operation_id: str) -> dict[str, Any]:
+    """The route's body, valid against its schema, with its defaults filled in."""
+    body = parse_json(request.get_data(cache=True))
+    validate_body(operation_id, body)
+    route = ROUTES[operation_id]
+    assert route.body is not None
+    return fill_defaults(route.body, body, DEFS[route.surface])
+
+
+def checked_headers(operation_id: str) -> None:
+    validate_headers(operation_id, request.headers)
+    for value in request.headers.values():
+        if "\x00" in value:
+            raise NulByteInPayload()
+
+
+def int64(value: Any, field: str) -> int | None:
+    """An integer that fits a BIGINT column, or a clear 400 naming the field."""
+    if value is None:
+        return None
+    if not -INT64 - 1 <= value <= INT64:
+        raise InvalidPayload(field=field, problem="must fit in 64 bits", param=field)
+    return int(value)

@@ -1,0 +1,29 @@
+"""What every view of the native app needs, kept on ``app.extensions``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import current_app
+from redis import Redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.config import Settings
+from runtime.native.policy import Policy
+
+EXTENSION = "horde_native"
+
+
+@dataclass
+class NativeContext:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    redis: Redis
+    policy: Policy
+
+
+def native() -> NativeContext:
+    ctx: NativeContext = current_app.extensions[EXTENSION]
+    return ctx

@@ -1,0 +1,60 @@
+"""Every error leaves the native API as upstream's ``{message, rc}`` with its status."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask, Response, jsonify, request
+from flask_limiter.errors import RateLimitExceeded
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
+
+from generated.errors import (
+    HordeError,
+    InternalError,
+    InvalidJSON,
+    PayloadTooLarge,
+    RateLimited,
+    RouteNotFound,
+)
+from generated.errors import MethodNotAllowed as MethodNotAllowedError
+
+log = logging.getLogger(__name__)
+
+
+def horde_response(error: HordeError) -> Response:
+    response = jsonify(error.native_body())
+    response.status_code = error.native_status or 500
+    if error.retry_after is not None:
+        response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+    return response
+
+
+def _rate_limited(exc: RateLimitExceeded) -> Response:
+    seconds = 1
+    error = RateLimited(limit=str(exc.limit.limit), seconds=seconds, retry_after=seconds)
+    return horde_response(error)
+
+
+def _http(exc: HTTPException) -> Response:
+    if isinstance(exc, NotFound):
+        return horde_response(RouteNotFound(method=request.method, path=request.path))
+    if isinstance(exc, MethodNotAllowed):
+        return horde_response(MethodNotAllowedError(method=request.method, path=request.path))
+    if isinstance(exc, RequestEntityTooLarge):
+        limit = request.max_content_length or 0
+        return horde_response(PayloadTooLarge(limit=limit))
+    if exc.code is not None and 400 <= exc.code < 500:
+        return horde_response(InvalidJSON(detail=exc.description or exc.name))
+    return _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> Response:
+    log.exception("unexpected error on %s %s", request.method, request.path, exc_info=exc)
+    return horde_response(InternalError())
+
+
+def register_error_handlers(app: Flask) -> None:
+    app.register_error_handler(HordeError, horde_response)
+    app.register_error_handler(RateLimitExceeded, _rate_limited)
+    app.register_error_handler(HTTPException, _http)
+    app.register_error_handler(Exception, _unexpected)

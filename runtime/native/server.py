@@ -1,0 +1,100 @@
+"""The native API as a service: the Flask app served by waitress, plus the lifecycle sweep.
+
+``NativeService.start(...)`` binds (port 0 picks a free one), serves in a thread and
+starts the sweeper; ``stop()`` closes the listener and joins both. ``horde-chat up`` and
+the test fixtures use it the same way.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+from sqlalchemy import Engine
+from waitress.server import create_server
+
+from runtime.config import Settings
+from runtime.native.app import create_app
+from runtime.native.context import NativeContext
+from runtime.native.lifecycle import Sweeper
+from runtime.native.policy import Policy
+from runtime.stores.database import make_engine, make_sessionmaker
+from runtime.stores.redis_client import redis_client
+
+WAITRESS_THREADS = 45
+
+
+@dataclass
+class NativeService:
+    context: NativeContext
+    host: str
+    port: int
+    _server: object
+    _thread: threading.Thread
+    _sweeper: Sweeper | None
+    _owned: list[object] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def start(
+        cls,
+        settings: Settings,
+        *,
+        database_url: str,
+        redis_url: str,
+        policy: Policy | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        sweep: bool = True,
+    ) -> NativeService:
+        engine: Engine = make_engine(database_url)
+        redis: Redis = redis_client(redis_url)
+        settings = Settings(**{**vars(settings), "redis_url": redis_url})
+        ctx = NativeContext(
+            settings=settings,
+            engine=engine,
+            sessions=make_sessionmaker(engine),
+            redis=redis,
+            policy=policy or Policy(),
+        )
+        app = create_app(ctx)
+        server = create_server(
+            app,
+            host=host or settings.native_host,
+            port=settings.native_port if port is None else port,
+            threads=WAITRESS_THREADS,
+            clear_untrusted_proxy_headers=True,
+        )
+        bound_host, bound_port = server.socket.getsockname()[:2]  # type: ignore[union-attr]
+        thread = threading.Thread(target=server.run, name="native-waitress", daemon=True)
+        thread.start()
+        sweeper = (
+            Sweeper(ctx.sessions, ctx.policy, settings.sweep_seconds).start() if sweep else None
+        )
+        return cls(ctx, bound_host, bound_port, server, thread, sweeper)
+
+    def describe(self) -> str:
+        return f"native API: {self.url}/api/v2"
+
+    def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.stop()
+            self._sweeper = None
+        _shutdown_waitress(self._server)
+        self._thread.join(timeout=10)
+        self.context.engine.dispose()
+        self.context.redis.close()
+
+
+def _shutdown_waitress(server: Any) -> None:
+    """Close every channel of waitress's loop (listener and trigger included) so ``run``
+    returns, then stop its task threads (as webtest's StopableWSGIServer does)."""
+    while server._map:
+        for channel in list(server._map.values()):
+            channel.close()
+    server.task_dispatcher.shutdown()
