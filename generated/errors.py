@@ -610,7 +610,7 @@ class InvalidOperationKey(HordeError):
     """A chat async carries an operation key that is empty, too long or has other characters."""
 
     code = 'InvalidOperationKey'
-    template = "The X-Operation-Key header must be 1 to {limit} characters of A-Z, a-z, 0-9, '-' or '_'."
+    template = 'Invalid operation key ({field}): {problem}'
     native_status = 400
     front_status = None
     openai_type = None

@@ -1,0 +1,121 @@
+"""The generated OpenAPI documents: valid 3.1, every error status enveloped, refs checked."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from openapi_spec_validator import validate
+
+from codegen.errors import SpecErrors
+from codegen.spec import SPEC_ROOT, load_spec
+from codegen.targets import openapi
+from generated.errors import ERRORS
+
+GENERATED = SPEC_ROOT.parent / "generated" / "openapi"
+
+
+@pytest.mark.parametrize("surface", ["native", "front"])
+def test_document_is_valid_openapi_31(surface: str) -> None:
+    doc = yaml.safe_load((GENERATED / f"{surface}.yaml").read_text())
+    assert doc["openapi"] == "3.1.0"
+    validate(doc)
+
+
+@pytest.mark.parametrize("surface", ["native", "front"])
+def test_every_error_status_carries_the_envelope_and_its_codes(surface: str) -> None:
+    doc = yaml.safe_load((GENERATED / f"{surface}.yaml").read_text())
+    seen = 0
+    for methods in doc["paths"].values():
+        for op in methods.values():
+            for status, resp in op["responses"].items():
+                if int(status) < 400:
+                    continue
+                schema = resp["content"]["application/json"]["schema"]
+                if surface == "native":
+                    codes = schema["properties"]["rc"]["enum"]
+                    status_of = [ERRORS[c].native_status for c in codes]
+                else:
+                    codes = schema["properties"]["error"]["properties"]["code"]["enum"]
+                    status_of = [ERRORS[c].front_status for c in codes]
+                    assert "x-should-retry" in resp["headers"]
+                assert status_of == [int(status)] * len(codes)
+                seen += 1
+    assert seen > 10
+
+
+def test_native_routes_are_upstreams_paths() -> None:
+    paths = yaml.safe_load((GENERATED / "native.yaml").read_text())["paths"]
+    for path in (
+        "/api/v2/generate/text/async",
+        "/api/v2/generate/text/status/{id}",
+        "/api/v2/generate/text/pop",
+        "/api/v2/generate/text/submit",
+        "/api/v2/generate/chat/async",
+        "/api/v2/status/heartbeat",
+        "/api/v2/users/{id}",
+    ):
+        assert path in paths
+    assert set(paths["/api/v2/generate/chat/status/{id}"]) == {"get", "delete"}
+
+
+def test_front_streams_event_stream_and_answers_x_horde() -> None:
+    doc = yaml.safe_load((GENERATED / "front.yaml").read_text())
+    ok = doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"]
+    assert set(ok) == {"application/json", "text/event-stream"}
+    completion = doc["components"]["schemas"]["ChatCompletion"]
+    assert "x_horde" in completion["required"]
+
+
+@pytest.fixture
+def spec_copy(tmp_path: Path) -> Path:
+    target = tmp_path / "spec"
+    shutil.copytree(SPEC_ROOT, target)
+    return target
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_a_misspelt_error_on_a_route_is_refused_with_a_suggestion(spec_copy: Path) -> None:
+    _edit(
+        spec_copy / "api" / "native.yaml", "errors: [RequestNotFound]", "errors: [RequestNotFund]"
+    )
+    with pytest.raises(SpecErrors) as info:
+        load_spec(spec_copy)
+    (err,) = info.value.errors
+    assert err.file == "spec/api/native.yaml"
+    assert err.path == "routes.text_status.errors"
+    assert "'RequestNotFund' is not a defined error" in err.problem
+    assert "RequestNotFound" in err.suggestion
+
+
+def test_an_error_without_a_status_on_the_surface_is_refused(spec_copy: Path) -> None:
+    _edit(
+        spec_copy / "api" / "front.yaml",
+        "errors: [InvalidAPIKey, horde_unavailable]",
+        "errors: [InvalidAPIKey, DuplicateGen]",
+    )
+    with pytest.raises(SpecErrors) as info:
+        openapi.build(load_spec(spec_copy))
+    (err,) = info.value.errors
+    assert (err.file, err.path) == ("spec/api/front.yaml", "routes.list_models.errors")
+    assert "DuplicateGen" in err.problem and "front" in err.suggestion
+
+
+def test_a_dangling_schema_reference_is_refused(spec_copy: Path) -> None:
+    _edit(
+        spec_copy / "api" / "native.yaml",
+        '{$ref: "#/schemas/SubmitOutput"}',
+        '{$ref: "#/schemas/SubmitOutputs"}',
+    )
+    with pytest.raises(SpecErrors) as info:
+        openapi.build(load_spec(spec_copy))
+    (err,) = info.value.errors
+    assert err.file == "spec/api/native.yaml"
+    assert "SubmitOutputs" in err.problem and "SubmitOutput" in err.suggestion
