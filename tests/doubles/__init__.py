@@ -1,0 +1,1 @@
+"""Test doubles: stand-ins for third-party systems, each documented as a double."""
