@@ -10,15 +10,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horde-chat", description="horde-chat services")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="run the whole horde locally (embedded Postgres and Redis)")
+    users = sub.add_parser("users", help="manage users").add_subparsers(dest="users", required=True)
+    create = users.add_parser("create", help="create a user and print its new API key")
+    create.add_argument("--name", required=True)
+    create.add_argument("--kudos", type=float, default=0)
+    create.add_argument("--concurrency", type=int, default=30)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "up":
-        from codegen.__main__ import main as codegen_main
+        from runtime.config import Settings
+        from runtime.launcher import run_up
 
-        return codegen_main(["check"])
+        return run_up(Settings.from_env())
+    if args.command == "users" and args.users == "create":
+        from runtime.config import Settings
+        from runtime.users_cli import create_user_command
+
+        create_user_command(Settings.from_env(), args.name, args.kudos, args.concurrency)
+        return 0
     return 2
 
 
