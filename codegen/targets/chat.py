@@ -1,0 +1,67 @@
+"""spec/chat/ + spec/workers/ -> generated/chat/ (validator, requirements, sampling, tables)."""
+
+from __future__ import annotations
+
+import pprint
+from typing import Any
+
+from codegen import chat_tables
+from codegen.render import Output, render
+from codegen.spec import Spec
+
+# Modules whose logic lives in the template; each imports the tables module.
+LOGIC_MODULES = (
+    "checks",
+    "messages",
+    "tools",
+    "validator",
+    "requirements",
+    "declaration",
+    "sampling",
+    "__init__",
+)
+
+
+def _literal(value: Any) -> str:
+    return pprint.pformat(value, width=96, sort_dicts=False)
+
+
+def tables_context(spec: Spec) -> dict[str, str]:
+    m = chat_tables.messages(spec)
+    raw = {
+        "parameters": chat_tables.parameters(spec),
+        "horde_keys": chat_tables.horde_keys(spec),
+        "roles": m["roles"],
+        "refused_roles": m["refused_roles"],
+        "parts": m["parts"],
+        "refused_parts": m["refused_parts"],
+        "tool_function_keys": m["tool_function_keys"],
+        "tool_choice_function_keys": m["tool_choice_function_keys"],
+        "response_format_types": m["response_format_types"],
+        "features": tuple(chat_tables.features(spec)),
+        "guarantees": tuple(chat_tables.guarantees(spec)),
+        "limits": chat_tables.limits(spec),
+        "chars_per_token": chat_tables.chars_per_token(spec),
+        "declaration": chat_tables.declaration(spec),
+        "sampling_defaults": chat_tables.sampling_defaults(spec),
+        "front_default_drops": chat_tables.front_default_drops(spec),
+    }
+    return {k: _literal(v) for k, v in raw.items()}
+
+
+def build(spec: Spec) -> list[Output]:
+    sources = spec.sources(*chat_tables.ALL_FILES)
+    outputs = [render("chat/tables.py.j2", sources, "chat/tables.py", **tables_context(spec))]
+    names = {
+        "parameters": list(chat_tables.parameters(spec)),
+        "horde_keys": list(chat_tables.horde_keys(spec)),
+        "features": chat_tables.features(spec),
+        "guarantees": chat_tables.guarantees(spec),
+        "limits": list(chat_tables.limits(spec)),
+        "declaration": list(chat_tables.declaration(spec)),
+        "roles": list(chat_tables.messages(spec)["roles"]),
+    }
+    outputs.append(render("chat/names.py.j2", sources, "chat/names.py", **names))
+    for module in LOGIC_MODULES:
+        outputs.append(render(f"chat/{module}.py.j2", sources, f"chat/{module}.py"))
+    return outputs
