@@ -1,0 +1,130 @@
+"""Shared fixtures: the embedded stores and the live native API.
+
+Session-wide (started once, lazily, only when a test asks):
+
+``horde_stores``
+    ``EmbeddedStores`` (runtime.stores.embedded): a real embedded PostgreSQL and our own
+    redis-server, data in a pytest tmp dir, unix sockets only (no ports), schema upgraded
+    to head. ``.database_url`` (SQLAlchemy/psycopg URL) and ``.redis_url`` (``unix://``).
+``native_service``
+    ``NativeService`` (runtime.native.server): the native Flask app under waitress on a free
+    127.0.0.1 port, rate limits x1000, no background sweeper (call
+    ``runtime.native.lifecycle.sweep(native_db, native_service.context.policy, now=...)``).
+    ``.url``, ``.context`` (engine, sessions, redis, policy).
+``native_url``
+    ``http://127.0.0.1:<port>/api/v2``.
+
+Per test:
+
+``native_db``
+    A ``sessionmaker`` on the test database, after every table was emptied (truncate) and
+    the anonymous user 0 (key ``0000000000``) put back, and Redis flushed.
+``native_client``
+    An ``httpx.Client`` with ``base_url=native_url`` on that clean database.
+``make_user``
+    ``make_user(name="user", kudos=0, concurrency=30, trusted=False) -> MadeUser(id, api_key)``.
+
+Chat tables and routes added later are emptied by the same truncate (it walks the
+models' metadata), so new fixtures can build on these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import text, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.config import Settings
+from runtime.native.auth import ANONYMOUS_API_KEY, ANONYMOUS_USER_ID, create_user
+from runtime.native.models import Base, User
+from runtime.native.schema import upgrade
+from runtime.native.server import NativeService
+from runtime.stores.database import transaction
+from runtime.stores.embedded import EmbeddedStores
+
+
+@pytest.fixture(scope="session")
+def horde_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStores]:
+    data_dir: Path = tmp_path_factory.mktemp("horde-data")
+    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
+    try:
+        upgrade(stores.database_url)
+        yield stores
+    finally:
+        stores.stop()
+
+
+@pytest.fixture(scope="session")
+def native_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
+    service = NativeService.start(
+        Settings(rate_limit_scale=1000),
+        database_url=horde_stores.database_url,
+        redis_url=horde_stores.redis_url,
+        host="127.0.0.1",
+        port=0,
+        sweep=False,
+    )
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@pytest.fixture(scope="session")
+def native_url(native_service: NativeService) -> str:
+    return f"{native_service.url}/api/v2"
+
+
+def reset_database(sessions: sessionmaker[Session]) -> None:
+    """Empty every table, then put the anonymous user and its key back."""
+    tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    with transaction(sessions) as session:
+        session.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+        session.execute(
+            text("INSERT INTO users (id, username, concurrency) VALUES (:id, 'Anonymous', 30)"),
+            {"id": ANONYMOUS_USER_ID},
+        )
+        session.execute(
+            text("INSERT INTO api_keys (key_hash, user_id) VALUES (:h, :id)"),
+            {"h": hashlib.sha256(ANONYMOUS_API_KEY.encode()).hexdigest(), "id": ANONYMOUS_USER_ID},
+        )
+
+
+@pytest.fixture
+def native_db(native_service: NativeService) -> sessionmaker[Session]:
+    sessions = native_service.context.sessions
+    reset_database(sessions)
+    native_service.context.redis.flushdb()
+    return sessions
+
+
+@pytest.fixture
+def native_client(native_url: str, native_db: sessionmaker[Session]) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=native_url, timeout=30) as client:
+        yield client
+
+
+@dataclass(frozen=True)
+class MadeUser:
+    id: int
+    api_key: str
+
+
+@pytest.fixture
+def make_user(native_db: sessionmaker[Session]) -> Callable[..., MadeUser]:
+    def make(
+        name: str = "user", kudos: float = 0, concurrency: int = 30, trusted: bool = False
+    ) -> MadeUser:
+        with transaction(native_db) as session:
+            user, api_key = create_user(session, name, kudos=kudos, concurrency=concurrency)
+            if trusted:
+                session.execute(update(User).where(User.id == user.id).values(trusted=True))
+            return MadeUser(id=user.id, api_key=api_key)
+
+    return make
