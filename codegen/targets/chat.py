@@ -51,7 +51,11 @@ def tables_context(spec: Spec) -> dict[str, str]:
 
 def build(spec: Spec) -> list[Output]:
     sources = spec.sources(*chat_tables.ALL_FILES)
-    outputs = [render("chat/tables.py.j2", sources, "chat/tables.py", **tables_context(spec))]
+    tables = tables_context(spec)
+    outputs = [
+        render(f"chat/{name}.py.j2", sources, f"chat/{name}.py", **tables)
+        for name in ("tables", "tables_request", "tables_messages", "tables_workers")
+    ]
     names = {
         "parameters": list(chat_tables.parameters(spec)),
         "horde_keys": list(chat_tables.horde_keys(spec)),
