@@ -26,6 +26,10 @@ import httpx
 
 from runtime.worker.tiny_model import MODEL_NAME
 
+# llama.cpp rounds the context up to a multiple of 256 while llama-cpp-python sizes its token
+# buffer by the requested n_ctx: a prompt between the two crashes the request with a 500
+# instead of the context_length_exceeded error. So only multiples are accepted.
+CONTEXT_MULTIPLE = 256
 READY_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 10.0
 _POLL_INTERVAL_SECONDS = 0.05
@@ -46,8 +50,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 class LlamaServer:
     """One ``python -m llama_cpp.server`` process serving one model under one alias.
 
-    ``port=None`` picks a free port. ``extra_args`` are passed through to the server
-    (for example ``["--n_threads", "2"]``).
+    ``port=None`` picks a free port; ``n_ctx`` is the context the backend really has (the
+    server exposes it on no route, so a worker has to be told it). ``extra_args`` are passed
+    through to the server (for example ``["--n_threads", "2"]``).
     """
 
     def __init__(
@@ -62,6 +67,10 @@ class LlamaServer:
         extra_args: list[str] | None = None,
         ready_timeout: float = READY_TIMEOUT_SECONDS,
     ) -> None:
+        if n_ctx <= 0 or n_ctx % CONTEXT_MULTIPLE:
+            raise ValueError(
+                f"n_ctx must be a positive multiple of {CONTEXT_MULTIPLE}, got {n_ctx}"
+            )
         self.model = Path(model)
         self.alias = alias
         self.host = host

@@ -54,12 +54,13 @@ FLAG_SCHEMA = {
     "required": ["ok"],
     "additionalProperties": False,
 }
+CONTEXT = 1024
 # Under a grammar the demo model's weights are random: leave room for optional whitespace.
 GRAMMAR_MAX_TOKENS = 300
 
 
 def _start(model: Path) -> Iterator[LlamaServer]:
-    with LlamaServer(model, n_ctx=1024) as server:
+    with LlamaServer(model, n_ctx=CONTEXT) as server:
         yield server
 
 
@@ -247,3 +248,58 @@ def test_unknown_fields_and_n_above_one_are_silently_accepted(server: LlamaServe
     response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
     assert response.status_code == 200
     assert len(response.json()["choices"]) == 1
+
+
+def _long_conversation(
+    server: LlamaServer, low: int, high: int
+) -> tuple[list[dict[str, str]], int]:
+    """A conversation whose prompt is between low and high tokens, with its exact count."""
+    for length in range(low, high):
+        messages = [{"role": "user", "content": "x" * length}]
+        count = _count(server, _rendered(messages))
+        if low < count < high:
+            return messages, count
+    raise AssertionError(f"no conversation of {low}..{high} tokens")
+
+
+def test_prompt_over_the_context_is_refused_with_400_not_trimmed(server: LlamaServer) -> None:
+    messages, _ = _long_conversation(server, CONTEXT + 10, CONTEXT + 100)
+    body = {"model": MODEL_NAME, "messages": messages}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("context_length_exceeded", "messages")
+
+
+def test_streamed_prompt_over_the_context_gets_200_and_no_event(server: LlamaServer) -> None:
+    messages, _ = _long_conversation(server, CONTEXT + 10, CONTEXT + 100)
+    body = {"model": MODEL_NAME, "messages": messages, "stream": True}
+    received = b""
+    with httpx.Client(timeout=30) as client:
+        url = f"{server.openai_base_url}/chat/completions"
+        with client.stream("POST", url, json=body) as response:
+            assert response.status_code == 200
+            try:
+                for part in response.iter_bytes():
+                    received += part
+            except httpx.RemoteProtocolError:
+                pass  # the server drops the connection after the headers
+    assert b"data:" not in received
+
+
+def test_max_tokens_is_silently_cut_to_what_the_context_has_left(server: LlamaServer) -> None:
+    reply_tokens = len(train_tokenizer().encode(DEMO_REPLY).ids)
+    messages, prompt = _long_conversation(server, CONTEXT - reply_tokens, CONTEXT)
+    body = {"model": MODEL_NAME, "messages": messages, "max_tokens": 100}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["usage"]["completion_tokens"] == CONTEXT - prompt
+    assert response.json()["choices"][0]["finish_reason"] == "length"
+
+
+@pytest.mark.parametrize("max_tokens", [0, -1])
+def test_max_tokens_zero_or_negative_means_unlimited(server: LlamaServer, max_tokens: int) -> None:
+    body = {"model": MODEL_NAME, "messages": PROBE, "max_tokens": max_tokens}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == DEMO_REPLY

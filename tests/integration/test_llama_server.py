@@ -46,6 +46,12 @@ def test_explicit_port_is_used(model: Path) -> None:
         assert httpx.get(f"{server.base_url}/v1/models").json()["data"][0]["id"] == MODEL_NAME
 
 
+@pytest.mark.parametrize("n_ctx", [0, 64, 1000])
+def test_context_must_be_a_multiple_of_256(model: Path, n_ctx: int) -> None:
+    with pytest.raises(ValueError, match="multiple of 256"):
+        LlamaServer(model, n_ctx=n_ctx)
+
+
 def test_missing_model_is_refused_before_spawning(tmp_path: Path) -> None:
     with pytest.raises(LlamaServerError, match="model file not found"):
         LlamaServer(tmp_path / "absent.gguf").start()
