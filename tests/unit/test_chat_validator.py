@@ -38,7 +38,8 @@ def refused(payload: object, cls: type[HordeError], param: str | None) -> HordeE
     assert err.param == param
     envelope = err.openai_body()["error"]
     assert envelope["code"] == cls.code
-    assert envelope["type"] == cls.openai_type == "invalid_request_error" or cls is ModelNotFound
+    assert envelope["type"] == cls.openai_type == "invalid_request_error"
+    assert err.native_status == cls.front_status == (404 if cls is ModelNotFound else 400)
     assert envelope["param"] == param and envelope["message"] == err.message
     return err
 
