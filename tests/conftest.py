@@ -31,6 +31,8 @@ models' metadata), so new fixtures can build on these.
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,14 +52,17 @@ from runtime.stores.embedded import EmbeddedStores
 
 
 @pytest.fixture(scope="session")
-def horde_stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStores]:
-    data_dir: Path = tmp_path_factory.mktemp("horde-data")
+def horde_stores() -> Iterator[EmbeddedStores]:
+    # Our own temp dir, not pytest's: concurrent pytest runs rotate and re-permission
+    # /tmp/pytest-of-<user>, which the postgres system user must keep reaching.
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-test-"))
     stores = EmbeddedStores.start(Settings(data_dir=data_dir))
     try:
         upgrade(stores.database_url)
         yield stores
     finally:
         stores.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

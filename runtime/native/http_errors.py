@@ -39,7 +39,9 @@ def _http(exc: HTTPException) -> Response:
     if isinstance(exc, NotFound):
         return horde_response(RouteNotFound(method=request.method, path=request.path))
     if isinstance(exc, MethodNotAllowed):
-        return horde_response(MethodNotAllowedError(method=request.method, path=request.path))
+        response = horde_response(MethodNotAllowedError(method=request.method, path=request.path))
+        response.headers["Allow"] = ", ".join(sorted(exc.valid_methods or []))
+        return response
     if isinstance(exc, RequestEntityTooLarge):
         limit = request.max_content_length or 0
         return horde_response(PayloadTooLarge(limit=limit))

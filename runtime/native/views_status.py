@@ -6,10 +6,10 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from flask import Response, jsonify
+from flask import Response, jsonify, request
 from sqlalchemy import func, select
 
-from generated.errors import UserNotFound, WorkerNotFound
+from generated.errors import InvalidPayload, UserNotFound, WorkerNotFound
 from runtime.native.context import native
 from runtime.native.lifecycle import utcnow
 from runtime.native.models import User, WaitingPrompt, Worker
@@ -18,6 +18,7 @@ from runtime.stores.database import transaction
 
 INT32 = 2**31 - 1
 VERSION = "2.0.0"
+MODEL_TYPE = "text"
 
 
 def heartbeat() -> Response:
@@ -25,6 +26,9 @@ def heartbeat() -> Response:
 
 
 def models() -> Response:
+    kinds = request.args.getlist("type")
+    if any(kind != MODEL_TYPE for kind in kinds):
+        raise InvalidPayload(field="type", problem=f"must be {MODEL_TYPE!r}", param="type")
     ctx = native()
     now = utcnow()
     with transaction(ctx.sessions) as session:
@@ -52,7 +56,7 @@ def models() -> Response:
                 "queued": float(queued),
                 "jobs": float(jobs),
                 "eta": int(queued / rate) if rate else 0,
-                "type": "text",
+                "type": MODEL_TYPE,
             }
         )
     return jsonify(out)

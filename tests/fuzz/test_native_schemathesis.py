@@ -1,0 +1,65 @@
+"""schemathesis from generated/openapi/native.yaml against the live native API.
+
+A fixed budget of examples per operation (derandomized, so a run is repeatable): no 5xx,
+status codes, content types and bodies conform to the document. The chat routes and text
+progress belong to later issues and are not fuzzed here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import positive_data_acceptance
+
+from runtime.native.app import VIEWS
+
+pytestmark = [pytest.mark.fuzz, pytest.mark.integration]
+
+DOCUMENT = Path(__file__).resolve().parents[2] / "generated" / "openapi" / "native.yaml"
+EXAMPLES_PER_OPERATION = 40
+
+# `models` refuses a bad ?type= with 400 InvalidPayload, which spec/api/native.yaml does
+# not list for that route yet (routes with query parameters need it); fuzz it once it does.
+NOT_YET_DOCUMENTED = {"models"}
+schema = schemathesis.openapi.from_path(DOCUMENT).include(
+    operation_id=sorted(set(VIEWS) - NOT_YET_DOCUMENTED)  # what this service serves so far
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_user(native_service, native_url):
+    """One user for the whole module (the database is not reset between examples)."""
+    from runtime.native.auth import create_user
+    from runtime.stores.database import transaction
+    from tests.conftest import reset_database
+
+    reset_database(native_service.context.sessions)
+    with transaction(native_service.context.sessions) as session:
+        _user, api_key = create_user(session, "fuzzer", kudos=10**9, concurrency=10**6)
+    return api_key
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+def test_native_api_conforms(case, native_url, fuzz_user):
+    base_url = native_url.removesuffix("/api/v2")
+    # Positive examples act as a real user so they reach the queue; negative ones keep the
+    # generated (possibly invalid) key so its refusal is checked too.
+    positive = case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE
+    has_key = bool(case.headers) and "apikey" in case.headers
+    headers = {"apikey": fuzz_user} if positive and has_key else None
+    # A schema-valid body may still break a documented business rule (an empty prompt is
+    # MissingPrompt, max_context_length below max_length is TokenOverflow): a 400 there is
+    # the contract, so positive-data acceptance is not checked; everything else is.
+    case.call_and_validate(
+        base_url=base_url, headers=headers, excluded_checks=[positive_data_acceptance]
+    )
