@@ -2594,7 +2594,7 @@ ROUTES: dict[str, Route] = {
         path_params={},
         body=None,
         invalid_body='InvalidPayload',
-        errors=('RateLimited', 'InternalError'),
+        errors=('InvalidPayload', 'RateLimited', 'InternalError'),
     ),
     'workers': Route(
         operation_id='workers',
