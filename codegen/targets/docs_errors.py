@@ -16,7 +16,7 @@ def _one_line(text: str) -> str:
 
 def build(spec: Spec) -> list:
     errors, files = collect(spec)
-    front, native = [], []
+    front, native, faults = [], [], []
     for code, e in errors.items():
         row = {
             "code": code,
@@ -51,9 +51,12 @@ def build(spec: Spec) -> list:
                     "front_status": e.get("front", {}).get("status", ""),
                 }
             )
+        if "worker" in e:
+            faults.append(row)
     front.sort(key=lambda r: r["order"])
     native.sort(key=lambda r: (r["status"], r["code"]))
-    messages = sorted({r["code"]: r for r in front + native}.values(), key=lambda r: r["code"])
+    rows = front + native + faults
+    messages = sorted({r["code"]: r for r in rows}.values(), key=lambda r: r["code"])
     out = render(
         "errors.md.j2",
         spec.sources(*files),
@@ -61,5 +64,6 @@ def build(spec: Spec) -> list:
         front=front,
         native=native,
         messages=messages,
+        faults=faults,
     )
     return [out]
