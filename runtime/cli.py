@@ -10,6 +10,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horde-chat", description="horde-chat services")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="run the whole horde locally (embedded Postgres and Redis)")
+    from runtime.worker.config import add_worker_arguments
+
+    add_worker_arguments(sub.add_parser("worker", help="serve chat jobs from an OpenAI backend"))
     users = sub.add_parser("users", help="manage users").add_subparsers(dest="users", required=True)
     create = users.add_parser("create", help="create a user and print its new API key")
     create.add_argument("--name", required=True)
@@ -25,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.launcher import run_up
 
         return run_up(Settings.from_env())
+    if args.command == "worker":
+        from runtime.worker.cli import run_worker
+        from runtime.worker.config import config_from_args
+
+        return run_worker(config_from_args(args))
     if args.command == "users" and args.users == "create":
         from runtime.config import Settings
         from runtime.users_cli import create_user_command

@@ -1,0 +1,136 @@
+"""Per-backend mapping: a chat job's payload -> the body this backend accepts.
+
+Every backend gets the conversation as messages (it renders the model's own template) and
+every sampling field the job carries. What differs, as measured or documented:
+
+* llama-cpp-python refuses OpenAI's ``json_schema`` response_format with a 500 but takes
+  ``{"type": "json_object", "schema": ...}``; it forces a *named* tool_choice by grammar and
+  ignores ``required``, so ``required`` with a single tool goes as that named function; it
+  ignores reasoning_effort and parallel_tool_calls; its Jinja templates concatenate content
+  as a string, so text-only content part lists are joined.
+* vLLM, llama.cpp's own server, koboldcpp and Ollama take OpenAI's shapes as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from generated.chat import SAMPLING_DEFAULTS
+from generated.chat.names import (
+    PARAM_MESSAGES,
+    PARAM_MODEL,
+    PARAM_PARALLEL_TOOL_CALLS,
+    PARAM_REASONING_EFFORT,
+    PARAM_RESPONSE_FORMAT,
+    PARAM_STREAM,
+    PARAM_TOOL_CHOICE,
+    PARAM_TOOLS,
+)
+
+# OpenAI wire values (the backend's protocol, not horde contract names).
+WIRE_JSON_OBJECT = "json_object"
+WIRE_JSON_SCHEMA = "json_schema"
+WIRE_REQUIRED = "required"
+WIRE_FUNCTION = "function"
+WIRE_TEXT = "text"
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    name: str
+    owned_by: tuple[str, ...]
+    json_schema_as_json_object: bool = False
+    single_required_as_named: bool = False
+    sends_reasoning_effort: bool = True
+    sends_parallel_tool_calls: bool = True
+    joins_text_parts: bool = False
+    # Where the exact counter gets the rendered prompt's count (see counter.py).
+    count_route: str | None = None
+
+
+LLAMA_CPP_PYTHON = BackendKind(
+    "llama-cpp-python",
+    ("me",),
+    json_schema_as_json_object=True,
+    single_required_as_named=True,
+    sends_reasoning_effort=False,
+    sends_parallel_tool_calls=False,
+    joins_text_parts=True,
+    count_route="/extras/tokenize/count",
+)
+LLAMA_CPP = BackendKind("llama.cpp", ("llamacpp",))
+VLLM = BackendKind("vllm", ("vllm",))
+KOBOLDCPP = BackendKind("koboldcpp", ("koboldcpp",), count_route="/api/extra/tokencount")
+OLLAMA = BackendKind("ollama", ("library", "ollama"))
+GENERIC = BackendKind("openai", ())
+KINDS = {
+    kind.name: kind for kind in (LLAMA_CPP_PYTHON, LLAMA_CPP, VLLM, KOBOLDCPP, OLLAMA, GENERIC)
+}
+
+
+def detect_kind(model_entry: dict[str, Any], override: str | None = None) -> BackendKind:
+    """The kind named by ``override``, else the one whose ``owned_by`` the model entry has."""
+    if override is not None:
+        return KINDS[override]
+    owner = str(model_entry.get("owned_by", "")).lower()
+    for kind in KINDS.values():
+        if owner in kind.owned_by:
+            return kind
+    return GENERIC
+
+
+def _joined(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == WIRE_TEXT for p in content
+    ):
+        return {**message, "content": "".join(str(p.get(WIRE_TEXT, "")) for p in content)}
+    return message
+
+
+def backend_messages(kind: BackendKind, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [_joined(m) for m in messages] if kind.joins_text_parts else list(messages)
+
+
+def _response_format(kind: BackendKind, value: Any) -> Any:
+    if not isinstance(value, dict):
+        return value
+    if kind.json_schema_as_json_object and value.get("type") == WIRE_JSON_SCHEMA:
+        schema = (value.get(WIRE_JSON_SCHEMA) or {}).get("schema") or {}
+        return {"type": WIRE_JSON_OBJECT, "schema": schema}
+    return value
+
+
+def _tool_choice(kind: BackendKind, choice: Any, tools: list[dict[str, Any]]) -> Any:
+    if kind.single_required_as_named and choice == WIRE_REQUIRED and len(tools) == 1:
+        return {"type": WIRE_FUNCTION, WIRE_FUNCTION: {"name": tools[0][WIRE_FUNCTION]["name"]}}
+    return choice
+
+
+def chat_body(
+    kind: BackendKind, payload: dict[str, Any], model: str, *, stream: bool = False
+) -> dict[str, Any]:
+    """The backend request for a chat job's payload (the stored request stays as it was)."""
+    body: dict[str, Any] = {
+        PARAM_MODEL: model,
+        PARAM_MESSAGES: backend_messages(kind, payload[PARAM_MESSAGES]),
+    }
+    for key in SAMPLING_DEFAULTS:
+        if payload.get(key) is not None:
+            body[key] = payload[key]
+    tools = payload.get(PARAM_TOOLS)
+    if tools:
+        body[PARAM_TOOLS] = tools
+        choice = payload.get(PARAM_TOOL_CHOICE)
+        if choice is not None:
+            body[PARAM_TOOL_CHOICE] = _tool_choice(kind, choice, tools)
+        if kind.sends_parallel_tool_calls and payload.get(PARAM_PARALLEL_TOOL_CALLS) is not None:
+            body[PARAM_PARALLEL_TOOL_CALLS] = payload[PARAM_PARALLEL_TOOL_CALLS]
+    if payload.get(PARAM_RESPONSE_FORMAT) is not None:
+        body[PARAM_RESPONSE_FORMAT] = _response_format(kind, payload[PARAM_RESPONSE_FORMAT])
+    if kind.sends_reasoning_effort and payload.get(PARAM_REASONING_EFFORT) is not None:
+        body[PARAM_REASONING_EFFORT] = payload[PARAM_REASONING_EFFORT]
+    if stream:
+        body[PARAM_STREAM] = True
+    return body

@@ -1,0 +1,197 @@
+"""Prompt fit: how many tokens a conversation takes on this backend, never fewer than it does.
+
+An *exact* counter renders the conversation with the model's template and tokenizes it
+through the backend: llama-cpp-python (template from the GGUF, ``/extras/tokenize/count``),
+koboldcpp (same, ``/api/extra/tokencount``), llama.cpp's server (``/apply-template`` then
+``/tokenize``) and vLLM (``/tokenize`` with the messages). Where there is none, the *byte
+bound* counts one token per UTF-8 byte of the messages' JSON (a byte-level BPE emits at
+least one byte per token), plus the template's fixed part measured from a probe, plus the
+operator's ``--template-overhead`` when tools are sent (design doc: "Prompt fit on the
+worker"). :func:`calibrate` compares a counter with the backend's own
+``usage.prompt_tokens`` for a probe conversation at startup.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from runtime.worker.backend import BackendClient
+
+# A probe conversation with several turns, a system prompt and text outside ASCII.
+PROBE_MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Wie spät ist es? 日本語で 🙂"},
+    {"role": "assistant", "content": "Keine Ahnung."},
+    {"role": "user", "content": "Then tell me who you are."},
+]
+MINIMAL_MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "."}]
+
+
+class PromptCounter(Protocol):
+    kind: str
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        """Tokens the prompt takes (an upper bound where not exact)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ModelTemplate:
+    """A model's chat template and the texts of its BOS and EOS tokens."""
+
+    template: str
+    bos_token: str
+    eos_token: str
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> ModelTemplate | None:
+        import gguf
+
+        reader = gguf.GGUFReader(str(path))
+
+        def field(key: str) -> Any:
+            found = reader.fields.get(key)
+            return found.contents() if found is not None else None
+
+        template = field("tokenizer.chat_template")
+        tokens = field("tokenizer.ggml.tokens") or []
+        if not isinstance(template, str) or not tokens:
+            return None
+
+        def token(key: str) -> str:
+            index = field(key)
+            return tokens[index] if isinstance(index, int) and index < len(tokens) else ""
+
+        return cls(
+            template, token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")
+        )
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        formatter = Jinja2ChatFormatter(
+            self.template, eos_token=self.eos_token, bos_token=self.bos_token
+        )
+        return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]
+
+
+class TemplateCounter:
+    """Local render with the model's template, tokenized by the backend's count route."""
+
+    kind = "exact"
+
+    def __init__(self, client: BackendClient, route: str, template: ModelTemplate) -> None:
+        self.client, self.route, self.template = client, route, template
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        text = self.template.render(messages, tools)
+        if self.route.startswith("/api/extra"):  # koboldcpp
+            return int(self.client.request_json("POST", self.route, {"prompt": text})["value"])
+        return int(self.client.request_json("POST", self.route, {"input": text})["count"])
+
+
+class LlamaCppCounter:
+    """llama.cpp's server renders (``/apply-template``) and tokenizes (``/tokenize``)."""
+
+    kind = "exact"
+
+    def __init__(self, client: BackendClient) -> None:
+        self.client = client
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        body: dict[str, Any] = {"messages": messages, **({"tools": tools} if tools else {})}
+        prompt = self.client.request_json("POST", "/apply-template", body)["prompt"]
+        tokens = self.client.request_json(
+            "POST", "/tokenize", {"content": prompt, "add_special": True}
+        )["tokens"]
+        return len(tokens)
+
+
+class VllmCounter:
+    """vLLM's ``/tokenize`` applies the chat template itself."""
+
+    kind = "exact"
+
+    def __init__(self, client: BackendClient, model: str) -> None:
+        self.client, self.model = client, model
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "add_generation_prompt": True,
+            **({"tools": tools} if tools else {}),
+        }
+        return int(self.client.request_json("POST", "/tokenize", body)["count"])
+
+
+@dataclass(frozen=True)
+class ByteBoundCounter:
+    """One token per UTF-8 byte of the JSON, plus the fixed part, plus the tool overhead."""
+
+    fixed: int
+    tool_overhead: int = 0
+    kind: str = "byte-bound"
+
+    def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        total = len(json.dumps(messages, ensure_ascii=False).encode("utf-8")) + self.fixed
+        if tools:
+            total += len(json.dumps(tools, ensure_ascii=False).encode("utf-8"))
+            total += self.tool_overhead
+        return total
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The counter chosen at startup, and whether it backs prompt_overflow_refused."""
+
+    counter: PromptCounter
+    probe_count: int | None
+    probe_usage: int | None
+    not_short: bool
+    note: str
+
+
+def prompt_tokens_of(
+    client: BackendClient, model: str, messages: list[dict[str, Any]]
+) -> int | None:
+    """The backend's own usage.prompt_tokens for a conversation (None when unreported)."""
+    body = {"model": model, "messages": messages, "max_tokens": 1, "temperature": 0}
+    usage = client.chat(body).get("usage") or {}
+    value = usage.get("prompt_tokens")
+    return value if isinstance(value, int) else None
+
+
+def calibrate(
+    exact: PromptCounter | None,
+    client: BackendClient,
+    model: str,
+    *,
+    tool_overhead: int,
+    format_messages: Any = None,
+) -> Calibration:
+    """Try the exact counter, else the byte bound; each must not be short on the probe."""
+    shape = format_messages or (lambda m: m)
+    usage = prompt_tokens_of(client, model, shape(PROBE_MESSAGES))
+    if usage is None:
+        bound = ByteBoundCounter(0, tool_overhead)
+        return Calibration(bound, None, None, False, "the backend reports no usage")
+    if exact is not None:
+        try:
+            counted = exact.count(shape(PROBE_MESSAGES), None)
+        except Exception as exc:  # a missing or failing route: fall back to the bound
+            note = f"exact counter failed ({exc}); "
+        else:
+            if counted >= usage:
+                return Calibration(exact, counted, usage, True, "exact counter, not short")
+            note = f"exact counter short ({counted} < {usage}); "
+    else:
+        note = "no exact counter for this backend; "
+    fixed = prompt_tokens_of(client, model, shape(MINIMAL_MESSAGES)) or 0
+    bound = ByteBoundCounter(fixed, tool_overhead)
+    counted = bound.count(shape(PROBE_MESSAGES), None)
+    ok = counted >= usage
+    return Calibration(bound, counted, usage, ok, note + f"byte bound (fixed part {fixed})")

@@ -1,0 +1,89 @@
+"""The worker's side of the native API: pop, submit, fault; a submit is never lost quietly.
+
+A submit or a fault is retried on a broken connection, a 5xx or a 429 (the claim is a
+compare-and-set, so a repeat of a submit that did land answers DuplicateGen, which is
+final). Any other refusal is final and logged with the native API's message and rc.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from generated.errors import HordeError
+from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, ROUTES
+
+log = logging.getLogger("horde-chat.worker")
+
+SUBMIT_ATTEMPTS = 6
+FIRST_BACKOFF_SECONDS = 0.5
+FAULT_METADATA_TYPE = "generation"
+FAULT_METADATA_VALUE = "faulted"
+STATE_OK, STATE_FAULTED = "ok", "faulted"
+
+
+def _route_path(operation: str) -> str:
+    return ROUTES[operation].path
+
+
+def fault_metadata(reason: HordeError) -> list[dict[str, str]]:
+    """The gen_metadata entry that carries a fault's reason (docs/errors.md)."""
+    ref = f"{reason.code}: {reason.message}"
+    return [{"type": FAULT_METADATA_TYPE, "value": FAULT_METADATA_VALUE, "ref": ref[:500]}]
+
+
+class HordeClient:
+    def __init__(
+        self,
+        horde_root: str,
+        api_key: str,
+        *,
+        agent: str = "horde-chat-worker:1:local",
+        timeout: float = 30.0,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=horde_root.rstrip("/"),
+            headers={HEADER_APIKEY: api_key, HEADER_CLIENT_AGENT: agent},
+            timeout=timeout,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def pop(self, body: dict[str, Any]) -> dict[str, Any]:
+        """One pop; raises httpx errors and HTTP errors for the loop to back off on."""
+        response = self._http.post(_route_path("text_pop"), json=body)
+        response.raise_for_status()
+        answer = response.json()
+        if not isinstance(answer, dict):
+            raise ValueError("the pop answer is not a JSON object")
+        return answer
+
+    def submit(self, body: dict[str, Any]) -> bool:
+        """Deliver a submit (or fault); True when the native API took it."""
+        delay = FIRST_BACKOFF_SECONDS
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            try:
+                response = self._http.post(_route_path("text_submit"), json=body)
+            except httpx.TransportError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    return True
+                problem = f"{response.status_code} {response.text[:300]}"
+                if response.status_code < 500 and response.status_code != 429:
+                    log.warning("job %s: submit refused: %s", body.get("id"), problem)
+                    return False
+            log.warning("job %s: submit attempt %d failed: %s", body.get("id"), attempt, problem)
+            time.sleep(delay)  # even while stopping: a shutdown still delivers what it holds
+            delay *= 2
+        log.error("job %s: submit gave up after %d attempts", body.get("id"), SUBMIT_ATTEMPTS)
+        return False
+
+    def fault(self, job_id: str, reason: HordeError) -> bool:
+        log.info("job %s: faulted: %s: %s", job_id, reason.code, reason.message)
+        body = {"id": job_id, "state": STATE_FAULTED, "gen_metadata": fault_metadata(reason)}
+        return self.submit(body)

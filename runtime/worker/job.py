@@ -1,0 +1,177 @@
+"""One popped job: fit check, backend call, structured submit, or a fault with its reason.
+
+A chat job's conversation goes to the backend as messages (the backend renders the model's
+template). It is counted first: a conversation that does not fit the context with its
+requested output is faulted with prompt_overflow, never trimmed. Every failure on the way
+is a fault reason (generated.errors) and faults the job; an unexpected exception does too,
+so no job is ever left held.
+
+Streamed jobs: pass ``progress`` (issue 6's seam). It is called about once a second with the
+content generated since its previous call and returns True when the client cancelled; the
+job then stops and is not submitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from generated.chat.names import (
+    PARAM_MAX_TOKENS,
+    PARAM_MESSAGES,
+    PARAM_MODEL,
+    PARAM_SEED,
+    PARAM_STOP,
+    PARAM_TEMPERATURE,
+    PARAM_TOOLS,
+    PARAM_TOP_P,
+)
+from generated.errors import BackendInvalidReply, HordeError, PromptOverflow, UnservableJob
+from runtime.worker.backend import BackendClient
+from runtime.worker.backend_kinds import chat_body
+from runtime.worker.declaration import Probed
+from runtime.worker.horde import STATE_OK, HordeClient
+from runtime.worker.reply import ChatReply, StreamAccumulator, parse_chat_completion
+
+log = logging.getLogger("horde-chat.worker")
+
+ProgressCallback = Callable[[str], bool]
+PROGRESS_INTERVAL_SECONDS = 1.0
+TTL_MARGIN_SECONDS = 5.0
+# Upstream's text payload keys (native text jobs, not the chat contract).
+TEXT_PROMPT, TEXT_MAX_LENGTH, TEXT_STOP = "prompt", "max_length", "stop_sequence"
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    payload: dict[str, Any]
+    is_chat: bool
+    stream: bool
+    ttl: float | None
+
+    @classmethod
+    def from_pop(cls, answer: dict[str, Any]) -> Job | None:
+        if not answer.get("id"):
+            return None
+        ttl = answer.get("ttl")
+        return cls(
+            id=str(answer["id"]),
+            payload=answer.get("payload") or {},
+            is_chat=bool(answer.get("is_chat")),
+            stream=bool(answer.get("stream")),
+            ttl=float(ttl) if isinstance(ttl, int | float) else None,
+        )
+
+
+class JobRunner:
+    def __init__(
+        self, backend: BackendClient, horde: HordeClient, probed: Probed, timeout: float
+    ) -> None:
+        self.backend, self.horde, self.probed, self.timeout = backend, horde, probed, timeout
+
+    def deadline(self, job: Job) -> float:
+        """Seconds the backend gets: the worker's timeout, bounded by the job's TTL."""
+        if job.ttl is None:
+            return self.timeout
+        return max(1.0, min(self.timeout, job.ttl - TTL_MARGIN_SECONDS))
+
+    def run(self, job: Job, progress: ProgressCallback | None = None) -> bool:
+        """Serve one job to the end: submitted or faulted. True when a reply was submitted."""
+        try:
+            if job.is_chat:
+                reply = self.chat_reply(job, progress)
+                if reply is None:  # the client cancelled a streamed job: nothing to submit
+                    return False
+                body = submission(job.id, reply)
+            else:
+                body = {"id": job.id, "state": STATE_OK, "generation": self.text_reply(job)}
+        except HordeError as reason:
+            self.horde.fault(job.id, reason)
+            return False
+        except Exception as exc:  # a bug must still release the job, with the reason
+            log.exception("job %s: unexpected failure", job.id)
+            self.horde.fault(job.id, UnservableJob(detail=f"{type(exc).__name__}: {exc}"))
+            return False
+        return self.horde.submit(body)
+
+    def check_fit(self, body: dict[str, Any]) -> None:
+        counted = self.probed.counter.count(body[PARAM_MESSAGES], body.get(PARAM_TOOLS))
+        needed = counted + (body.get(PARAM_MAX_TOKENS) or 1)
+        if needed > self.probed.context:
+            raise PromptOverflow(
+                needed=needed, counter=self.probed.counter.kind, context=self.probed.context
+            )
+
+    def chat_reply(self, job: Job, progress: ProgressCallback | None) -> ChatReply | None:
+        if not isinstance(job.payload.get(PARAM_MESSAGES), list):
+            raise UnservableJob(detail="the job carries no messages array")
+        streamed = progress is not None and job.stream
+        body = chat_body(self.probed.kind, job.payload, self.probed.model_id, stream=streamed)
+        self.check_fit(body)
+        if not streamed:
+            return parse_chat_completion(self.backend.chat(body, timeout=self.deadline(job)))
+        assert progress is not None
+        return self._streamed(job, body, progress)
+
+    def _streamed(
+        self, job: Job, body: dict[str, Any], progress: ProgressCallback
+    ) -> ChatReply | None:
+        folded = StreamAccumulator()
+        pending: list[str] = []
+        cancelled = False
+        last_post = time.monotonic()
+
+        def on_event(chunk: dict[str, Any]) -> bool:
+            nonlocal cancelled, last_post
+            pending.append(folded.add(chunk))
+            if time.monotonic() - last_post >= PROGRESS_INTERVAL_SECONDS and any(pending):
+                cancelled = progress("".join(pending))
+                pending.clear()
+                last_post = time.monotonic()
+            return not cancelled
+
+        self.backend.stream_chat(body, on_event, timeout=self.deadline(job))
+        if cancelled:
+            return None
+        if any(pending) and progress("".join(pending)):
+            return None
+        return parse_chat_completion(folded.completion())
+
+    def text_reply(self, job: Job) -> str:
+        payload = job.payload
+        if not isinstance(payload.get(TEXT_PROMPT), str):
+            raise UnservableJob(detail="the text job carries no prompt")
+        body: dict[str, Any] = {
+            PARAM_MODEL: self.probed.model_id,
+            TEXT_PROMPT: payload[TEXT_PROMPT],
+        }
+        if payload.get(TEXT_MAX_LENGTH):
+            body[PARAM_MAX_TOKENS] = payload[TEXT_MAX_LENGTH]
+        for key in (PARAM_TEMPERATURE, PARAM_TOP_P, PARAM_SEED):
+            if payload.get(key) is not None:
+                body[key] = payload[key]
+        if payload.get(TEXT_STOP):
+            body[PARAM_STOP] = payload[TEXT_STOP]
+        answer = self.backend.complete(body, timeout=self.deadline(job))
+        choices = answer.get("choices") or []
+        text = choices[0].get("text") if choices and isinstance(choices[0], dict) else None
+        if not isinstance(text, str):
+            raise BackendInvalidReply(detail="the completion has no text")
+        return text
+
+
+def submission(job_id: str, reply: ChatReply) -> dict[str, Any]:
+    """The structured chat submit (SubmitInput of spec/api/native.yaml)."""
+    return {
+        "id": job_id,
+        "state": STATE_OK,
+        "content": reply.content,
+        "reasoning_content": reply.reasoning_content,
+        "tool_calls": reply.tool_calls,
+        "finish_reason": reply.finish_reason,
+        "usage": reply.usage,
+    }

@@ -1,0 +1,145 @@
+"""A backend's chat completion -> the structured reply the worker submits.
+
+Reasoning is separated into ``reasoning_content`` whichever way the backend reports it: a
+``reasoning_content`` field (llama.cpp, older vLLM), a ``reasoning`` field (Ollama, newer
+vLLM) or a leading ``<think>...</think>`` block in the content (koboldcpp, raw templates).
+A think block cut off by max_tokens stays reasoning: it never becomes the answer.
+Tool calls are normalised to OpenAI's shape; a reply without a finish_reason is invalid.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from generated.errors import BackendInvalidReply
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
+# What some backends report instead of OpenAI's finish reasons.
+FINISH_ALIASES = {"function_call": "tool_calls", "eos": "stop", "eos_token": "stop"}
+
+
+@dataclass
+class ChatReply:
+    content: str | None
+    reasoning_content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    usage: dict[str, int | None] = field(default_factory=dict)
+
+
+def split_reasoning(content: str | None) -> tuple[str | None, str | None]:
+    """(content, reasoning) from a content that may open with a think block."""
+    if content is None or not content.lstrip().startswith(THINK_OPEN):
+        return content, None
+    body = content.lstrip()[len(THINK_OPEN) :]
+    reasoning, closed, answer = body.partition(THINK_CLOSE)
+    if not closed:  # cut off while thinking: there is no answer
+        return None, reasoning.strip() or None
+    return answer.lstrip() or None, reasoning.strip() or None
+
+
+def _tool_call(raw: Any) -> dict[str, Any]:
+    function = raw.get("function") if isinstance(raw, dict) else None
+    if not isinstance(function, dict) or not function.get("name"):
+        raise BackendInvalidReply(detail="a tool call without a function name")
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments if arguments is not None else {})
+    call_id = raw.get("id") or f"call_{uuid.uuid4().hex[:24]}"
+    return {
+        "id": str(call_id),
+        "type": "function",
+        "function": {"name": str(function["name"]), "arguments": arguments.strip()},
+    }
+
+
+def _usage(raw: Any) -> dict[str, int | None]:
+    usage = raw if isinstance(raw, dict) else {}
+    details = usage.get("completion_tokens_details") or {}
+
+    def count(value: Any) -> int | None:
+        return value if isinstance(value, int) and value >= 0 else None
+
+    return {
+        "prompt_tokens": count(usage.get("prompt_tokens")),
+        "completion_tokens": count(usage.get("completion_tokens")),
+        "reasoning_tokens": count(details.get("reasoning_tokens")),
+    }
+
+
+def parse_chat_completion(body: dict[str, Any]) -> ChatReply:
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise BackendInvalidReply(detail="the completion has no choice")
+    choice = choices[0]
+    message = choice.get("message") or {}
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise BackendInvalidReply(detail="the content is not a string")
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning is None:
+        content, reasoning = split_reasoning(content)
+    raw_calls = message.get("tool_calls") or []
+    if not raw_calls and isinstance(message.get("function_call"), dict):
+        raw_calls = [{"function": message["function_call"]}]
+    tool_calls = [_tool_call(raw) for raw in raw_calls]
+    finish = choice.get("finish_reason")
+    finish = FINISH_ALIASES.get(finish, finish)
+    if finish not in FINISH_REASONS:
+        raise BackendInvalidReply(detail=f"finish_reason {finish!r}")
+    if tool_calls and finish == "stop":
+        finish = "tool_calls"
+    if tool_calls and content == "":
+        content = None
+    return ChatReply(content, reasoning or None, tool_calls, finish, _usage(body.get("usage")))
+
+
+class StreamAccumulator:
+    """Folds streamed chunks into one completion body for :func:`parse_chat_completion`."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> str:
+        """Fold one chunk in; returns the content text it added."""
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices") or []
+        if not choices:
+            return ""
+        choice = choices[0]
+        delta = choice.get("delta") or {}
+        text = delta.get("content") or ""
+        self.content.append(text)
+        self.reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
+        for part in delta.get("tool_calls") or []:
+            call = self.calls.setdefault(
+                int(part.get("index", 0)), {"function": {"name": "", "arguments": ""}}
+            )
+            if part.get("id"):
+                call["id"] = part["id"]
+            function = part.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        return text
+
+    def completion(self) -> dict[str, Any]:
+        if self.finish_reason is None:
+            raise BackendInvalidReply(detail="the stream ended without a finish_reason")
+        message: dict[str, Any] = {"content": "".join(self.content) or None}
+        if any(self.reasoning):
+            message["reasoning_content"] = "".join(self.reasoning)
+        if self.calls:
+            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
+        choice = {"message": message, "finish_reason": self.finish_reason}
+        return {"choices": [choice], "usage": self.usage}
