@@ -894,11 +894,11 @@ class AbortedGen(HordeError):
     native_routes = ('pop_submit',)
 
 
-class ReplyRefused(HordeError):
-    """Verification of a structured chat submit against the stored request refused it (a call to an unknown function, duplicate call ids, and under strict a tool_choice or response_format violation). The job faults and counts toward the request's fault limit."""
+class ChatReplyRejected(HordeError):
+    """Verification of a structured chat submit against the stored request refused it (see the verification reference: a call to a function outside the client's tools, two calls sharing an id, and under strict a tool_choice or response_format violation); the message names the rule. The job is faulted on that worker and counts toward the request's fault limit."""
 
-    code = 'ReplyRefused'
-    template = "The reply breaks the request's contract: {reason}. The job is faulted."
+    code = 'ChatReplyRejected'
+    template = 'The chat reply was refused ({rule}): {detail}'
     native_status = 400
     front_status = None
     openai_type = None
@@ -1154,7 +1154,7 @@ ERRORS: dict[str, type[HordeError]] = {
     'InvalidJobID': InvalidJobID,
     'DuplicateGen': DuplicateGen,
     'AbortedGen': AbortedGen,
-    'ReplyRefused': ReplyRefused,
+    'ChatReplyRejected': ChatReplyRejected,
     'ProgressLeaseMissing': ProgressLeaseMissing,
     'ProgressOutOfOrder': ProgressOutOfOrder,
     'ProgressCapReached': ProgressCapReached,

@@ -2558,7 +2558,7 @@ ROUTES: dict[str, Route] = {
         path_params={},
         body={'$ref': '#/$defs/SubmitInput'},
         invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'InvalidJobID', 'DuplicateGen', 'AbortedGen', 'ReplyRefused', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
+        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'InvalidJobID', 'DuplicateGen', 'AbortedGen', 'ChatReplyRejected', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
     ),
     'text_progress': Route(
         operation_id='text_progress',
