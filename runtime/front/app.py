@@ -1,0 +1,115 @@
+"""The front's Starlette application: routes, shared state, lifespan.
+
+``create_front_app(config, channel_of)`` builds the app; its lifespan opens one
+``httpx.AsyncClient`` to the native API, one Redis connection pool and the signal hub, and
+closes them. ``FrontState`` is what every handler shares (it is ``app.state.front``).
+Native cancels run as background tasks the state keeps until they finish, so a cancel
+outlives the request task that asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from generated.errors import HordeError
+from generated.routes import ROUTES
+from generated.signals import chat_channel
+from runtime.front.admission import Admission, api_key_of
+from runtime.front.chat import ChatCompletions
+from runtime.front.config import FrontConfig
+from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
+from runtime.front.native_client import NativeClient
+from runtime.front.signals import SignalHub
+
+OWNER = "horde"
+CHAT_COUNT = "chat_count"
+
+
+@dataclass
+class FrontState:
+    config: FrontConfig
+    native: NativeClient
+    hub: SignalHub
+    admission: Admission
+    started: int = field(default_factory=lambda: int(time.time()))
+    cancels: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def cancel_later(self, request_id: str) -> None:
+        """Cancel on the native side in a task that outlives the caller's."""
+        task = asyncio.create_task(self.native.cancel(request_id))
+        self.cancels.add(task)
+        task.add_done_callback(self.cancels.discard)
+
+
+async def list_models(request: Request) -> Response:
+    state: FrontState = request.app.state.front
+    try:
+        api_key_of(request)
+        active = await state.native.models()
+    except HordeError as error:
+        return error_response(error)
+    names = sorted({str(m["name"]) for m in active if m.get(CHAT_COUNT)})
+    data = [_model(name, state.started) for name in names]
+    return JSONResponse({"object": "list", "data": data})
+
+
+def _model(name: str, created: int) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": created, "owned_by": OWNER}
+
+
+def _front_path(operation_id: str) -> str:
+    return ROUTES[operation_id].path
+
+
+def create_front_app(
+    config: FrontConfig, channel_of: Callable[[str], str] = chat_channel
+) -> Starlette:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=100)
+        async with httpx.AsyncClient(limits=limits) as http:
+            redis = Redis.from_url(config.redis_url, decode_responses=True)
+            hub = SignalHub(redis, channel_of)
+            await hub.start()
+            native = NativeClient(
+                http,
+                config.native_roots,
+                passkey=config.service_passkey,
+                client_agent=config.client_agent,
+                submit_attempts=config.submit_attempts,
+                submit_timeout=config.submit_timeout,
+                read_timeout=config.read_timeout,
+            )
+            admission = Admission(config.per_source_cap, config.global_cap)
+            state = FrontState(config, native, hub, admission)
+            app.state.front = state
+            try:
+                yield
+            finally:
+                if state.cancels:
+                    await asyncio.wait(set(state.cancels), timeout=5)
+                await hub.stop()
+                await redis.aclose()
+
+    routes = [
+        Route(_front_path("chat_completions"), ChatCompletions(), methods=["POST"]),
+        Route(_front_path("list_models"), list_models, methods=["GET"]),
+    ]
+    handlers: dict[Any, Any] = {
+        404: not_found,
+        405: method_not_allowed,
+        Exception: unexpected,
+    }
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)

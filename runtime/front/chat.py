@@ -1,0 +1,159 @@
+"""POST /v1/chat/completions as one ASGI coroutine that owns the request's whole life.
+
+Admitted -> Validated -> Submitted -> Waiting -> Answered, or Refused / Cancelled /
+Faulted (the design doc's state diagram). Owning the life in one coroutine keeps the
+admission slot and the signal subscription held until the last byte of a stream, and lets
+one watcher notice a client that left: the wait (or the stream) is then cancelled and so is
+the Horde request. Errors before a stream opens are plain HTTP errors in OpenAI's envelope;
+once submitted they carry x-should-retry: false; after a stream's headers, one error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from generated.chat.names import PARAM_STREAM
+from generated.errors import HordeError, InternalError
+from runtime.front.admission import ClientGone, api_key_of, checked_request, read_body
+from runtime.front.errors import error_event, error_response
+from runtime.front.native_client import new_operation_key
+from runtime.front.responses import completion
+from runtime.front.sse import DONE, SSE_HEADERS, chunk_stream, encode, whole_reply
+from runtime.front.waiter import ReplyWait, needs_cancel
+
+if TYPE_CHECKING:
+    from runtime.front.app import FrontState
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class DisconnectWatch:
+    """Listens for http.disconnect once the body was read."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = asyncio.Event()
+        self._task = asyncio.create_task(self._listen(receive))
+
+    async def _listen(self, receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.gone.set()
+                return
+
+    async def run(self, work: Awaitable[T]) -> T:
+        """``work``'s result, or ClientGone (``work`` cancelled) if the client leaves first."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(self.gone.wait())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise ClientGone()
+        return task.result()
+
+    def close(self) -> None:
+        self._task.cancel()
+
+
+class ChatCompletions:
+    """The ASGI endpoint; the shared FrontState is the app's ``state.front``."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: FrontState = scope["app"].state.front
+        request = Request(scope, receive)
+        source = request.client.host if request.client else "unknown"
+        life = _Life(state, request, send, source)
+        try:
+            with state.admission.admit(source):
+                await life.run()
+        except ClientGone:
+            log.info("client %s left", source)
+        except HordeError as error:
+            await life.fail(error)
+        except Exception:
+            log.exception("chat completion failed")
+            await life.fail(InternalError())
+
+
+class _Life:
+    """One request's run; knows whether it was submitted and whether headers went out."""
+
+    def __init__(self, state: FrontState, request: Request, send: Send, source: str) -> None:
+        self.state = state
+        self.request = request
+        self.send = send
+        self.source = source
+        self.submitted = False
+        self.headers_sent = False
+
+    async def fail(self, error: HordeError) -> None:
+        if self.headers_sent:
+            await self._event(encode(error_event(error)) + DONE, more=False)
+            return
+        response = error_response(error, submitted=self.submitted)
+        await response(self.request.scope, self.request.receive, self.send)
+
+    async def run(self) -> None:
+        config = self.state.config
+        raw = await read_body(self.request, config.max_body_bytes, config.body_timeout)
+        api_key = api_key_of(self.request)
+        forward, normalised = checked_request(raw)
+        body = _encode(forward)
+        accepted = await self.state.native.submit(
+            body, api_key=api_key, operation_key=new_operation_key(), source=self.source
+        )
+        self.submitted = True
+        watch = DisconnectWatch(self.request.receive)
+        try:
+            async with ReplyWait(
+                self.state.native, self.state.hub, accepted.request_id, normalised, config.budget
+            ) as wait:
+                try:
+                    await watch.run(wait.open())
+                    if normalised.get(PARAM_STREAM):
+                        await watch.run(self._stream(wait, accepted.request_id, normalised))
+                    else:
+                        reply = await watch.run(wait.reply())
+                        await self._json(completion(reply, normalised))
+                except HordeError as exc:
+                    if needs_cancel(exc):  # before the answer, whose message says so
+                        await self.state.native.cancel(accepted.request_id)
+                    raise
+                except BaseException:  # the client left, or the server stops
+                    self.state.cancel_later(accepted.request_id)
+                    raise
+        finally:
+            watch.close()
+
+    async def _stream(self, wait: ReplyWait, request_id: str, request: dict[str, Any]) -> None:
+        await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
+        self.headers_sent = True
+        async for chunk in chunk_stream(whole_reply(wait.reply), request_id, request):
+            await self._event(encode(chunk))
+        await self._event(DONE, more=False)
+
+    async def _event(self, data: bytes, *, more: bool = True) -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": more})
+
+    async def _json(self, payload: dict[str, Any]) -> None:
+        response = JSONResponse(payload)
+        await response(self.request.scope, self.request.receive, self.send)
+
+
+def _encode(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

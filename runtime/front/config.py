@@ -1,0 +1,74 @@
+"""What one front process needs to know: where the native API and Redis are, and its budgets.
+
+Defaults suit ``horde-chat up``; tests and the bench shorten the timings. Every value can
+come from the environment through ``FrontConfig.from_env`` (variables in the table).
+
+| variable | default | meaning |
+| --- | --- | --- |
+| HORDE_FRONT_NATIVE_ROOTS | http://127.0.0.1:7001 | native API roots, comma separated |
+| HORDE_SERVICE_PASSKEY | (unset) | sent as X-Horde-Service-Passkey with the client's address |
+| HORDE_FRONT_DEADLINE | 540 | seconds a request may wait for its reply (408 after) |
+| HORDE_FRONT_GRACE | 20 | seconds is_possible may stay false (503 no_eligible_worker after) |
+| HORDE_FRONT_POLL | 10 | fallback status poll period while waiting, in seconds |
+| HORDE_FRONT_PER_SOURCE | 64 | open requests per client address |
+| HORDE_FRONT_GLOBAL | 20000 | open requests on this process |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from runtime.front.waiter import WaitBudget
+
+MIB = 1024 * 1024
+
+
+def _float(env: dict[str, str], key: str, default: float) -> float:
+    raw = env.get(key)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{key} must be a number, got {raw!r}") from exc
+
+
+@dataclass(frozen=True)
+class FrontConfig:
+    """One front's wiring and budgets (seconds, bytes, counts)."""
+
+    redis_url: str
+    native_roots: tuple[str, ...] = ("http://127.0.0.1:7001",)
+    service_passkey: str | None = None
+    max_body_bytes: int = MIB
+    body_timeout: float = 30.0
+    per_source_cap: int = 64
+    global_cap: int = 20000
+    deadline: float = 540.0
+    grace: float = 20.0
+    poll_interval: float = 10.0
+    queue_info_wait: float = 2.0
+    submit_timeout: float = 30.0
+    read_timeout: float = 10.0
+    submit_attempts: int = 3
+    client_agent: str = "horde-chat-front:0.1:local"
+
+    @property
+    def budget(self) -> WaitBudget:
+        return WaitBudget(self.deadline, self.grace, self.poll_interval, self.queue_info_wait)
+
+    @classmethod
+    def from_env(cls, redis_url: str, env: dict[str, str] | None = None) -> FrontConfig:
+        env = dict(os.environ if env is None else env)
+        roots = env.get("HORDE_FRONT_NATIVE_ROOTS") or "http://127.0.0.1:7001"
+        return cls(
+            redis_url=redis_url,
+            native_roots=tuple(r.strip().rstrip("/") for r in roots.split(",") if r.strip()),
+            service_passkey=env.get("HORDE_SERVICE_PASSKEY") or None,
+            deadline=_float(env, "HORDE_FRONT_DEADLINE", 540.0),
+            grace=_float(env, "HORDE_FRONT_GRACE", 20.0),
+            poll_interval=_float(env, "HORDE_FRONT_POLL", 10.0),
+            per_source_cap=int(_float(env, "HORDE_FRONT_PER_SOURCE", 64)),
+            global_cap=int(_float(env, "HORDE_FRONT_GLOBAL", 20000)),
+        )

@@ -1,0 +1,187 @@
+"""The front's calls to the native API over HTTP: submit, status, cancel, models.
+
+``submit`` sends the client's key, a fresh operation key per client request, the service
+passkey and the client's address. A lost response (timeout, reset, refused connection, or a
+5xx without the native ``{message, rc}`` shape) is repeated with the identical bytes and
+key on the next configured root; the native API answers a repeat with the request it
+already holds, so the client is charged once. A native refusal becomes its HordeError.
+Reads (status, models) and the cancel also move to the next root on a transport failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from generated.errors import HordeError, HordeUnavailable
+from generated.routes import (
+    HEADER_APIKEY,
+    HEADER_CLIENT_AGENT,
+    HEADER_X_HORDE_SERVICE_PASSKEY,
+    HEADER_X_OPERATION_KEY,
+    ROUTES,
+)
+from runtime.front.errors import from_native
+
+log = logging.getLogger(__name__)
+
+FORWARDED_FOR = "X-Forwarded-For"
+JSON = "application/json"
+NOT_FOUND = 404
+
+
+class RequestGone(Exception):
+    """The native API does not know the request (expired or removed)."""
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A queued (or recovered) chat request."""
+
+    request_id: str
+    kudos: float
+    attempts: int
+
+
+def new_operation_key() -> str:
+    """A fresh key for one client request (URL-safe, as X-Operation-Key requires)."""
+    return secrets.token_urlsafe(24)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    raw = response.headers.get("retry-after")
+    try:
+        return float(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
+def _is_native_refusal(response: httpx.Response) -> bool:
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "rc" in body and "message" in body
+
+
+class NativeClient:
+    """HTTP to the native API roots, in turn, from one ``httpx.AsyncClient``."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        roots: tuple[str, ...],
+        *,
+        passkey: str | None,
+        client_agent: str,
+        submit_attempts: int = 3,
+        submit_timeout: float = 30.0,
+        read_timeout: float = 10.0,
+    ) -> None:
+        if not roots:
+            raise ValueError("at least one native API root is required")
+        self.http = http
+        self.roots = roots
+        self.passkey = passkey
+        self.client_agent = client_agent
+        self.submit_attempts = max(1, submit_attempts)
+        self.submit_timeout = submit_timeout
+        self.read_timeout = read_timeout
+        self._next = 0
+
+    def _root(self, attempt: int) -> str:
+        return self.roots[(self._next + attempt) % len(self.roots)]
+
+    def _headers(self, source: str | None = None) -> dict[str, str]:
+        headers = {HEADER_CLIENT_AGENT: self.client_agent}
+        if self.passkey:
+            headers[HEADER_X_HORDE_SERVICE_PASSKEY] = self.passkey
+            if source:
+                headers[FORWARDED_FOR] = source
+        return headers
+
+    async def submit(
+        self, body: bytes, *, api_key: str, operation_key: str, source: str
+    ) -> Accepted:
+        """Queue the request (or recover it by operation key after a lost response)."""
+        route = ROUTES["chat_async"]
+        headers = {
+            **self._headers(source),
+            HEADER_APIKEY: api_key,
+            HEADER_X_OPERATION_KEY: operation_key,
+            "Content-Type": JSON,
+        }
+        last: str = "no attempt"
+        for attempt in range(self.submit_attempts):
+            url = self._root(attempt) + route.path
+            try:
+                response = await self.http.post(
+                    url, content=body, headers=headers, timeout=self.submit_timeout
+                )
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__} from {url}"
+                log.warning("submit attempt %d lost (%s); repeating", attempt + 1, last)
+                continue
+            if response.status_code >= 500 and not _is_native_refusal(response):
+                last = f"{response.status_code} from {url}"
+                continue
+            if response.status_code >= 400:
+                raise from_native(
+                    response.status_code, response.content, retry_after=_retry_after(response)
+                )
+            payload = response.json()
+            if "id" not in payload:
+                raise HordeUnavailable(detail="the native API returned no request id")
+            self._next = (self._next + attempt) % len(self.roots)
+            return Accepted(str(payload["id"]), float(payload.get("kudos", 0)), attempt + 1)
+        raise HordeUnavailable(detail=f"the submit was lost {self.submit_attempts} times ({last})")
+
+    async def _read(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        last = "no attempt"
+        for attempt in range(len(self.roots)):
+            url = self._root(attempt) + path
+            try:
+                response = await self.http.request(
+                    method, url, headers=self._headers(), timeout=self.read_timeout, **kwargs
+                )
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__} from {url}"
+                continue
+            if response.status_code >= 500 and not _is_native_refusal(response):
+                last = f"{response.status_code} from {url}"
+                continue
+            return response
+        raise HordeUnavailable(detail=last)
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self._read(method, path, **kwargs)
+        if response.status_code >= 400:
+            raise from_native(response.status_code, response.content)
+        return response.json()
+
+    async def status(self, request_id: str) -> dict[str, Any]:
+        """The chat status; ``RequestGone`` when the native API no longer knows the id."""
+        path = ROUTES["chat_status"].path.format(id=request_id)
+        response = await self._read("GET", path)
+        if response.status_code == NOT_FOUND:
+            raise RequestGone(request_id)
+        if response.status_code >= 400:
+            raise from_native(response.status_code, response.content)
+        return dict(response.json())
+
+    async def cancel(self, request_id: str) -> dict[str, Any] | None:
+        """Cancel on the native side; None when that failed (logged, never raised)."""
+        path = ROUTES["chat_cancel"].path.format(id=request_id)
+        try:
+            return dict(await self._json("DELETE", path))
+        except HordeError as exc:
+            log.warning("cancel of %s failed: %s", request_id, exc.message)
+            return None
+
+    async def models(self) -> list[dict[str, Any]]:
+        """The native active-models list (text models, with chat_count)."""
+        return list(await self._json("GET", ROUTES["models"].path))

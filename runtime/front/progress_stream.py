@@ -1,0 +1,217 @@
+"""The front's side of delta streaming: relay, pacing and reconciliation.
+
+* ``relay(redis, request_id, last_id, stop)`` reads the request's retained progress stream
+  with XREAD BLOCK and yields each posted delta as it arrives. It returns at the end entry
+  of a generation that was submitted or cancelled, or of a faulted one once something was
+  relayed (a later worker's reply then reconciles or diverges); a faulted generation that
+  relayed nothing is skipped, since the request may be served again. Once ``stop`` is set
+  (the completion signal arrived) it drains what is left without blocking and returns.
+* ``paced(texts, clock)`` spreads each post's text evenly over the estimated interval until
+  the next post (a moving estimate, first ``POST_INTERVAL_SECONDS``, at most
+  ``PACING_MAX_INTERVAL_SECONDS``, pieces at most every ``PACING_CHUNK_SECONDS``). A post
+  that arrives early flushes what is left of the previous one first; after the last post
+  the pieces keep their schedule. ``plan`` and ``next_estimate`` are the pure parts.
+* ``reconcile(relayed, final)``: a final reply equal to or extending the relayed text gives
+  the rest to send; one that diverges gives None (the stream ends with an error event).
+
+Every name and number comes from ``generated.streaming`` (spec/streaming.yaml).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from redis.asyncio import Redis
+
+from generated import streaming as S
+
+STREAM_START = "0-0"
+
+
+@dataclass(frozen=True)
+class RelayedDelta:
+    """One accepted progress post; ``entry_id`` resumes a relay after it."""
+
+    entry_id: str
+    generation_id: str
+    text: str
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def relay(
+    redis: Redis,
+    request_id: str,
+    last_id: str = STREAM_START,
+    stop: asyncio.Event | None = None,
+) -> AsyncIterator[RelayedDelta]:
+    """The deltas of a request's progress stream after ``last_id``, as they arrive."""
+    key = S.stream_key(request_id)
+    cursor = last_id
+    relayed = False
+    while True:
+        stopping = stop is not None and stop.is_set()
+        block = None if stopping else S.RELAY_BLOCK_MILLISECONDS
+        reply = await redis.xread({key: cursor}, count=S.RELAY_READ_COUNT, block=block)
+        entries = reply[0][1] if reply else []
+        for raw_id, raw_fields in entries:
+            cursor = _str(raw_id)
+            fields = {_str(k): _str(v) for k, v in raw_fields.items()}
+            kind = fields.get(S.ENTRY_KIND)
+            if kind == S.KIND_DELTA:
+                relayed = True
+                yield RelayedDelta(cursor, fields[S.ENTRY_GENERATION_ID], fields[S.ENTRY_DELTA])
+            elif kind in S.END_KINDS and (kind != S.KIND_FAULTED or relayed):
+                return
+        if stopping and not entries:
+            return
+
+
+def reconcile(relayed: str, final: str) -> str | None:
+    """What is left to send of ``final`` after ``relayed``; None when they diverge."""
+    return final[len(relayed) :] if final.startswith(relayed) else None
+
+
+# ---------------------------------------------------------------- pacing
+
+
+def split_evenly(text: str, pieces: int) -> list[str]:
+    """``text`` in ``pieces`` consecutive parts whose lengths differ by at most one."""
+    pieces = max(1, min(pieces, len(text)))
+    size, extra = divmod(len(text), pieces)
+    parts, start = [], 0
+    for i in range(pieces):
+        end = start + size + (1 if i < extra else 0)
+        parts.append(text[start:end])
+        start = end
+    return parts
+
+
+def plan(text: str, interval: float, chunk_seconds: float) -> list[tuple[float, str]]:
+    """(offset after arrival, piece) pairs spreading ``text`` evenly over ``interval``."""
+    if not text:
+        return []
+    count = max(1, min(len(text), math.floor(interval / chunk_seconds + 1e-9)))
+    step = interval / count
+    return [(i * step, piece) for i, piece in enumerate(split_evenly(text, count))]
+
+
+def next_estimate(
+    estimate: float,
+    observed: float,
+    smoothing: float = S.PACING_SMOOTHING,
+    max_interval: float = S.PACING_MAX_INTERVAL_SECONDS,
+) -> float:
+    """The moving estimate of the interval between posts after observing one."""
+    blended = smoothing * observed + (1 - smoothing) * estimate
+    return min(max(blended, 0.0), max_interval)
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class LoopClock:
+    """The event loop's monotonic clock."""
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+async def _arrives_first(task: asyncio.Future[Any], clock: Clock, timeout: float | None) -> bool:
+    """Wait for ``task`` or ``timeout`` seconds on ``clock``; True when the task is done."""
+    if timeout is None:
+        await asyncio.wait({task})
+        return True
+    sleeper = asyncio.ensure_future(clock.sleep(max(timeout, 0.0)))
+    try:
+        done, _ = await asyncio.wait({task, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not sleeper.done():
+            sleeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sleeper
+    return task in done
+
+
+async def paced(
+    texts: AsyncIterator[str],
+    clock: Clock | None = None,
+    *,
+    first_interval: float = S.POST_INTERVAL_SECONDS,
+    chunk_seconds: float = S.PACING_CHUNK_SECONDS,
+) -> AsyncIterator[str]:
+    """``texts`` (one per post) re-cut into evenly timed pieces."""
+    clock = clock or LoopClock()
+    source = texts.__aiter__()
+    pending: deque[tuple[float, str]] = deque()
+    estimate = first_interval
+    last_arrival: float | None = None
+    next_post: asyncio.Future[str] | None = None
+    exhausted = False
+    try:
+        while not (exhausted and not pending):
+            while pending and pending[0][0] <= clock.now():
+                yield pending.popleft()[1]
+            if exhausted:
+                if pending:
+                    await clock.sleep(pending[0][0] - clock.now())
+                continue
+            if next_post is None:
+                next_post = asyncio.ensure_future(anext(source))
+            timeout = pending[0][0] - clock.now() if pending else None
+            if not await _arrives_first(next_post, clock, timeout):
+                continue
+            arrived, next_post = next_post, None
+            try:
+                text = arrived.result()
+            except StopAsyncIteration:
+                exhausted = True
+                continue
+            now = clock.now()
+            if pending:
+                yield "".join(piece for _, piece in pending)
+                pending.clear()
+            if last_arrival is not None:
+                estimate = next_estimate(estimate, now - last_arrival)
+            last_arrival = now
+            pending.extend(
+                (now + offset, piece) for offset, piece in plan(text, estimate, chunk_seconds)
+            )
+    finally:
+        if next_post is not None and not next_post.done():
+            next_post.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await next_post
+        closer = getattr(source, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+async def paced_relay(
+    redis: Redis,
+    request_id: str,
+    stop: asyncio.Event | None = None,
+    clock: Clock | None = None,
+) -> AsyncIterator[str]:
+    """The request's relayed deltas, paced: what the front sends as content chunks."""
+
+    async def texts() -> AsyncIterator[str]:
+        async for delta in relay(redis, request_id, stop=stop):
+            yield delta.text
+
+    async for piece in paced(texts(), clock):
+        yield piece

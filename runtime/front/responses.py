@@ -1,0 +1,156 @@
+"""The OpenAI response of a finished request, from the native chat status.
+
+``Reply.from_status`` takes the generation that answered (state ok first, then censored);
+``completion`` builds ``chat.completion`` with ``x_horde``; ``usage`` takes the worker's
+counts and estimates the missing ones (characters over the horde's CHARS_PER_TOKEN_ESTIMATE),
+marking them in ``x_horde.estimated_usage``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from generated.chat import CHARS_PER_TOKEN_ESTIMATE, horde_option
+from generated.chat.names import HORDE_INCLUDE_REASONING, PARAM_MESSAGES
+
+COMPLETION_ID_PREFIX = "chatcmpl-"
+OBJECT_COMPLETION = "chat.completion"
+OBJECT_CHUNK = "chat.completion.chunk"
+ROLE = "assistant"
+FINISH_TOOL_CALLS = "tool_calls"
+FINISH_STOP = "stop"
+FINISH_CONTENT_FILTER = "content_filter"
+ANSWERING_STATES = ("ok", "censored")
+
+
+def estimate_tokens(chars: int) -> int:
+    return math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE)
+
+
+def _message_chars(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function", {})
+            total += len(function.get("name", "")) + len(function.get("arguments", ""))
+    return total
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answering generation of a done request."""
+
+    request_id: str
+    model: str
+    content: str | None
+    reasoning_content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    reported: dict[str, Any] = field(default_factory=dict)
+    kudos: float = 0.0
+    charge_basis: str = ""
+
+    @classmethod
+    def from_status(cls, request_id: str, status: dict[str, Any]) -> Reply | None:
+        """The reply of a done status, or None when it holds no answering generation."""
+        generations = [g for g in status.get("generations") or [] if isinstance(g, dict)]
+        for state in ANSWERING_STATES:
+            for gen in generations:
+                if gen.get("state") == state:
+                    return cls._of(request_id, status, gen)
+        return None
+
+    @classmethod
+    def _of(cls, request_id: str, status: dict[str, Any], gen: dict[str, Any]) -> Reply:
+        calls = [dict(c) for c in gen.get("tool_calls") or []]
+        finish = gen.get("finish_reason") or (FINISH_TOOL_CALLS if calls else FINISH_STOP)
+        if gen.get("state") == "censored":
+            finish = FINISH_CONTENT_FILTER
+        return cls(
+            request_id=request_id,
+            model=str(gen.get("model") or ""),
+            content=gen.get("content"),
+            reasoning_content=gen.get("reasoning_content"),
+            tool_calls=calls,
+            finish_reason=finish,
+            reported=dict(gen.get("usage") or {}),
+            kudos=float(gen.get("kudos", status.get("kudos", 0)) or 0),
+            charge_basis=str(gen.get("charge_basis") or status.get("charge_basis") or ""),
+        )
+
+    def output_chars(self) -> int:
+        calls = sum(
+            len(c.get("function", {}).get("name", ""))
+            + len(c.get("function", {}).get("arguments", ""))
+            for c in self.tool_calls
+        )
+        return len(self.content or "") + len(self.reasoning_content or "") + calls
+
+
+def usage(reply: Reply, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """OpenAI's usage from the worker's counts; the flag says a count was estimated."""
+    reported = reply.reported
+    estimated = False
+    prompt = reported.get("prompt_tokens")
+    if prompt is None:
+        prompt, estimated = estimate_tokens(_message_chars(request.get(PARAM_MESSAGES, []))), True
+    completion = reported.get("completion_tokens")
+    if completion is None:
+        completion, estimated = estimate_tokens(reply.output_chars()), True
+    result: dict[str, Any] = {
+        "prompt_tokens": int(prompt),
+        "completion_tokens": int(completion),
+        "total_tokens": int(prompt) + int(completion),
+    }
+    reasoning = reported.get("reasoning_tokens")
+    if reasoning is None and reply.reasoning_content:
+        reasoning, estimated = estimate_tokens(len(reply.reasoning_content)), True
+    if reasoning is not None:
+        result["completion_tokens_details"] = {"reasoning_tokens": int(reasoning)}
+    return result, estimated
+
+
+def x_horde(reply: Reply, estimated: bool) -> dict[str, Any]:
+    return {
+        "request_id": reply.request_id,
+        "kudos": reply.kudos,
+        "charge_basis": reply.charge_basis,
+        "estimated_usage": estimated,
+    }
+
+
+def completion_id(request_id: str) -> str:
+    return COMPLETION_ID_PREFIX + request_id
+
+
+def shows_reasoning(request: dict[str, Any]) -> bool:
+    return bool(horde_option(request, HORDE_INCLUDE_REASONING))
+
+
+def completion(reply: Reply, request: dict[str, Any], created: int | None = None) -> dict[str, Any]:
+    """The ``chat.completion`` object of a finished request."""
+    message: dict[str, Any] = {"role": ROLE, "content": reply.content, "refusal": None}
+    if reply.reasoning_content is not None and shows_reasoning(request):
+        message["reasoning_content"] = reply.reasoning_content
+    if reply.tool_calls:
+        message["tool_calls"] = reply.tool_calls
+    counts, estimated = usage(reply, request)
+    return {
+        "id": completion_id(reply.request_id),
+        "object": OBJECT_COMPLETION,
+        "created": int(time.time()) if created is None else created,
+        "model": reply.model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}
+        ],
+        "usage": counts,
+        "x_horde": x_horde(reply, estimated),
+    }

@@ -1,0 +1,206 @@
+"""The wait for a submitted request's reply: the design doc's Submitted -> Waiting states.
+
+``ReplyWait.open()`` subscribes to the request's completion signal and reads the status
+until one read succeeds; that first read turns a declaration gap (missing_features: 404)
+or a limits gap (exceeded_limits: 400) into an error, and under fail_fast it decides
+queue_unavailable (no eligible thread, or a wait_time over the budget left), waiting up to
+``queue_info_wait`` seconds for a status with queue information. All of that happens before
+a stream opens. ``ReplyWait.reply()`` then wakes on the signal and on a slow fallback poll
+and re-reads, until done with a generation (the Reply), faulted (502 ChatRequestFaulted),
+done without one (502 no_generation), the deadline (408), or is_possible false for the
+whole grace (503 no_eligible_worker). The caller cancels on the native side for every exit
+but a reply or a fault (``needs_cancel``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from generated.chat import horde_option
+from generated.chat.names import HORDE_AVAILABILITY_MODE
+from generated.errors import (
+    ChatRequestFaulted,
+    DeadlineExceeded,
+    HordeError,
+    HordeUnavailable,
+    NoEligibleWorker,
+    NoGeneration,
+    NoWorkerSupportsFeatures,
+    NoWorkerSupportsLimit,
+    QueueUnavailable,
+)
+from runtime.front.native_client import NativeClient, RequestGone
+from runtime.front.responses import Reply
+from runtime.front.signals import SignalHub
+
+FAIL_FAST = "fail_fast"
+QUEUE_INFO_RECHECK = 0.25
+NEEDS_NO_CANCEL = (ChatRequestFaulted,)
+
+
+@dataclass(frozen=True)
+class WaitBudget:
+    deadline: float
+    grace: float
+    poll_interval: float
+    queue_info_wait: float
+
+
+def needs_cancel(error: BaseException) -> bool:
+    """Every exit after submission but a reply or a fault cancels the Horde request."""
+    return not isinstance(error, NEEDS_NO_CANCEL)
+
+
+def gap_error(status: dict[str, Any]) -> HordeError | None:
+    """The declaration gap (404) or limits gap (400) a status reports, if any."""
+    missing = [str(m) for m in status.get("missing_features") or []]
+    if missing:
+        return NoWorkerSupportsFeatures(missing=", ".join(missing), metadata={"missing": missing})
+    limits = status.get("exceeded_limits") or []
+    if limits:
+        first = limits[0]
+        return NoWorkerSupportsLimit(
+            limit=first.get("limit"),
+            value=first.get("value"),
+            maximum=first.get("maximum"),
+            metadata={"exceeded_limits": limits},
+        )
+    return None
+
+
+def _has_queue_info(status: dict[str, Any]) -> bool:
+    return bool(
+        status.get("queue_position") or status.get("wait_time") or status.get("processing")
+    ) or bool(status.get("finished") or status.get("done"))
+
+
+class ReplyWait:
+    """One submitted request's wait; use as ``async with`` (it holds the subscription)."""
+
+    def __init__(
+        self,
+        native: NativeClient,
+        hub: SignalHub,
+        request_id: str,
+        request: dict[str, Any],
+        budget: WaitBudget,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.native = native
+        self.hub = hub
+        self.request_id = request_id
+        self.fail_fast = horde_option(request, HORDE_AVAILABILITY_MODE) == FAIL_FAST
+        self.budget = budget
+        self.clock = clock or asyncio.get_running_loop().time
+        self.started = self.clock()
+        self.status: dict[str, Any] | None = None
+        self.reads = 0
+        self._impossible_since: float | None = None
+        self._signal: asyncio.Event | None = None
+        self._watch: contextlib.AbstractAsyncContextManager[asyncio.Event] | None = None
+
+    async def __aenter__(self) -> ReplyWait:
+        self._watch = self.hub.watch(self.request_id)
+        self._signal = await self._watch.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._watch is not None:
+            await self._watch.__aexit__(None, None, None)
+
+    def _left(self) -> float:
+        return self.started + self.budget.deadline - self.clock()
+
+    async def _read(self) -> dict[str, Any] | None:
+        """One status read; None when the native API could not be reached this time."""
+        self.reads += 1
+        try:
+            status = await self.native.status(self.request_id)
+        except RequestGone as exc:
+            raise NoGeneration() from exc
+        except HordeUnavailable:
+            return None
+        self.status = status
+        return status
+
+    async def _sleep(self, seconds: float) -> None:
+        """Until the signal, or ``seconds``; the deadline ends the wait."""
+        assert self._signal is not None
+        left = self._left()
+        if left <= 0:
+            raise DeadlineExceeded(seconds=round(self.budget.deadline))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._signal.wait(), min(seconds, left))
+        self._signal.clear()
+
+    async def open(self) -> None:
+        """Up to the first successful read and the fail_fast decision; gaps raise here."""
+        status = await self._read()
+        while status is None:
+            await self._sleep(self.budget.poll_interval)
+            status = await self._read()
+        gap = gap_error(status)
+        if gap is not None:
+            raise gap
+        if self.fail_fast:
+            await self._decide_fail_fast(status)
+
+    async def _decide_fail_fast(self, status: dict[str, Any]) -> None:
+        until = self.clock() + self.budget.queue_info_wait
+        while True:
+            if status.get("done") or status.get("faulted") or status.get("processing"):
+                return
+            if not status.get("eligible_threads"):
+                raise QueueUnavailable(reason="no eligible worker thread is online")
+            wait_time = float(status.get("wait_time") or 0)
+            if wait_time > self._left():
+                raise QueueUnavailable(
+                    reason=f"the estimated wait of {round(wait_time)} s is over the "
+                    f"{round(self._left())} s left",
+                    retry_after=min(wait_time, 120),
+                )
+            if _has_queue_info(status) or self.clock() >= until:
+                return
+            await self._sleep(QUEUE_INFO_RECHECK)
+            status = await self._read() or status
+
+    def _outcome(self, status: dict[str, Any]) -> Reply | None:
+        if status.get("faulted"):
+            raise ChatRequestFaulted(reason="workers faulted it more times than its limit")
+        if status.get("done"):
+            reply = Reply.from_status(self.request_id, status)
+            if reply is None:
+                raise NoGeneration()
+            return reply
+        return None
+
+    def _check_possible(self, status: dict[str, Any]) -> float:
+        """Raises after the grace; else the seconds until the grace would end (or inf)."""
+        if status.get("is_possible", True):
+            self._impossible_since = None
+            return float("inf")
+        now = self.clock()
+        if self._impossible_since is None:
+            self._impossible_since = now
+        left = self._impossible_since + self.budget.grace - now
+        if left <= 0:
+            raise NoEligibleWorker(reason="no online worker could take it within the grace")
+        return left
+
+    async def reply(self) -> Reply:
+        """Wait (signal, recheck, fallback poll) until the request ends."""
+        status = self.status
+        while True:
+            if status is not None:
+                reply = self._outcome(status)
+                if reply is not None:
+                    return reply
+                grace_left = self._check_possible(status)
+            else:
+                grace_left = float("inf")
+            await self._sleep(min(self.budget.poll_interval, grace_left))
+            status = await self._read()

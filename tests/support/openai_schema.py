@@ -1,0 +1,86 @@
+"""Validate front responses, stream chunks and errors against OpenAI's own OpenAPI schema.
+
+The schema is ``../shared/peers/openai-openapi/openapi.yaml`` relative to the repository
+(loaded once). ``assert_openai(instance, "CreateChatCompletionResponse")`` raises an
+AssertionError naming the path inside the instance and the rule it breaks.
+
+    assert_completion(body)        # CreateChatCompletionResponse
+    assert_chunk(chunk)            # CreateChatCompletionStreamResponse
+    assert_error(body)             # ErrorResponse
+    assert_model_list(body)        # ListModelsResponse
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT202012
+
+REPO = Path(__file__).resolve().parents[2]
+OPENAPI_PATH = REPO.parent / "shared" / "peers" / "openai-openapi" / "openapi.yaml"
+BASE_URI = "urn:openai-openapi"
+
+
+def _nullable_as_31(node: Any) -> Any:
+    """OpenAI's 3.1 document still spells some nulls as 3.0's ``nullable: true``, and the
+    API sends those nulls (a chunk's finish_reason); read them as 3.1 means them."""
+    if isinstance(node, list):
+        return [_nullable_as_31(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _nullable_as_31(value) for key, value in node.items()}
+    if out.pop("nullable", False) is True:
+        if isinstance(out.get("type"), str):
+            out["type"] = [out["type"], "null"]
+        if isinstance(out.get("enum"), list) and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+        if "$ref" in out or "allOf" in out or "anyOf" in out or "oneOf" in out:
+            out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+@cache
+def _document() -> dict[str, Any]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with OPENAPI_PATH.open(encoding="utf-8") as handle:
+        return dict(_nullable_as_31(yaml.load(handle, Loader=loader)))
+
+
+@cache
+def validator(component: str) -> Draft202012Validator:
+    """A validator of ``#/components/schemas/<component>`` with every $ref resolvable."""
+    document = _document()
+    if component not in document["components"]["schemas"]:
+        raise KeyError(f"OpenAI's schema has no component {component!r}")
+    resource = Resource.from_contents(document, default_specification=DRAFT202012)
+    registry = Registry().with_resource(BASE_URI, resource)
+    schema = {"$ref": f"{BASE_URI}#/components/schemas/{component}"}
+    return Draft202012Validator(schema, registry=registry)
+
+
+def assert_openai(instance: Any, component: str) -> None:
+    errors = sorted(validator(component).iter_errors(instance), key=lambda e: list(e.path))
+    if errors:
+        lines = [f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
+        raise AssertionError(f"not a valid OpenAI {component}:\n" + "\n".join(lines[:10]))
+
+
+def assert_completion(body: Any) -> None:
+    assert_openai(body, "CreateChatCompletionResponse")
+
+
+def assert_chunk(chunk: Any) -> None:
+    assert_openai(chunk, "CreateChatCompletionStreamResponse")
+
+
+def assert_error(body: Any) -> None:
+    assert_openai(body, "ErrorResponse")
+
+
+def assert_model_list(body: Any) -> None:
+    assert_openai(body, "ListModelsResponse")
