@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask
 
 from generated.routes import ROUTES
-from runtime.native import views_status, views_text, views_workers
+from runtime.native import views_progress, views_status, views_text, views_workers
 from runtime.native.context import EXTENSION, NativeContext
 from runtime.native.http_errors import register_error_handlers
 from runtime.native.rate_limits import make_limiter, route_limits
@@ -26,6 +26,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "text_cancel": views_text.text_cancel,
     "text_pop": views_workers.text_pop,
     "text_submit": views_workers.text_submit,
+    "text_progress": views_progress.text_progress,
     "heartbeat": views_status.heartbeat,
     "models": views_status.models,
     "workers": views_status.workers,

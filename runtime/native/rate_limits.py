@@ -48,4 +48,5 @@ def route_limits(limits: RateLimits) -> dict[str, list[tuple[str, Callable[[], s
         "text_cancel": status,
         "text_pop": pop_submit,
         "text_submit": pop_submit,
+        "text_progress": pop_submit,
     }

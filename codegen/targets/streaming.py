@@ -1,0 +1,74 @@
+"""spec/streaming.yaml -> generated/streaming.py: Redis key names, lease and entry fields,
+entry kinds and the numbers of delta streaming, shared by the native API and the front."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from codegen.errors import SpecError, SpecErrors
+from codegen.render import Output, render
+from codegen.spec import Spec
+
+SOURCE = "streaming.yaml"
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _check(spec: dict[str, Any]) -> None:
+    """Rules the JSON Schema cannot say: a fraction is a fraction, the stream holds a cap."""
+    settings = {name: s["value"] for name, s in spec["settings"].items()}
+    problems = []
+    if settings["pacing_smoothing"] > 1:
+        problems.append(
+            SpecError(
+                f"spec/{SOURCE}",
+                "settings.pacing_smoothing.value",
+                "is above 1",
+                "give the weight of the newest interval, between 0 and 1",
+            )
+        )
+    if settings["stream_max_entries"] < settings["generation_chars"]:
+        problems.append(
+            SpecError(
+                f"spec/{SOURCE}",
+                "settings.stream_max_entries.value",
+                "is below generation_chars, so trimming could drop a generation's own deltas",
+                "make it at least generation_chars",
+            )
+        )
+    if problems:
+        raise SpecErrors(problems)
+
+
+def build(spec: Spec) -> list[Output]:
+    data = spec[SOURCE]
+    _check(data)
+    keys = [
+        {
+            "name": name,
+            "pattern": entry["pattern"],
+            "arg": PLACEHOLDER.search(entry["pattern"]).group(1),  # type: ignore[union-attr]
+            "description": " ".join(entry["description"].split()),
+        }
+        for name, entry in data["keys"].items()
+    ]
+    settings = [
+        {
+            "name": name,
+            "value": entry["value"],
+            "description": " ".join(entry["description"].split()),
+        }
+        for name, entry in data["settings"].items()
+    ]
+    return [
+        render(
+            "streaming.py.j2",
+            spec.sources(SOURCE),
+            "streaming.py",
+            keys=keys,
+            lease_fields=data["lease_fields"],
+            entry_fields=data["entry_fields"],
+            entry_kinds=data["entry_kinds"],
+            settings=settings,
+        )
+    ]

@@ -1,0 +1,264 @@
+"""The Redis protocol of a streamed generation (design doc "Streaming", lease diagram).
+
+Every step is one Lua script, so concurrent posts, a cancel and a submit never interleave
+inside a step, and no step reads Postgres:
+
+* ``write_lease`` at pop of a plain streamed chat job: the lease (owner = digest of the
+  worker's apikey, ``last_seq`` -1) expiring after the generation's ttl plus a grace;
+* ``post_progress`` from the progress route: checks the lease, refuses a seq gap (409 with
+  the last accepted seq), appends the delta to the request's retained stream (XADD MAXLEN,
+  refreshed expiry), stops at the per-generation cap (413), and acknowledges
+  ``cancelled: true`` once cancelled without appending anything;
+* ``finish`` at submit (lease deleted, end entry, stream left to expire), ``mark_ended`` on
+  a fault (ended marker, lease deleted, end entry), ``mark_cancelled`` /
+  ``cancel_request`` on a cancel (flag kept in the lease until it expires, end entry);
+* ``posted_text`` reads back what a generation posted, for the cancel settlement. Read it
+  after ``mark_cancelled``: from then on nothing is appended.
+
+Names, lifetimes and the cap come from ``generated.streaming`` (spec/streaming.yaml).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import NoScriptError
+
+from generated import streaming as S
+from generated.errors import (
+    ProgressCapReached,
+    ProgressLeaseMissing,
+    ProgressOutOfOrder,
+    WrongCredentials,
+)
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The answer to an accepted (or already accepted) post."""
+
+    last_seq: int
+    cancelled: bool
+    appended: bool
+
+
+@dataclass(frozen=True)
+class Lease:
+    request_id: str
+    owner: str
+    last_seq: int
+    chars: int
+    cancelled: bool
+    stopped: bool
+
+
+# KEYS: lease. ARGV: owner, seq, delta, delta chars, cap, maxlen, stream ttl, gen id, stream
+# key prefix (the stream's name comes from the lease's request id).
+_POST = f"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return {{'missing', -1}} end
+local f = redis.call('HMGET', KEYS[1], '{S.LEASE_OWNER}', '{S.LEASE_LAST_SEQ}',
+                     '{S.LEASE_CHARS}', '{S.LEASE_CANCELLED}', '{S.LEASE_STOPPED}')
+if f[1] ~= ARGV[1] then return {{'owner', -1}} end
+local last = tonumber(f[2])
+if f[4] == '1' then return {{'cancelled', last}} end
+if f[5] == '1' then return {{'cap', last}} end
+local seq = tonumber(ARGV[2])
+if seq == last then return {{'duplicate', last}} end
+if seq ~= last + 1 then return {{'gap', last}} end
+local chars = tonumber(f[3]) + tonumber(ARGV[4])
+if chars > tonumber(ARGV[5]) then
+  redis.call('HSET', KEYS[1], '{S.LEASE_STOPPED}', '1')
+  return {{'cap', last}}
+end
+redis.call('HSET', KEYS[1], '{S.LEASE_LAST_SEQ}', seq, '{S.LEASE_CHARS}', chars)
+if tonumber(ARGV[4]) > 0 then
+  local stream = ARGV[9] .. redis.call('HGET', KEYS[1], '{S.LEASE_REQUEST_ID}')
+  redis.call('XADD', stream, 'MAXLEN', '~', ARGV[6], '*', '{S.ENTRY_KIND}', '{S.KIND_DELTA}',
+             '{S.ENTRY_GENERATION_ID}', ARGV[8], '{S.ENTRY_SEQ}', seq, '{S.ENTRY_DELTA}', ARGV[3])
+  redis.call('EXPIRE', stream, ARGV[7])
+  return {{'ok', seq}}
+end
+return {{'empty', seq}}
+"""
+
+# KEYS: lease. ARGV: end kind, gen id, maxlen, stream ttl, ended ttl, stream/leases prefixes.
+# Appends the end entry and, for submitted/faulted, deletes the lease (and for faulted
+# leaves the ended marker); for cancelled, flags the lease and keeps it until it expires.
+_END = f"""
+local request_id = redis.call('HGET', KEYS[1], '{S.LEASE_REQUEST_ID}')
+if not request_id then return 0 end
+if redis.call('HGET', KEYS[1], '{S.LEASE_CANCELLED}') == '1' then
+  if ARGV[1] == '{S.KIND_CANCELLED}' then return 0 end
+else
+  local stream = ARGV[6] .. request_id
+  redis.call('XADD', stream, 'MAXLEN', '~', ARGV[3], '*', '{S.ENTRY_KIND}', ARGV[1],
+             '{S.ENTRY_GENERATION_ID}', ARGV[2])
+  redis.call('EXPIRE', stream, ARGV[4])
+end
+if ARGV[1] == '{S.KIND_CANCELLED}' then
+  redis.call('HSET', KEYS[1], '{S.LEASE_CANCELLED}', '1')
+  return 1
+end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', ARGV[7] .. request_id, ARGV[2])
+if ARGV[1] == '{S.KIND_FAULTED}' then
+  redis.call('SET', ARGV[8], ARGV[1], 'EX', ARGV[5])
+end
+return 1
+"""
+
+
+def _prefix(pattern: str) -> str:
+    return pattern.split("{", 1)[0]
+
+
+_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_POST, _END)}
+
+
+def _run(redis: Redis, script: str, keys: list[str], *args: Any) -> Any:
+    """EVALSHA, loading the script once per server."""
+    try:
+        return redis.evalsha(_SHA[script], len(keys), *keys, *args)
+    except NoScriptError:
+        redis.script_load(script)
+        return redis.evalsha(_SHA[script], len(keys), *keys, *args)
+
+
+def write_lease(
+    redis: Redis, generation_id: str, request_id: str, worker_owner: str, ttl: int
+) -> None:
+    """The lease of a streamed generation, popped by the key whose digest is ``worker_owner``.
+
+    It expires ``ttl`` (the generation's ttl) plus the grace after now.
+    """
+    lifetime = int(ttl) + S.LEASE_GRACE_SECONDS
+    key = S.lease_key(generation_id)
+    leases = S.request_leases_key(request_id)
+    pipe = redis.pipeline(transaction=True)
+    pipe.delete(key)
+    pipe.hset(
+        key,
+        mapping={
+            S.LEASE_REQUEST_ID: request_id,
+            S.LEASE_OWNER: worker_owner,
+            S.LEASE_LAST_SEQ: -1,
+            S.LEASE_CHARS: 0,
+            S.LEASE_CANCELLED: 0,
+            S.LEASE_STOPPED: 0,
+        },
+    )
+    pipe.expire(key, lifetime)
+    pipe.sadd(leases, generation_id)
+    pipe.expire(leases, lifetime)
+    pipe.execute()
+
+
+def read_lease(redis: Redis, generation_id: str) -> Lease | None:
+    raw: dict[str, Any] = redis.hgetall(S.lease_key(generation_id))  # type: ignore[assignment]
+    if not raw:
+        return None
+    return Lease(
+        request_id=raw[S.LEASE_REQUEST_ID],
+        owner=raw[S.LEASE_OWNER],
+        last_seq=int(raw[S.LEASE_LAST_SEQ]),
+        chars=int(raw[S.LEASE_CHARS]),
+        cancelled=raw[S.LEASE_CANCELLED] == "1",
+        stopped=raw[S.LEASE_STOPPED] == "1",
+    )
+
+
+def post_progress(redis: Redis, generation_id: str, owner: str, seq: int, delta: str) -> Ack:
+    """Accept post ``seq`` of a generation, or raise the error the worker gets.
+
+    A repeat of the last accepted seq (a retry whose acknowledgement was lost) is
+    acknowledged again without appending. Empty deltas advance seq without an entry.
+    """
+    outcome, last = _run(
+        redis,
+        _POST,
+        [S.lease_key(generation_id)],
+        owner,
+        seq,
+        delta,
+        len(delta),
+        S.GENERATION_CHARS,
+        S.STREAM_MAX_ENTRIES,
+        S.STREAM_SECONDS,
+        generation_id,
+        _prefix(S.STREAM_KEY_PATTERN),
+    )
+    last = int(last)
+    if outcome == "missing":
+        raise ProgressLeaseMissing(id=generation_id)
+    if outcome == "owner":
+        raise WrongCredentials()
+    if outcome == "gap":
+        raise ProgressOutOfOrder(seq=seq, last=last, metadata={"last_seq": last})
+    if outcome == "cap":
+        raise ProgressCapReached(id=generation_id, limit=S.GENERATION_CHARS)
+    return Ack(last_seq=last, cancelled=outcome == "cancelled", appended=outcome == "ok")
+
+
+def _end(redis: Redis, generation_id: str, kind: str) -> bool:
+    done = _run(
+        redis,
+        _END,
+        [S.lease_key(generation_id)],
+        kind,
+        generation_id,
+        S.STREAM_MAX_ENTRIES,
+        S.STREAM_SECONDS,
+        S.ENDED_MARKER_SECONDS,
+        _prefix(S.STREAM_KEY_PATTERN),
+        _prefix(S.REQUEST_LEASES_KEY_PATTERN),
+        S.ended_key(generation_id),
+    )
+    return bool(done)
+
+
+def finish(redis: Redis, generation_id: str) -> bool:
+    """At submit: lease deleted, a submitted entry ends the generation's deltas.
+
+    False when the generation held no lease (not streamed, expired, or cancelled before).
+    """
+    return _end(redis, generation_id, S.KIND_SUBMITTED)
+
+
+def mark_ended(redis: Redis, generation_id: str) -> bool:
+    """On a fault: the ended marker, lease deleted, a faulted entry in the stream."""
+    return _end(redis, generation_id, S.KIND_FAULTED)
+
+
+def mark_cancelled(redis: Redis, generation_id: str) -> bool:
+    """On a cancel: later posts are acknowledged ``cancelled: true`` and appended no more.
+
+    True the first time only, so a settlement keyed on it runs once.
+    """
+    return _end(redis, generation_id, S.KIND_CANCELLED)
+
+
+def cancel_request(redis: Redis, request_id: str) -> list[str]:
+    """Cancel every leased generation of a request; the ids newly cancelled."""
+    ids = sorted(redis.smembers(S.request_leases_key(request_id)))  # type: ignore[arg-type]
+    return [str(g) for g in ids if mark_cancelled(redis, str(g))]
+
+
+def ended_kind(redis: Redis, generation_id: str) -> str | None:
+    """The ended marker of a faulted generation (its end kind), None when there is none."""
+    value = redis.get(S.ended_key(generation_id))
+    return None if value is None else str(value)
+
+
+def posted_text(redis: Redis, request_id: str, generation_id: str | None = None) -> str:
+    """The content posted for a request (one generation's, when given), in seq order."""
+    parts: list[str] = []
+    for _entry_id, fields in redis.xrange(S.stream_key(request_id)):  # type: ignore[union-attr]
+        if fields.get(S.ENTRY_KIND) != S.KIND_DELTA:
+            continue
+        if generation_id is not None and fields.get(S.ENTRY_GENERATION_ID) != generation_id:
+            continue
+        parts.append(fields.get(S.ENTRY_DELTA, ""))
+    return "".join(parts)
