@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -49,6 +49,12 @@ class BackendClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _call(self, method: str, path: str, body: Any, timeout: float | None) -> httpx.Response:
         seconds = self.timeout if timeout is None else timeout

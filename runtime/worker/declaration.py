@@ -226,6 +226,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         raise WorkerStartupError(
             f"the {kind.name} backend reports its context on no route: pass --context N"
         )
+    features = probe_features(client, kind, model_id)
     exact = _exact_counter(client, kind, model_id, config)
     calibration = calibrate(
         exact,
@@ -243,7 +244,6 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         [],
         [calibration.note],
     )
-    features = probe_features(client, kind, model_id)
     if calibration.not_short:
         features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED)
         if calibration.counter.kind != "exact" and config.template_overhead == 0:

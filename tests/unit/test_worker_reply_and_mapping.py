@@ -1,0 +1,186 @@
+"""The worker's pure pieces: reply parsing, reasoning split, stream folding, body mapping."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from generated.errors import BackendInvalidReply
+from runtime.worker.backend_kinds import GENERIC, LLAMA_CPP_PYTHON, VLLM, chat_body, detect_kind
+from runtime.worker.counter import ByteBoundCounter
+from runtime.worker.reply import StreamAccumulator, parse_chat_completion, split_reasoning
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+
+
+def _completion(message: dict, finish: str | None = "stop", usage: dict | None = None) -> dict:
+    return {"choices": [{"message": message, "finish_reason": finish}], "usage": usage}
+
+
+def test_plain_reply_with_usage_and_reasoning_tokens() -> None:
+    usage = {
+        "prompt_tokens": 9,
+        "completion_tokens": 4,
+        "completion_tokens_details": {"reasoning_tokens": 2},
+    }
+    reply = parse_chat_completion(_completion({"content": "Hi"}, usage=usage))
+    assert (reply.content, reply.reasoning_content, reply.tool_calls) == ("Hi", None, [])
+    assert reply.usage == {"prompt_tokens": 9, "completion_tokens": 4, "reasoning_tokens": 2}
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("<think>plan it</think>\n\nThe answer", ("The answer", "plan it")),
+        ("  <think>all thought, cut off", (None, "all thought, cut off")),
+        ("no think block", ("no think block", None)),
+        ("<think></think>x", ("x", None)),
+    ],
+)
+def test_think_blocks_become_reasoning(content: str, expected: tuple) -> None:
+    assert split_reasoning(content) == expected
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_fields_are_kept_apart_from_the_content(field: str) -> None:
+    reply = parse_chat_completion(_completion({"content": "A", field: "because"}))
+    assert (reply.content, reply.reasoning_content) == ("A", "because")
+
+
+def test_tool_calls_are_normalised_and_finish_follows_them() -> None:
+    message = {
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "function": {"name": "f", "arguments": '{"a": 1}  \n'}},
+            {"function": {"name": "g", "arguments": {"b": 2}}},
+        ],
+    }
+    reply = parse_chat_completion(_completion(message, finish="stop"))
+    assert reply.finish_reason == "tool_calls"
+    assert reply.content is None
+    assert reply.tool_calls[0] == {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"a": 1}'},
+    }
+    assert reply.tool_calls[1]["id"].startswith("call_")
+    assert json.loads(reply.tool_calls[1]["function"]["arguments"]) == {"b": 2}
+
+
+def test_legacy_function_call_becomes_a_tool_call() -> None:
+    message = {"content": None, "function_call": {"name": "f", "arguments": "{}"}}
+    reply = parse_chat_completion(_completion(message, finish="function_call"))
+    assert reply.finish_reason == "tool_calls"
+    assert reply.tool_calls[0]["function"]["name"] == "f"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": []},
+        _completion({"content": "x"}, finish=None),
+        _completion({"content": "x"}, finish="weird"),
+        _completion({"content": 5}),
+        _completion({"content": None, "tool_calls": [{"function": {"arguments": "{}"}}]}),
+    ],
+)
+def test_replies_that_cannot_be_submitted_are_invalid(body: dict) -> None:
+    with pytest.raises(BackendInvalidReply):
+        parse_chat_completion(body)
+
+
+def test_stream_folds_content_reasoning_and_call_deltas() -> None:
+    folded = StreamAccumulator()
+    chunks = [
+        {"choices": [{"delta": {"role": "assistant", "reasoning_content": "hm"}}]},
+        {"choices": [{"delta": {"content": "Hel"}}]},
+        {"choices": [{"delta": {"content": "lo"}}]},
+        {
+            "choices": [
+                {"delta": {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "f"}}]}}
+            ]
+        },
+        {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}}]},
+        {"choices": [{"delta": {}, "finish_reason": "tool_calls"}]},
+        {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+    ]
+    added = [folded.add(chunk) for chunk in chunks]
+    assert "".join(added) == "Hello"
+    reply = parse_chat_completion(folded.completion())
+    assert (reply.content, reply.reasoning_content, reply.finish_reason) == (
+        "Hello",
+        "hm",
+        "tool_calls",
+    )
+    assert reply.tool_calls[0]["function"] == {"name": "f", "arguments": "{}"}
+    assert reply.usage["prompt_tokens"] == 3
+
+
+def test_a_stream_without_finish_reason_is_a_failure() -> None:
+    folded = StreamAccumulator()
+    folded.add({"choices": [{"delta": {"content": "partial"}}]})
+    with pytest.raises(BackendInvalidReply, match="finish_reason"):
+        folded.completion()
+
+
+def test_kind_detection_by_owner_and_override() -> None:
+    assert detect_kind({"owned_by": "me"}) is LLAMA_CPP_PYTHON
+    assert detect_kind({"owned_by": "vllm"}) is VLLM
+    assert detect_kind({"owned_by": "someone"}) is GENERIC
+    assert detect_kind({"owned_by": "me"}, "vllm") is VLLM
+
+
+def test_llama_cpp_python_mapping() -> None:
+    payload = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ],
+        "tools": [TOOL],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}},
+        "reasoning_effort": "medium",
+        "max_tokens": None,
+        "temperature": 0.5,
+    }
+    body = chat_body(LLAMA_CPP_PYTHON, payload, "m")
+    assert body["messages"] == [{"role": "user", "content": "ab"}]
+    assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
+    assert body["response_format"] == {"type": "json_object", "schema": SCHEMA}
+    assert "reasoning_effort" not in body and "parallel_tool_calls" not in body
+    assert "max_tokens" not in body and body["temperature"] == 0.5
+
+
+def test_openai_shaped_backends_get_the_payload_as_it_is() -> None:
+    payload = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}],
+        "tools": [TOOL, {**TOOL, "function": {**TOOL["function"], "name": "g"}}],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": SCHEMA}},
+        "reasoning_effort": "low",
+        "seed": 3,
+    }
+    body = chat_body(VLLM, payload, "m", stream=True)
+    for key in ("messages", "tools", "tool_choice", "parallel_tool_calls", "response_format"):
+        assert body[key] == payload[key]
+    assert (body["reasoning_effort"], body["seed"], body["stream"]) == ("low", 3, True)
+
+
+def test_single_required_tool_stays_required_on_other_backends() -> None:
+    body = chat_body(GENERIC, {"messages": [], "tools": [TOOL], "tool_choice": "required"}, "m")
+    assert body["tool_choice"] == "required"
+
+
+def test_byte_bound_counts_bytes_plus_fixed_part_plus_tool_overhead() -> None:
+    messages = [{"role": "user", "content": "é"}]
+    plain = len(json.dumps(messages, ensure_ascii=False).encode())
+    bound = ByteBoundCounter(fixed=7, tool_overhead=100)
+    assert bound.count(messages, None) == plain + 7
+    with_tools = bound.count(messages, [TOOL])
+    assert with_tools == plain + 7 + len(json.dumps([TOOL]).encode()) + 100
