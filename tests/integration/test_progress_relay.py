@@ -1,0 +1,151 @@
+"""The front's relay (runtime.front.progress_stream) reading a real Redis stream that the
+native side (runtime.native.progress) writes: entries arrive while the generation runs,
+a relay resumes after an entry id, ends at the generation's end entry, and drains on stop."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from runtime.front.progress_stream import RelayedDelta, paced_relay, relay
+from runtime.native.auth import hash_key
+from runtime.native.progress import finish, mark_cancelled, mark_ended, post_progress, write_lease
+from runtime.stores.embedded import EmbeddedStores
+from runtime.stores.redis_client import redis_client
+
+pytestmark = pytest.mark.integration
+
+OWNER = hash_key("worker-key")
+T = TypeVar("T")
+
+
+@pytest.fixture
+def redis(horde_stores: EmbeddedStores) -> Iterator[Redis]:
+    client = redis_client(horde_stores.redis_url)
+    yield client
+    client.close()
+
+
+def leased(redis: Redis, request_id: str) -> str:
+    generation_id = str(uuid.uuid4())
+    write_lease(redis, generation_id, request_id, OWNER, 150)
+    return generation_id
+
+
+async def within(awaitable: asyncio.Future[T] | asyncio.Task[T], seconds: float = 10) -> T:
+    return await asyncio.wait_for(awaitable, seconds)
+
+
+def run_with_async_redis(url: str, body: Callable[[AsyncRedis], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = AsyncRedis.from_url(url, decode_responses=True)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def test_entries_are_relayed_as_they_arrive(redis: Redis, horde_stores: EmbeddedStores) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+
+    async def body(client: AsyncRedis) -> list[str]:
+        stream: AsyncIterator[RelayedDelta] = relay(client, request_id)
+        seen: list[str] = []
+        for seq, text in enumerate(["Once ", "upon ", "a time"]):
+            post_progress(redis, generation_id, OWNER, seq, text)
+            delta = await within(anext(stream))
+            # Each post is read before the next one exists and before any submit.
+            assert (delta.text, delta.generation_id) == (text, generation_id)
+            seen.append(delta.text)
+        finish(redis, generation_id)
+        rest = [d async for d in stream]
+        assert rest == []
+        return seen
+
+    assert run_with_async_redis(horde_stores.redis_url, body) == ["Once ", "upon ", "a time"]
+
+
+def test_a_relay_resumes_after_an_entry_id(redis: Redis, horde_stores: EmbeddedStores) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    for seq, text in enumerate(["a", "b", "c"]):
+        post_progress(redis, generation_id, OWNER, seq, text)
+    finish(redis, generation_id)
+
+    async def body(client: AsyncRedis) -> tuple[list[str], list[str]]:
+        everything = [d async for d in relay(client, request_id)]
+        resumed = [d async for d in relay(client, request_id, last_id=everything[0].entry_id)]
+        return [d.text for d in everything], [d.text for d in resumed]
+
+    assert run_with_async_redis(horde_stores.redis_url, body) == (["a", "b", "c"], ["b", "c"])
+
+
+def test_a_fault_before_any_text_is_skipped_and_one_after_text_ends_the_relay(
+    redis: Redis, horde_stores: EmbeddedStores
+) -> None:
+    request_id = str(uuid.uuid4())
+    silent = leased(redis, request_id)
+    mark_ended(redis, silent)
+    second = leased(redis, request_id)
+    post_progress(redis, second, OWNER, 0, "partial")
+    mark_ended(redis, second)
+    third = leased(redis, request_id)
+    post_progress(redis, third, OWNER, 0, "never relayed")
+
+    async def body(client: AsyncRedis) -> list[tuple[str, str]]:
+        return [(d.generation_id, d.text) async for d in relay(client, request_id)]
+
+    assert run_with_async_redis(horde_stores.redis_url, body) == [(second, "partial")]
+
+
+def test_a_cancel_ends_the_relay(redis: Redis, horde_stores: EmbeddedStores) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    post_progress(redis, generation_id, OWNER, 0, "Hello")
+    mark_cancelled(redis, generation_id)
+
+    async def body(client: AsyncRedis) -> list[str]:
+        return [d.text async for d in relay(client, request_id)]
+
+    assert run_with_async_redis(horde_stores.redis_url, body) == ["Hello"]
+
+
+def test_stop_drains_what_is_left_and_returns(redis: Redis, horde_stores: EmbeddedStores) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    for seq, text in enumerate(["x", "y"]):
+        post_progress(redis, generation_id, OWNER, seq, text)
+
+    async def body(client: AsyncRedis) -> list[str]:
+        stop = asyncio.Event()
+        stop.set()  # the completion signal came before the relay read anything
+        return [d.text async for d in relay(client, request_id, stop=stop)]
+
+    # No end entry was written (the submit's finish may be lost): stop still ends it.
+    assert run_with_async_redis(horde_stores.redis_url, body) == ["x", "y"]
+
+
+def test_paced_relay_sends_every_character_in_order(
+    redis: Redis, horde_stores: EmbeddedStores
+) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    post_progress(redis, generation_id, OWNER, 0, "Hello, ")
+    post_progress(redis, generation_id, OWNER, 1, "world")
+    finish(redis, generation_id)
+
+    async def body(client: AsyncRedis) -> list[str]:
+        return [piece async for piece in paced_relay(client, request_id)]
+
+    pieces = run_with_async_redis(horde_stores.redis_url, body)
+    assert "".join(pieces) == "Hello, world"
+    assert len(pieces) > 2  # each post spread over several pieces
