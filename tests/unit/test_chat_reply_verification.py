@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from codegen.errors import SpecErrors
+from codegen.spec import SPEC_ROOT, load_spec
 from generated.chat import validate_chat_request, verify_chat_reply
 from generated.errors import ChatReplyRejected
 
@@ -172,3 +176,14 @@ def test_the_rules_judge_the_reduced_reply() -> None:
     assert refused(req, reply(None, call("nope", "a"), call("get", "b"))) == "unknown_function"
     best = request(BEST_EFFORT, tools=TOOLS, parallel_tool_calls=False)
     assert refused(best, reply(None, call("get", "a"), call("nope", "b"))) == "unknown_function"
+
+
+def test_the_spec_refuses_a_rule_the_code_does_not_implement(tmp_path: Path) -> None:
+    spec_dir = tmp_path / "spec"
+    shutil.copytree(SPEC_ROOT, spec_dir)
+    path = spec_dir / "chat/verification.yaml"
+    text = path.read_text()
+    assert "  duplicate_call_id:\n" in text
+    path.write_text(text.replace("  duplicate_call_id:\n", "  duplicate_call_ids:\n"))
+    with pytest.raises(SpecErrors, match="duplicate_call_ids"):
+        load_spec(spec_dir)
