@@ -40,9 +40,26 @@ def _check(spec: dict[str, Any]) -> None:
         raise SpecErrors(problems)
 
 
+def _const(parameter: str) -> str:
+    """The generated.chat.names constant of a request parameter."""
+    return f"PARAM_{parameter.upper()}"
+
+
+def _rule(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **data,
+        "description": " ".join(data["description"].split()),
+        "stream_const": _const(data["stream_parameter"]),
+        "absent_consts": [_const(p) for p in data["absent_parameters"]],
+        "format_const": _const(data["format_parameter"]),
+    }
+
+
 def build(spec: Spec) -> list[Output]:
     data = spec[SOURCE]
     _check(data)
+    rule = _rule(data["delta_requests"])
+    param_names = sorted({rule["stream_const"], rule["format_const"], *rule["absent_consts"]})
     keys = [
         {
             "name": name,
@@ -63,9 +80,11 @@ def build(spec: Spec) -> list[Output]:
     return [
         render(
             "streaming.py.j2",
-            spec.sources(SOURCE),
+            spec.sources(SOURCE, "chat/parameters.yaml"),
             "streaming.py",
             keys=keys,
+            rule=rule,
+            param_names=param_names,
             lease_fields=data["lease_fields"],
             entry_fields=data["entry_fields"],
             entry_kinds=data["entry_kinds"],
