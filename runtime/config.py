@@ -10,6 +10,8 @@
 | HORDE_RATE_LIMITS | on | "off" disables flask-limiter (never in production) |
 | HORDE_RATE_LIMIT_SCALE | 1 | multiplies every rate limit (tests raise them) |
 | HORDE_SWEEP_SECONDS | 10 | period of the lifecycle sweep (TTL, expiry) |
+| HORDE_SERVICE_PASSKEY | (unset) | the front's passkey: with it, X-Forwarded-For is trusted |
+| HORDE_MODERATION_PATTERNS | (unset) | regexes, one per line, refused in chat submissions |
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class Settings:
     rate_limits_enabled: bool = True
     rate_limit_scale: int = 1
     sweep_seconds: int = 10
+    service_passkey: str | None = None
+    moderation_patterns: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -58,4 +62,8 @@ class Settings:
             rate_limits_enabled=(env.get("HORDE_RATE_LIMITS") or "on").lower() != "off",
             rate_limit_scale=max(1, _int(env, "HORDE_RATE_LIMIT_SCALE", 1)),
             sweep_seconds=max(1, _int(env, "HORDE_SWEEP_SECONDS", 10)),
+            service_passkey=env.get("HORDE_SERVICE_PASSKEY") or None,
+            moderation_patterns=tuple(
+                line for line in (env.get("HORDE_MODERATION_PATTERNS") or "").splitlines() if line
+            ),
         )

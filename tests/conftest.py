@@ -10,7 +10,8 @@ Session-wide (started once, lazily, only when a test asks):
     ``NativeService`` (runtime.native.server): the native Flask app under waitress on a free
     127.0.0.1 port, rate limits x1000, no background sweeper (call
     ``runtime.native.lifecycle.sweep(native_db, native_service.context.policy, now=...)``).
-    ``.url``, ``.context`` (engine, sessions, redis, policy).
+    ``.url``, ``.context`` (engine, sessions, redis, policy). Its service passkey is
+    ``SERVICE_PASSKEY`` and its moderation screen ``MODERATION_PATTERNS`` (below).
 ``native_url``
     ``http://127.0.0.1:<port>/api/v2``.
 
@@ -65,10 +66,20 @@ def horde_stores() -> Iterator[EmbeddedStores]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+SERVICE_PASSKEY = "test-service-passkey"
+"""The native_service's X-Horde-Service-Passkey (what a front under test presents)."""
+MODERATION_PATTERNS = (r"\bforbidden-word\b",)
+"""The native_service's moderation screen: a chat submission mentioning it is refused."""
+
+
 @pytest.fixture(scope="session")
 def native_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
     service = NativeService.start(
-        Settings(rate_limit_scale=1000),
+        Settings(
+            rate_limit_scale=1000,
+            service_passkey=SERVICE_PASSKEY,
+            moderation_patterns=MODERATION_PATTERNS,
+        ),
         database_url=horde_stores.database_url,
         redis_url=horde_stores.redis_url,
         host="127.0.0.1",

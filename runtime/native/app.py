@@ -1,8 +1,8 @@
 """The native API's Flask application factory.
 
 Routes come from ``generated.routes.ROUTES`` (surface ``native``); each operation id this
-issue implements has a view in ``VIEWS``. Operations of later issues (the chat routes,
-text progress) are not registered yet and answer 404 RouteNotFound.
+issue implements has a view in ``VIEWS``; an operation without one is not registered and
+answers 404 RouteNotFound.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from flask import Flask
 
 from generated.routes import ROUTES
-from runtime.native import views_progress, views_status, views_text, views_workers
+from runtime.native import views_chat, views_progress, views_status, views_text, views_workers
 from runtime.native.context import EXTENSION, NativeContext
 from runtime.native.http_errors import register_error_handlers
 from runtime.native.rate_limits import make_limiter, route_limits
@@ -24,6 +24,9 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "text_async": views_text.text_async,
     "text_status": views_text.text_status_view,
     "text_cancel": views_text.text_cancel,
+    "chat_async": views_chat.chat_async,
+    "chat_status": views_chat.chat_status_view,
+    "chat_cancel": views_chat.chat_cancel,
     "text_pop": views_workers.text_pop,
     "text_submit": views_workers.text_submit,
     "text_progress": views_progress.text_progress,

@@ -1,7 +1,8 @@
 """The lifecycle sweep: stale jobs aborted and requeued, faults counted, requests expired.
 
 ``sweep(sessions, policy)`` does one pass (tests call it directly with a ``now``);
-``Sweeper`` runs it periodically in a daemon thread started with the app.
+``Sweeper`` runs it periodically in a daemon thread started with the app. Given a Redis
+client, a pass publishes the completion signal of every chat request it faulted or expired.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from redis import Redis
 from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from generated.signals import CHAT_EVENT_EXPIRED, CHAT_EVENT_FAULTED
 from runtime.native import kudos
 from runtime.native.models import Generation, WaitingPrompt, Worker
 from runtime.native.policy import Policy
+from runtime.native.signals import publish_chat_event
 from runtime.stores.database import transaction
 
 log = logging.getLogger(__name__)
@@ -84,24 +88,34 @@ class SweepReport:
 
 
 def sweep(
-    sessions: sessionmaker[Session], policy: Policy, now: datetime | None = None
+    sessions: sessionmaker[Session],
+    policy: Policy,
+    now: datetime | None = None,
+    redis: Redis | None = None,
 ) -> SweepReport:
     now = now or utcnow()
     aborted = 0
     with transaction(sessions) as session:
-        stale = session.scalars(
-            select(Generation.id)
+        stale = session.execute(
+            select(Generation.id, Generation.wp_id)
             .where(
                 Generation.generation.is_(None),
                 Generation.faulted.is_(False),
                 Generation.cancelled.is_(False),
                 Generation.start_time + func.make_interval(0, 0, 0, 0, 0, 0, Generation.ttl) < now,
             )
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=True, of=Generation)
         ).all()
-        for gen_id in stale:
+        for gen_id, _wp_id in stale:
             fault_generation(session, policy, gen_id, now, aborted=True)
             aborted += 1
+        faulted_chats = session.scalars(
+            select(WaitingPrompt.id).where(
+                WaitingPrompt.id.in_({wp_id for _gen_id, wp_id in stale}),
+                WaitingPrompt.is_chat.is_(True),
+                WaitingPrompt.faulted.is_(True),
+            )
+        ).all()
     with transaction(sessions) as session:
         pending = exists().where(
             Generation.wp_id == WaitingPrompt.id,
@@ -109,23 +123,37 @@ def sweep(
             Generation.faulted.is_(False),
             Generation.cancelled.is_(False),
         )
-        expired = session.scalars(
-            select(WaitingPrompt.id)
+        rows = session.execute(
+            select(WaitingPrompt.id, WaitingPrompt.is_chat)
             .where(WaitingPrompt.expiry < now, ~pending)
             .with_for_update(skip_locked=True)
         ).all()
+        expired = [wp_id for wp_id, _is_chat in rows]
         for wp_id in expired:
             kudos.release_holds(session, wp_id)
         if expired:
             session.execute(delete(WaitingPrompt).where(WaitingPrompt.id.in_(expired)))
+    if redis is not None:
+        for wp_id in faulted_chats:
+            publish_chat_event(redis, wp_id, CHAT_EVENT_FAULTED)
+        for wp_id, is_chat in rows:
+            if is_chat:
+                publish_chat_event(redis, wp_id, CHAT_EVENT_EXPIRED)
     return SweepReport(aborted=aborted, expired=len(expired))
 
 
 class Sweeper:
     """Runs ``sweep`` every ``period`` seconds in a daemon thread until ``stop()``."""
 
-    def __init__(self, sessions: sessionmaker[Session], policy: Policy, period: float) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        policy: Policy,
+        period: float,
+        redis: Redis | None = None,
+    ) -> None:
         self._sessions, self._policy, self._period = sessions, policy, period
+        self._redis = redis
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="horde-sweeper", daemon=True)
 
@@ -136,7 +164,7 @@ class Sweeper:
     def _run(self) -> None:
         while not self._stop.wait(self._period):
             try:
-                sweep(self._sessions, self._policy)
+                sweep(self._sessions, self._policy, redis=self._redis)
             except Exception:  # keep sweeping; the next pass retries
                 log.exception("lifecycle sweep failed")
 

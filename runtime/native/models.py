@@ -2,7 +2,10 @@
 
 Money is ``Numeric(16, 2)`` so a balance equals the sum of its ledger rows exactly.
 ``waiting_prompts`` is upstream's TextWaitingPrompt: text and (next issue) chat requests
-share it, told apart by ``is_chat``. Chat-only columns come with the chat migration.
+share it, told apart by ``is_chat``. The chat columns (migration 0002) hold the validated
+request and its messages (deferred: the queue never loads them), the requirements computed
+once at creation, and on generations the structured reply; ``operation_keys`` makes a chat
+submit idempotent per user.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ from sqlalchemy import (
     Numeric,
     String,
     Text,
+    UniqueConstraint,
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 Money = Numeric(16, 2)
@@ -82,6 +86,9 @@ class Worker(Base):
     fulfilments: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
     contributions: Mapped[int] = mapped_column(BigInteger, server_default=text("0"), nullable=False)
     aborted_jobs: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    chat_declaration: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """The parsed chat declaration of the last pop; None when it did not send chat_jobs."""
+    prompt_jobs: Mapped[bool] = mapped_column(Boolean, server_default=text("true"), default=True)
     last_check_in: Mapped[datetime] = _now()
     created: Mapped[datetime] = _now()
 
@@ -126,6 +133,19 @@ class WaitingPrompt(Base):
     cancelled: Mapped[bool] = _false()
     created: Mapped[datetime] = _now()
     expiry: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # Chat requests (is_chat): the validated request without its messages, the kept messages,
+    # the full flattened submission, and the requirements computed once at creation.
+    chat_request: Mapped[dict[str, Any] | None] = mapped_column(JSONB, deferred=True)
+    messages: Mapped[list[Any] | None] = mapped_column(JSONB, deferred=True)
+    submitted_prompt: Mapped[str | None] = mapped_column(Text, deferred=True)
+    required_features: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'"), default=list
+    )
+    required_limits: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb"), default=dict
+    )
+    conformance: Mapped[str | None] = mapped_column(String(20))
+    max_tokens_lowered_to: Mapped[int | None] = mapped_column(Integer)
 
 
 class Generation(Base):
@@ -154,6 +174,11 @@ class Generation(Base):
     censored: Mapped[bool] = _false()
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     aborted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    reply: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """A chat generation's verified structured reply (content, reasoning, tool calls, finish)."""
+    reported_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    """Token counts the worker reported: stored and shown, never charged."""
+    charge_basis: Mapped[str | None] = mapped_column(String(40))
 
 
 class KudosLedger(Base):
@@ -184,3 +209,20 @@ class KudosHold(Base):
     released: Mapped[bool] = _false()
     created: Mapped[datetime] = _now()
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class OperationKey(Base):
+    """A chat submit's operation key, scoped to its user: one request per (user, key)."""
+
+    __tablename__ = "operation_keys"
+    __table_args__ = (UniqueConstraint("user_id", "key", name="uq_operation_keys_user_key"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(128), nullable=False)
+    fingerprint: Mapped[str] = mapped_column(String(128), nullable=False)
+    wp_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("waiting_prompts.id", ondelete="CASCADE"), index=True
+    )
+    kudos: Mapped[Decimal] = mapped_column(Money, nullable=False)
+    created: Mapped[datetime] = _now()

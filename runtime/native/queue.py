@@ -1,9 +1,11 @@
 """The worker side of the text queue: register on pop, hand out jobs, take submissions.
 
 A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priority, then
-age), so concurrent pops never hand out the same job. A submit is a compare-and-set on
-the generation (``generation IS NULL AND NOT faulted AND NOT cancelled``), so a job is paid
-at most once.
+age), so concurrent pops never hand out the same job. Text and chat requests share the
+queue: a pop with a chat declaration also matches the chat requests it covers
+(``chat_fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
+A submit is a compare-and-set on the generation (``generation IS NULL AND NOT faulted AND
+NOT cancelled``), so a job is paid at most once.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import and_, case, false, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
 from generated.errors import (
     AbortedGen,
     DuplicateGen,
@@ -25,6 +28,7 @@ from generated.errors import (
     WrongCredentials,
 )
 from runtime.native import kudos
+from runtime.native.chat_fit import chat_queue_filters
 from runtime.native.fit import SKIP_REASONS, pick_model, queue_filters
 from runtime.native.lifecycle import fault_generation
 from runtime.native.models import Generation, User, WaitingPrompt, Worker
@@ -39,8 +43,17 @@ class Popped:
     skipped: dict[str, int] = field(default_factory=dict)
 
 
-def register_worker(session: Session, user: User, body: dict[str, Any], now: datetime) -> Worker:
-    """The pop's worker, created or refreshed from its declaration; owned by ``user``."""
+def register_worker(
+    session: Session,
+    user: User,
+    body: dict[str, Any],
+    now: datetime,
+    declaration: dict[str, Any] | None = None,
+) -> Worker:
+    """The pop's worker, created or refreshed from its declaration; owned by ``user``.
+
+    ``declaration`` is the parsed chat declaration; kept only when it declares chat_jobs.
+    """
     worker = session.scalars(
         select(Worker).where(Worker.name == body["name"]).with_for_update()
     ).first()
@@ -55,6 +68,9 @@ def register_worker(session: Session, user: User, body: dict[str, Any], now: dat
     worker.threads = body.get("threads", 1)
     worker.nsfw = bool(body.get("nsfw"))
     worker.bridge_agent = (body.get("bridge_agent") or "")[:255]
+    chat = bool(declaration and declaration[DECL_CHAT_JOBS])
+    worker.chat_declaration = declaration if chat else None
+    worker.prompt_jobs = bool(declaration[DECL_PROMPT_JOBS]) if declaration else True
     worker.last_check_in = now
     session.flush()
     if worker.maintenance:
@@ -63,17 +79,28 @@ def register_worker(session: Session, user: User, body: dict[str, Any], now: dat
 
 
 def pop_text_job(
-    session: Session, policy: Policy, worker: Worker, trusted: bool, amount: int, now: datetime
+    session: Session,
+    policy: Policy,
+    worker: Worker,
+    trusted: bool,
+    amount: int,
+    now: datetime,
+    declaration: dict[str, Any] | None = None,
 ) -> Popped:
+    """The next job ``worker`` may take, text or (with a chat declaration) chat."""
     filters = queue_filters(worker, trusted)
+    kinds = []
+    if declaration is None or declaration[DECL_PROMPT_JOBS]:
+        kinds.append(and_(WaitingPrompt.is_chat.is_(False), *filters))
+    if declaration is not None and declaration[DECL_CHAT_JOBS]:
+        kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
     wp = session.scalars(
         select(WaitingPrompt)
         .where(
             WaitingPrompt.active.is_(True),
             WaitingPrompt.n > 0,
-            WaitingPrompt.is_chat.is_(False),
             WaitingPrompt.expiry > now,
-            *filters,
+            or_(false(), *kinds),
         )
         .order_by(WaitingPrompt.extra_priority.desc(), WaitingPrompt.created.asc())
         .limit(1)
@@ -81,9 +108,9 @@ def pop_text_job(
     ).first()
     if wp is None:
         return Popped(skipped=skipped_counts(session, filters, now))
-    take = 1 if wp.params.get("disable_batching") else max(1, min(amount, wp.n))
+    take = 1 if wp.is_chat or wp.params.get("disable_batching") else max(1, min(amount, wp.n))
     wp.n -= take
-    model = pick_model(worker, wp)
+    model = declaration[DECL_MODEL_ID] if wp.is_chat and declaration else pick_model(worker, wp)
     gens = [
         Generation(
             id=uuid.uuid4(),
@@ -175,7 +202,7 @@ def submit_text_job(
         .returning(Generation.id)
     ).first()
     if claimed is None:
-        _refuse_claim(session, gen_id)
+        refuse_claim(session, gen_id)
     kudos.apply_kudos(
         session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen_id, worker_id=worker.id
     )
@@ -197,7 +224,7 @@ def submit_text_job(
     return reward
 
 
-def _refuse_claim(session: Session, gen_id: uuid.UUID) -> None:
+def refuse_claim(session: Session, gen_id: uuid.UUID) -> None:
     session.expire_all()
     gen = session.get(Generation, gen_id)
     assert gen is not None
@@ -218,6 +245,6 @@ def _submit_faulted(
         update(Generation).where(*open_job).values(state="faulted").returning(Generation.id)
     ).first()
     if claimed is None:
-        _refuse_claim(session, gen.id)
+        refuse_claim(session, gen.id)
     fault_generation(session, policy, gen.id, now, aborted=False)
     return Decimal(0)

@@ -1,4 +1,8 @@
-"""flask-limiter on the Redis store: upstream's limits per IP and per API key."""
+"""flask-limiter on the Redis store: upstream's limits per IP and per API key.
+
+The chat routes count per source: the connection's address, or the forwarded client
+address when the chat front presents the service passkey (``service_passkey``).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,19 @@ from flask_limiter import Limiter
 
 from generated.routes import HEADER_APIKEY
 from runtime.native.auth import hash_key
+from runtime.native.context import native
 from runtime.native.policy import RateLimits
+from runtime.native.service_passkey import source_address
 from runtime.stores.redis_client import limiter_storage_uri
 
 
 def remote_address() -> str:
     return request.remote_addr or "unknown"
+
+
+def source_identity() -> str:
+    """The client's source: forwarded by a trusted front, else the connection's address."""
+    return source_address(native().settings)
 
 
 def api_key_identity() -> str:
@@ -48,5 +59,11 @@ def route_limits(limits: RateLimits) -> dict[str, list[tuple[str, Callable[[], s
         "text_cancel": status,
         "text_pop": pop_submit,
         "text_submit": pop_submit,
+        "chat_async": [
+            (limits.text_async_ip, source_identity),
+            (limits.text_async_key, api_key_identity),
+        ],
+        "chat_status": [(limits.status, source_identity)],
+        "chat_cancel": [(limits.status, source_identity)],
         "text_progress": pop_submit,
     }

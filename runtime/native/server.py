@@ -74,7 +74,9 @@ class NativeService:
         thread = threading.Thread(target=server.run, name="native-waitress", daemon=True)
         thread.start()
         sweeper = (
-            Sweeper(ctx.sessions, ctx.policy, settings.sweep_seconds).start() if sweep else None
+            Sweeper(ctx.sessions, ctx.policy, settings.sweep_seconds, redis=ctx.redis).start()
+            if sweep
+            else None
         )
         return cls(ctx, bound_host, bound_port, server, thread, sweeper)
 

@@ -1,0 +1,107 @@
+"""A chat request's plan against the online pool, computed once at submission.
+
+Given the validated request and the chat declarations of the online workers serving its
+models: max_tokens above every serving worker's declared length is lowered to the largest;
+under a non-default context_fit (truncate_oldest) a conversation too long for every served
+context loses its oldest whole turns; then the requirements (features, plus guarantees
+under strict; limits) are computed once for the row, and a pool gap is refused (404 for
+features or guarantees, 400 for a size limit). The client's request itself is not changed:
+the row keeps its values, and the lowered length travels in ``max_tokens_lowered_to``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from generated.chat import (
+    CHARS_PER_TOKEN_ESTIMATE,
+    horde_option,
+    output_tokens,
+    pool_gap,
+    required_chat_features,
+    required_chat_limits,
+    truncate_oldest,
+)
+from generated.chat.messages import text_chars
+from generated.chat.names import (
+    DECL_CHAT_LIMITS,
+    HORDE_CONTEXT_FIT,
+    LIMIT_MAX_CONTEXT_LENGTH,
+    LIMIT_MAX_LENGTH,
+    PARAM_MAX_COMPLETION_TOKENS,
+    PARAM_MAX_TOKENS,
+    PARAM_MESSAGES,
+)
+from generated.chat.tables import HORDE_KEYS
+from generated.routes import DEFS
+
+_TEXT_PARAMS = DEFS["native"]["TextParams"]["properties"]
+TEXT_DEFAULT_MAX_LENGTH: int = _TEXT_PARAMS["max_length"]["default"]
+TEXT_DEFAULT_CONTEXT: int = _TEXT_PARAMS["max_context_length"]["default"]
+"""A chat request is priced as the same text request: at least the text default context."""
+
+
+@dataclass(frozen=True)
+class ChatPlan:
+    messages: list[dict[str, Any]]
+    required_features: list[str]
+    required_limits: dict[str, int | float]
+    max_length: int
+    max_context_length: int
+    max_tokens_lowered_to: int | None
+
+
+def largest_declared(declarations: list[dict[str, Any]], limit: str) -> int | float | None:
+    """The largest declared bound of ``limit``; None when some worker leaves it unbounded."""
+    bounds = [(d.get(DECL_CHAT_LIMITS) or {}).get(limit) for d in declarations]
+    if not bounds or any(b is None for b in bounds):
+        return None
+    return max(bounds)
+
+
+def _lower_output(request: dict[str, Any], to: int) -> dict[str, Any]:
+    work = dict(request)
+    for key in (PARAM_MAX_COMPLETION_TOKENS, PARAM_MAX_TOKENS):
+        if key in work:
+            work[key] = to
+    return work
+
+
+def _truncated(work: dict[str, Any], declarations: list[dict[str, Any]]) -> dict[str, Any]:
+    largest = largest_declared(declarations, LIMIT_MAX_CONTEXT_LENGTH)
+    needed = required_chat_limits(work)[LIMIT_MAX_CONTEXT_LENGTH]
+    if largest is None or needed <= largest:
+        return work
+    messages = work[PARAM_MESSAGES]
+    reserved = needed - math.ceil(text_chars(messages) / CHARS_PER_TOKEN_ESTIMATE)
+    kept = truncate_oldest(messages, int(largest), reserved_tokens=max(0, int(reserved)))
+    return {**work, PARAM_MESSAGES: kept}
+
+
+def plan_chat_request(request: dict[str, Any], declarations: list[dict[str, Any]]) -> ChatPlan:
+    """The plan, or the pool gap's error (``Gap.error()``)."""
+    work = dict(request)
+    lowered: int | None = None
+    wanted = output_tokens(request)
+    largest_length = largest_declared(declarations, LIMIT_MAX_LENGTH)
+    if wanted is not None and largest_length is not None and wanted > largest_length:
+        lowered = int(largest_length)
+        work = _lower_output(work, lowered)
+    if horde_option(request, HORDE_CONTEXT_FIT) != HORDE_KEYS[HORDE_CONTEXT_FIT]["default"]:
+        work = _truncated(work, declarations)
+    required = required_chat_features(work)
+    limits = required_chat_limits(work)
+    gap = pool_gap(declarations, required, limits)
+    if gap is not None:
+        raise gap.error()
+    length = output_tokens(work) or largest_length or TEXT_DEFAULT_MAX_LENGTH
+    return ChatPlan(
+        messages=work[PARAM_MESSAGES],
+        required_features=required,
+        required_limits=limits,
+        max_length=int(length),
+        max_context_length=max(int(limits[LIMIT_MAX_CONTEXT_LENGTH]), TEXT_DEFAULT_CONTEXT),
+        max_tokens_lowered_to=lowered,
+    )

@@ -1,0 +1,256 @@
+"""Chat requests: admission against the online pool, then a text request row with is_chat.
+
+``create_chat_request`` takes a request already normalised by
+``generated.chat.validate_chat_request`` and, in the caller's transaction (the user row
+locked FOR UPDATE), in this order:
+
+1. an operation key already used by the user returns its request (same id, same kudos), or
+   is refused with 422 when the body's fingerprint differs; nothing is charged again;
+2. moderation screens the full submitted messages;
+3. every listed model must be known (404 model_not_found) and served by an online chat
+   worker (503 no_eligible_worker): nothing is queued otherwise;
+4. the plan (``chat_plan``): max_tokens lowered to the largest declared length, context_fit
+   truncation, requirements computed once; a pool gap is 404 (features) or 400 (limits);
+5. the dry-run quote against horde.max_kudos, then dry_run, concurrency and upfront kudos
+   exactly as for text requests; the row, the horde tax, the hold and the operation key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from generated.chat import (
+    flatten_messages,
+    horde_option,
+    operation_fingerprint,
+    requested_models,
+)
+from generated.chat.names import (
+    DECL_MODEL_ID,
+    HORDE_CONFORMANCE,
+    HORDE_DRY_RUN,
+    HORDE_EXTRA_SLOW_WORKERS,
+    HORDE_MAX_KUDOS,
+    HORDE_SLOW_WORKERS,
+    HORDE_TRUSTED_WORKERS,
+    HORDE_WORKER_BLACKLIST,
+    HORDE_WORKERS,
+    PARAM_MESSAGES,
+    PARAM_MODEL,
+    PARAM_MODELS,
+)
+from generated.errors import (
+    KudosCapExceeded,
+    KudosUpfront,
+    ModelNotFound,
+    NoEligibleWorker,
+    OperationKeyMismatch,
+    RequestNotFound,
+    TooManyPrompts,
+)
+from runtime.native import kudos
+from runtime.native.auth import ANONYMOUS_USER_ID
+from runtime.native.chat_fit import chat_model, serves_chat
+from runtime.native.chat_plan import ChatPlan, plan_chat_request
+from runtime.native.models import OperationKey, User, WaitingPrompt, Worker
+from runtime.native.moderation import screen
+from runtime.native.policy import Policy
+from runtime.native.text_requests import online_workers, queued_jobs
+
+REQUEST_TYPE = "Chat Waiting Prompt"
+
+
+@dataclass(frozen=True)
+class ChatSubmitted:
+    id: uuid.UUID | None
+    kudos: Decimal
+    existing: bool = False
+
+
+class OperationKeyRace(Exception):
+    """Another transaction claimed the same (user, key) first: retry, and find it."""
+
+
+def _existing_operation(
+    session: Session, user_id: int, key: str, fingerprint: str
+) -> ChatSubmitted | None:
+    row = session.scalars(
+        select(OperationKey).where(OperationKey.user_id == user_id, OperationKey.key == key)
+    ).first()
+    if row is None:
+        return None
+    if row.fingerprint != fingerprint:
+        raise OperationKeyMismatch(key=key)
+    return ChatSubmitted(id=row.wp_id, kudos=row.kudos, existing=True)
+
+
+def _claim_operation(
+    session: Session, user_id: int, key: str, fingerprint: str, wp: WaitingPrompt
+) -> None:
+    values = {"user_id": user_id, "key": key, "fingerprint": fingerprint}
+    claimed = session.execute(
+        insert(OperationKey)
+        .values(**values, wp_id=wp.id, kudos=wp.kudos_estimate)
+        .on_conflict_do_nothing(constraint="uq_operation_keys_user_key")
+        .returning(OperationKey.id)
+    ).first()
+    if claimed is None:
+        raise OperationKeyRace(key)
+
+
+def _unknown_model(session: Session, models: list[str]) -> str | None:
+    """The first listed model that no registered worker serves by that exact name."""
+    for name in models:
+        known = session.scalar(
+            select(Worker.id)
+            .where(
+                or_(
+                    Worker.models.has_key(name),
+                    Worker.chat_declaration[DECL_MODEL_ID].astext == name,
+                )
+            )
+            .limit(1)
+        )
+        if known is None:
+            return name
+    return None
+
+
+def serving_declarations(
+    session: Session, policy: Policy, models: list[str], now: datetime
+) -> list[dict[str, Any]]:
+    """Chat declarations of the online workers whose model is one of ``models``."""
+    return [
+        dict(w.chat_declaration or {})
+        for w, _trusted in online_workers(session, policy, now)
+        if serves_chat(w) and chat_model(w) in models
+    ]
+
+
+def _model_param(request: dict[str, Any], name: str) -> str:
+    listed = request.get(PARAM_MODELS, [])
+    return f"{PARAM_MODELS}.[{listed.index(name)}]" if name in listed else PARAM_MODEL
+
+
+def _check_kudos_cap(request: dict[str, Any], cost: Decimal) -> None:
+    cap = horde_option(request, HORDE_MAX_KUDOS)
+    if cap is not None and cost > Decimal(str(cap)):
+        raise KudosCapExceeded(quote=float(cost), max_kudos=cap)
+
+
+def create_chat_request(
+    session: Session,
+    policy: Policy,
+    user: User,
+    request: dict[str, Any],
+    *,
+    moderation_patterns: tuple[str, ...],
+    operation_key: str | None,
+    client_agent: str,
+    ipaddr: str,
+    now: datetime,
+) -> ChatSubmitted:
+    """Queue (or quote, or recover) a chat request; ``user`` must be locked FOR UPDATE."""
+    fingerprint = operation_fingerprint(request) if operation_key else ""
+    if operation_key:
+        existing = _existing_operation(session, user.id, operation_key, fingerprint)
+        if existing is not None:
+            return existing
+    full_prompt = flatten_messages(request[PARAM_MESSAGES])
+    screen(moderation_patterns, full_prompt)
+    models = requested_models(request)
+    unknown = _unknown_model(session, models)
+    if unknown is not None:
+        raise ModelNotFound(model=unknown, param=_model_param(request, unknown))
+    declarations = serving_declarations(session, policy, models, now)
+    if not declarations:
+        raise NoEligibleWorker(reason=f"no online chat worker serves {', '.join(models)}")
+    plan = plan_chat_request(request, declarations)
+    cost = kudos.quote(plan.max_length, plan.max_context_length, 1, models, policy.horde_tax)
+    _check_kudos_cap(request, cost)
+    if horde_option(request, HORDE_DRY_RUN):
+        return ChatSubmitted(id=None, kudos=cost)
+    count = queued_jobs(session, user.id)
+    if count + 1 > user.concurrency:
+        raise TooManyPrompts(count=count + 1, concurrency=user.concurrency, retry_after=5)
+    needs_upfront = plan.max_length > policy.upfront_max_length
+    if needs_upfront and user.kudos < cost:
+        raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
+    wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
+    wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
+    session.add(wp)
+    session.flush()
+    kudos.apply_kudos(session, user.id, -policy.horde_tax, "horde_tax", wp_id=wp.id)
+    if needs_upfront:
+        kudos.hold_upfront(session, user.id, wp.id, cost)
+    if operation_key:
+        _claim_operation(session, user.id, operation_key, fingerprint, wp)
+    return ChatSubmitted(id=wp.id, kudos=cost)
+
+
+def _row(
+    policy: Policy,
+    user: User,
+    request: dict[str, Any],
+    plan: ChatPlan,
+    models: list[str],
+    full_prompt: str,
+    cost: Decimal,
+    now: datetime,
+) -> WaitingPrompt:
+    stored = {k: v for k, v in request.items() if k != PARAM_MESSAGES}
+    anonymous = user.id == ANONYMOUS_USER_ID
+    return WaitingPrompt(
+        id=uuid.uuid4(),
+        is_chat=True,
+        user_id=user.id,
+        prompt=flatten_messages(plan.messages),
+        submitted_prompt=full_prompt,
+        messages=plan.messages,
+        chat_request=stored,
+        required_features=plan.required_features,
+        required_limits=plan.required_limits,
+        conformance=horde_option(request, HORDE_CONFORMANCE),
+        max_tokens_lowered_to=plan.max_tokens_lowered_to,
+        params={},
+        n=1,
+        jobs=1,
+        max_length=plan.max_length,
+        max_context_length=plan.max_context_length,
+        models=models,
+        workers=[str(w) for w in horde_option(request, HORDE_WORKERS) or []],
+        worker_blacklist=bool(horde_option(request, HORDE_WORKER_BLACKLIST)),
+        trusted_workers=bool(horde_option(request, HORDE_TRUSTED_WORKERS)),
+        slow_workers=bool(horde_option(request, HORDE_SLOW_WORKERS)),
+        extra_slow_workers=bool(horde_option(request, HORDE_EXTRA_SLOW_WORKERS)),
+        extra_priority=Decimal(policy.anonymous_priority) if anonymous else user.kudos,
+        kudos_estimate=cost,
+        created=now,
+        expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
+    )
+
+
+def get_chat_request(session: Session, request_id: str, *, lock: bool = False) -> WaitingPrompt:
+    """A chat request by id; a text request's id is not found here (and the reverse)."""
+    try:
+        wp_id = uuid.UUID(request_id)
+    except ValueError:
+        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id) from None
+    query = select(WaitingPrompt).where(WaitingPrompt.id == wp_id, WaitingPrompt.is_chat.is_(True))
+    wp = session.scalars(query.with_for_update() if lock else query).first()
+    if wp is None:
+        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id)
+    return wp
+
+
+def stored_request(wp: WaitingPrompt) -> dict[str, Any]:
+    """The validated request as stored (client's values) with the kept messages."""
+    return {**(wp.chat_request or {}), PARAM_MESSAGES: list(wp.messages or [])}

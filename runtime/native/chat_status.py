@@ -1,0 +1,161 @@
+"""A chat request's status: progress, structured generations and availability.
+
+Availability is measured against the online pool now: ``eligible_threads`` (threads of the
+online workers whose declaration covers the stored requirements; fail_fast reads it),
+``missing_features`` / ``exceeded_limits`` (the pool gap among the online workers serving
+the request's models), ``is_possible``, ``queue_position`` (requests ahead, as upstream) and
+``wait_time``: the queued work ahead that this request's eligible workers could take
+(tokens), plus this request's own, over those workers' throughput.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import and_, or_, select
+from sqlalchemy.orm import Session, load_only
+
+from generated.chat import CHARGE_BASIS, pool_gap
+from runtime.native.chat_fit import chat_model, chat_worker_fits, serves_chat, worker_takes
+from runtime.native.models import Generation, WaitingPrompt, Worker
+from runtime.native.policy import Policy
+from runtime.native.text_requests import online_workers
+
+QUEUE_COLUMNS = (
+    WaitingPrompt.id,
+    WaitingPrompt.is_chat,
+    WaitingPrompt.n,
+    WaitingPrompt.max_length,
+    WaitingPrompt.max_context_length,
+    WaitingPrompt.models,
+    WaitingPrompt.workers,
+    WaitingPrompt.worker_blacklist,
+    WaitingPrompt.trusted_workers,
+    WaitingPrompt.nsfw,
+    WaitingPrompt.required_features,
+    WaitingPrompt.required_limits,
+)
+"""What eligibility reads of a queued request: never its prompt or messages."""
+
+
+@dataclass(frozen=True)
+class Availability:
+    eligible: list[tuple[Worker, bool]]
+    missing_features: list[str]
+    exceeded_limits: list[dict[str, Any]]
+
+    @property
+    def threads(self) -> int:
+        return sum(w.threads for w, _ in self.eligible)
+
+
+def availability(
+    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
+) -> Availability:
+    online = online_workers(session, policy, now)
+    eligible = [(w, t) for w, t in online if chat_worker_fits(w, t, wp)]
+    serving = [
+        dict(w.chat_declaration or {})
+        for w, _ in online
+        if serves_chat(w) and chat_model(w) in wp.models
+    ]
+    gap = pool_gap(serving, list(wp.required_features), dict(wp.required_limits))
+    missing: list[str] = []
+    exceeded: list[dict[str, Any]] = []
+    if gap is not None and gap.kind == "features":
+        missing = list(gap.missing)
+    elif gap is not None:
+        exceeded = [{"limit": gap.limit, "value": gap.value, "maximum": gap.maximum}]
+    return Availability(eligible, missing, exceeded)
+
+
+def queue_estimate(
+    session: Session, policy: Policy, wp: WaitingPrompt, eligible: list[tuple[Worker, bool]]
+) -> tuple[int, int]:
+    """(requests ahead, estimated seconds) for a waiting chat request."""
+    ahead = session.scalars(
+        select(WaitingPrompt)
+        .options(load_only(*QUEUE_COLUMNS))
+        .where(
+            WaitingPrompt.active.is_(True),
+            WaitingPrompt.n > 0,
+            WaitingPrompt.id != wp.id,
+            or_(
+                WaitingPrompt.extra_priority > wp.extra_priority,
+                and_(
+                    WaitingPrompt.extra_priority == wp.extra_priority,
+                    WaitingPrompt.created < wp.created,
+                ),
+            ),
+        )
+    ).all()
+    threads = sum(w.threads for w, _ in eligible)
+    if threads == 0:
+        return len(ahead), 0
+    tokens = sum(
+        other.max_length * other.n
+        for other in ahead
+        if any(worker_takes(w, t, other) for w, t in eligible)
+    )
+    rate = threads * policy.assumed_tokens_per_second
+    return len(ahead), math.ceil((tokens + wp.max_length * wp.n) / rate)
+
+
+def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:
+    reply = gen.reply or {}
+    return {
+        "id": str(gen.id),
+        "worker_id": str(gen.worker_id),
+        "worker_name": worker_name,
+        "model": gen.model,
+        "state": gen.state or "ok",
+        "content": reply.get("content"),
+        "reasoning_content": reply.get("reasoning_content"),
+        "tool_calls": list(reply.get("tool_calls") or []),
+        "finish_reason": reply.get("finish_reason"),
+        "usage": gen.reported_usage or {},
+        "kudos": float(gen.charge),
+        "charge_basis": gen.charge_basis or CHARGE_BASIS,
+        "seed": gen.seed,
+        "gen_metadata": gen.gen_metadata or [],
+    }
+
+
+def chat_status(
+    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
+) -> dict[str, Any]:
+    gens = session.execute(
+        select(Generation, Worker.name)
+        .join(Worker, Worker.id == Generation.worker_id)
+        .where(Generation.wp_id == wp.id)
+        .order_by(Generation.start_time)
+    ).all()
+    landed = [(g, name) for g, name in gens if g.generation is not None]
+    processing = [g for g, _ in gens if g.generation is None and not (g.faulted or g.cancelled)]
+    restarted = [g for g, _ in gens if g.aborted or g.faulted]
+    done = wp.faulted or wp.cancelled or (wp.n == 0 and not processing)
+    pool = availability(session, policy, wp, now)
+    position, wait = queue_estimate(session, policy, wp, pool.eligible) if wp.n > 0 else (0, 0)
+    charged = sum((g.charge for g, _ in landed), Decimal(0)) + policy.horde_tax
+    return {
+        "finished": len(landed),
+        "processing": len(processing),
+        "restarted": len(restarted),
+        "waiting": max(wp.n, 0),
+        "done": bool(done),
+        "faulted": wp.faulted,
+        "wait_time": wait,
+        "queue_position": position,
+        "kudos": float(charged),
+        "is_possible": wp.n == 0 or pool.threads > 0,
+        "generations": [_generation_json(g, name) for g, name in landed],
+        "eligible_threads": pool.threads,
+        "charge_basis": CHARGE_BASIS,
+        "missing_features": pool.missing_features,
+        "exceeded_limits": pool.exceeded_limits,
+        "max_tokens_lowered_to": wp.max_tokens_lowered_to,
+    }

@@ -1,0 +1,196 @@
+"""A worker's structured chat submit: verified, stored once, charged on the output estimate.
+
+The reply (content, reasoning_content, tool_calls, finish_reason) is checked by
+``generated.chat.verify_chat_reply`` against the stored request (the client's values). A
+refusal faults the job on that worker exactly like a submit with state faulted: it counts
+toward the request's fault limit and the request goes back to the queue until then. The
+caller commits that fault and then answers with the refusal (400 ChatReplyRejected).
+
+A kept reply is claimed with the same compare-and-set as a text submit, charged and
+rewarded through the text formula on ``output_estimate`` (never on the reported counts,
+which are stored and shown), with ``charge_basis`` stored on the generation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from generated.chat import CHARGE_BASIS, output_estimate, reply_text, verify_chat_reply
+from generated.errors import ChatReplyRejected, HordeError, InvalidJobID, WrongCredentials
+from generated.routes import DEFS
+from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
+from runtime.native import kudos
+from runtime.native.chat_requests import stored_request
+from runtime.native.lifecycle import fault_generation
+from runtime.native.models import Generation, User, WaitingPrompt, Worker
+from runtime.native.policy import Policy
+from runtime.native.queue import refuse_claim
+from runtime.native.text_requests import finish_if_complete, unfinished
+
+USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
+REPLY_KEYS = ("content", "reasoning_content", "tool_calls", "finish_reason")
+STOP, TOOL_CALLS = "stop", "tool_calls"
+FAULTED = "faulted"
+
+
+@dataclass(frozen=True)
+class ChatSubmission:
+    generation_id: str
+    state: str
+    reply: dict[str, Any]
+    usage: dict[str, Any] | None
+    seed: int | None
+    gen_metadata: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class ChatSubmitOutcome:
+    wp_id: uuid.UUID
+    generation_id: uuid.UUID
+    reward: Decimal = Decimal(0)
+    landed: bool = False
+    ended: str | None = None
+    """The completion-signal event when the request ended with this submit."""
+    refusal: HordeError | None = None
+    """Verification refused the reply: the job was faulted; answer with this after commit."""
+
+
+def is_chat_job(session: Session, generation_id: str) -> bool | None:
+    """Whether a job id is a chat job (None when no such job)."""
+    try:
+        gen_id = uuid.UUID(generation_id)
+    except ValueError:
+        return None
+    return session.scalar(
+        select(WaitingPrompt.is_chat)
+        .join(Generation, Generation.wp_id == WaitingPrompt.id)
+        .where(Generation.id == gen_id)
+    )
+
+
+def reported_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
+    """Every reported count, null where the worker did not report it."""
+    usage = usage or {}
+    return {key: usage.get(key) for key in USAGE_KEYS}
+
+
+def ended_event(wp: WaitingPrompt) -> str | None:
+    if wp.active:
+        return None
+    if wp.faulted:
+        return CHAT_EVENT_FAULTED
+    return CHAT_EVENT_CANCELLED if wp.cancelled else CHAT_EVENT_DONE
+
+
+def _load(
+    session: Session, user: User, generation_id: str
+) -> tuple[Generation, Worker, WaitingPrompt]:
+    gen_id = uuid.UUID(generation_id)
+    row = session.execute(
+        select(Generation, Worker, WaitingPrompt)
+        .join(Worker, Worker.id == Generation.worker_id)
+        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
+        .where(Generation.id == gen_id, WaitingPrompt.is_chat.is_(True))
+    ).first()
+    if row is None:
+        raise InvalidJobID(id=generation_id)
+    gen, worker, wp = row
+    if worker.user_id != user.id:
+        raise WrongCredentials()
+    return gen, worker, wp
+
+
+def _open_job(gen_id: uuid.UUID) -> list[Any]:
+    return [Generation.id == gen_id, *unfinished()]
+
+
+def _fault(
+    session: Session,
+    policy: Policy,
+    gen: Generation,
+    wp_id: uuid.UUID,
+    now: datetime,
+    metadata: list[Any],
+) -> ChatSubmitOutcome:
+    claimed = session.execute(
+        update(Generation)
+        .where(*_open_job(gen.id))
+        .values(state=FAULTED, gen_metadata=metadata)
+        .returning(Generation.id)
+    ).first()
+    if claimed is None:
+        refuse_claim(session, gen.id)
+    fault_generation(session, policy, gen.id, now, aborted=False)
+    wp = session.scalars(select(WaitingPrompt).where(WaitingPrompt.id == wp_id)).one()
+    return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
+
+
+def submit_chat_job(
+    session: Session, policy: Policy, user: User, sub: ChatSubmission, now: datetime
+) -> ChatSubmitOutcome:
+    gen, worker, wp = _load(session, user, sub.generation_id)
+    if sub.state == FAULTED:
+        return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
+    try:
+        reply = verify_chat_reply(stored_request(wp), sub.reply)
+    except ChatReplyRejected as refusal:
+        note = [*sub.gen_metadata, {"type": refusal.code, "value": str(refusal)}][-50:]
+        outcome = _fault(session, policy, gen, wp.id, now, note)
+        outcome.refusal = refusal
+        return outcome
+    reply = {key: reply.get(key) for key in REPLY_KEYS}
+    reply["tool_calls"] = list(reply["tool_calls"] or [])
+    if not reply["finish_reason"]:
+        reply["finish_reason"] = TOOL_CALLS if reply["tool_calls"] else STOP
+    tokens = output_estimate(reply, wp.max_length)
+    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
+    censored = sub.state != "ok"
+    charge = Decimal(0) if censored else reward
+    claimed = session.execute(
+        update(Generation)
+        .where(*_open_job(gen.id))
+        .values(
+            generation=reply_text(reply),
+            reply=reply,
+            reported_usage=reported_usage(sub.usage),
+            charge_basis=CHARGE_BASIS,
+            state=sub.state,
+            seed=sub.seed,
+            gen_metadata=sub.gen_metadata,
+            reward=reward,
+            charge=charge,
+            censored=censored,
+            completed_at=now,
+        )
+        .returning(Generation.id)
+    ).first()
+    if claimed is None:
+        refuse_claim(session, gen.id)
+    kudos.apply_kudos(
+        session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen.id, worker_id=worker.id
+    )
+    if charge:
+        kudos.apply_kudos(session, wp.user_id, -charge, "charge", wp_id=wp.id, generation_id=gen.id)
+    session.execute(
+        update(Worker)
+        .where(Worker.id == worker.id)
+        .values(
+            kudos=Worker.kudos + reward,
+            fulfilments=Worker.fulfilments + 1,
+            contributions=Worker.contributions + tokens,
+        )
+    )
+    locked = session.scalars(
+        select(WaitingPrompt).where(WaitingPrompt.id == wp.id).with_for_update()
+    ).one()
+    finish_if_complete(session, locked)
+    return ChatSubmitOutcome(
+        wp_id=wp.id, generation_id=gen.id, reward=reward, landed=True, ended=ended_event(locked)
+    )

@@ -1,0 +1,96 @@
+"""Requester views of chat requests: submit, read the status, cancel.
+
+The body goes through ``generated.chat.validate_chat_request`` (the precise refusals: an
+unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
+(``generated.routes.validate_body``); headers through ``validate_headers``. A caller with
+the service passkey (the front) has its forwarded source address trusted; a wrong passkey
+is 403. Cancel and every request end publish the completion signal after the commit.
+"""
+
+from __future__ import annotations
+
+from flask import Response, jsonify, request
+
+from generated.chat import validate_chat_request
+from generated.routes import (
+    HEADER_APIKEY,
+    HEADER_CLIENT_AGENT,
+    HEADER_X_OPERATION_KEY,
+    validate_body,
+)
+from generated.signals import CHAT_EVENT_CANCELLED
+from runtime.native.auth import user_for_key
+from runtime.native.body import checked_headers, parse_json
+from runtime.native.chat_requests import (
+    ChatSubmitted,
+    OperationKeyRace,
+    create_chat_request,
+    get_chat_request,
+)
+from runtime.native.chat_status import chat_status
+from runtime.native.context import native
+from runtime.native.lifecycle import utcnow
+from runtime.native.service_passkey import source_address, trusted_service
+from runtime.native.signals import publish_chat_event
+from runtime.native.text_requests import cancel_text_request
+from runtime.native.views_text import DEFAULT_CLIENT_AGENT
+from runtime.stores.database import transaction
+
+OPERATION_KEY_ATTEMPTS = 2
+"""A lost race on a new operation key is retried once; the retry finds the winner's row."""
+
+
+def chat_async() -> tuple[Response, int]:
+    checked_headers("chat_async")
+    ctx = native()
+    trusted_service(ctx.settings)
+    raw = parse_json(request.get_data(cache=True))
+    chat_request = validate_chat_request(raw)
+    validate_body("chat_async", raw)
+    result: ChatSubmitted | None = None
+    for attempt in range(OPERATION_KEY_ATTEMPTS):
+        try:
+            with transaction(ctx.sessions) as session:
+                user = user_for_key(session, request.headers.get(HEADER_APIKEY), for_update=True)
+                result = create_chat_request(
+                    session,
+                    ctx.policy,
+                    user,
+                    chat_request,
+                    moderation_patterns=ctx.settings.moderation_patterns,
+                    operation_key=request.headers.get(HEADER_X_OPERATION_KEY),
+                    client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
+                    ipaddr=source_address(ctx.settings),
+                    now=utcnow(),
+                )
+            break
+        except OperationKeyRace:
+            if attempt + 1 == OPERATION_KEY_ATTEMPTS:
+                raise
+    assert result is not None
+    if result.id is None:
+        return jsonify(kudos=float(result.kudos)), 200
+    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+
+
+def chat_status_view(id: str) -> Response:
+    checked_headers("chat_status")
+    ctx = native()
+    trusted_service(ctx.settings)
+    with transaction(ctx.sessions) as session:
+        wp = get_chat_request(session, id)
+        return jsonify(chat_status(session, ctx.policy, wp, utcnow()))
+
+
+def chat_cancel(id: str) -> Response:
+    checked_headers("chat_cancel")
+    ctx = native()
+    trusted_service(ctx.settings)
+    with transaction(ctx.sessions) as session:
+        wp = get_chat_request(session, id, lock=True)
+        was_active, wp_id = wp.active, wp.id
+        cancel_text_request(session, wp)
+        body = chat_status(session, ctx.policy, wp, utcnow())
+    if was_active:
+        publish_chat_event(ctx.redis, wp_id, CHAT_EVENT_CANCELLED)
+    return jsonify(body)
