@@ -69,6 +69,12 @@ def ended_key(generation_id: str) -> str:
     return ENDED_KEY_PATTERN.format(generation_id=generation_id)
 
 
+# ---- keys a 409 ProgressOutOfOrder body adds beside {message, rc}
+RESYNC_LAST_SEQ = 'last_seq'
+"""The last accepted seq (-1 before the first post); the worker posts last_seq + 1 next."""
+RESYNC_POSTED_CHARS = 'posted_chars'
+"""Characters accepted so far; the worker resends its text after them."""
+
 # ---- lease hash fields
 LEASE_REQUEST_ID = 'request_id'
 """The request the generation belongs to (names its stream)."""

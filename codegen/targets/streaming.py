@@ -85,6 +85,7 @@ def build(spec: Spec) -> list[Output]:
             keys=keys,
             rule=rule,
             param_names=param_names,
+            resync_fields=data["resync_fields"],
             lease_fields=data["lease_fields"],
             entry_fields=data["entry_fields"],
             entry_kinds=data["entry_kinds"],

@@ -66,8 +66,7 @@ local last = tonumber(f[2])
 if f[4] == '1' then return {{'cancelled', last}} end
 if f[5] == '1' then return {{'cap', last}} end
 local seq = tonumber(ARGV[2])
-if seq == last then return {{'duplicate', last}} end
-if seq ~= last + 1 then return {{'gap', last}} end
+if seq ~= last + 1 then return {{'gap', last, tonumber(f[3])}} end
 local chars = tonumber(f[3]) + tonumber(ARGV[4])
 if chars > tonumber(ARGV[5]) then
   redis.call('HSET', KEYS[1], '{S.LEASE_STOPPED}', '1')
@@ -173,10 +172,11 @@ def read_lease(redis: Redis, generation_id: str) -> Lease | None:
 def post_progress(redis: Redis, generation_id: str, owner: str, seq: int, delta: str) -> Ack:
     """Accept post ``seq`` of a generation, or raise the error the worker gets.
 
-    A repeat of the last accepted seq (a retry whose acknowledgement was lost) is
-    acknowledged again without appending. Empty deltas advance seq without an entry.
+    Any seq but the next one is a gap (409): its metadata carries the last accepted seq and
+    the characters accepted so far, so a worker whose acknowledgement was lost resends
+    exactly the text after them with the next seq. Empty deltas advance seq, no entry.
     """
-    outcome, last = _run(
+    outcome, last, *rest = _run(
         redis,
         _POST,
         [S.lease_key(generation_id)],
@@ -196,7 +196,8 @@ def post_progress(redis: Redis, generation_id: str, owner: str, seq: int, delta:
     if outcome == "owner":
         raise WrongCredentials()
     if outcome == "gap":
-        raise ProgressOutOfOrder(seq=seq, last=last, metadata={"last_seq": last})
+        resync = {S.RESYNC_LAST_SEQ: last, S.RESYNC_POSTED_CHARS: int(rest[0])}
+        raise ProgressOutOfOrder(seq=seq, last=last, metadata=resync)
     if outcome == "cap":
         raise ProgressCapReached(id=generation_id, limit=S.GENERATION_CHARS)
     return Ack(last_seq=last, cancelled=outcome == "cancelled", appended=outcome == "ok")

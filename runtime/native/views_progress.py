@@ -1,8 +1,9 @@
 """POST /api/v2/generate/text/progress: a worker posts the content of a streamed job.
 
 Authenticated by the lease written at pop (the digest of the popping key), so the route
-reads Redis only, never Postgres. A 409 body adds ``last_seq`` beside ``{message, rc}``:
-the worker resumes with ``last_seq + 1`` and everything generated since that post.
+reads Redis only, never Postgres. A 409 body adds ``last_seq`` and ``posted_chars`` beside
+``{message, rc}``: the worker resumes with seq ``last_seq + 1`` and its text after the first
+``posted_chars`` characters (``runtime.worker.progress_poster`` does this).
 """
 
 from __future__ import annotations

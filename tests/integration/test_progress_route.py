@@ -85,12 +85,14 @@ def test_seq_gap_is_409_with_the_last_seq_and_the_worker_resyncs(
     gap = job.post(native_client, 2, "three ")
     assert gap.status_code == 409
     assert gap.json()["rc"] == "ProgressOutOfOrder"
-    assert gap.json()["last_seq"] == 0
+    assert (gap.json()["last_seq"], gap.json()["posted_chars"]) == (0, len("one "))
     resync = job.post(native_client, gap.json()["last_seq"] + 1, "two three ")
     assert resync.json() == {"last_seq": 1, "cancelled": False}
-    # A retry of the last accepted post (its acknowledgement lost) is acknowledged again,
-    # and not appended twice; a post from the past is a gap too.
-    assert job.post(native_client, 1, "two three ").json() == {"last_seq": 1, "cancelled": False}
+    # A retry of an accepted post (its acknowledgement lost) and a post from the past are
+    # gaps too: nothing is appended twice, and the body says where the worker resumes.
+    again = job.post(native_client, 1, "two three four")
+    assert again.status_code == 409
+    assert (again.json()["last_seq"], again.json()["posted_chars"]) == (1, len("one two three "))
     assert job.post(native_client, 0, "one ").status_code == 409
     assert posted_text(job.redis, job.request_id) == "one two three "
 
@@ -98,7 +100,7 @@ def test_seq_gap_is_409_with_the_last_seq_and_the_worker_resyncs(
 def test_first_post_must_be_seq_zero(native_client: httpx.Client, job: Job) -> None:
     response = job.post(native_client, 1, "x")
     assert response.status_code == 409
-    assert response.json()["last_seq"] == -1
+    assert (response.json()["last_seq"], response.json()["posted_chars"]) == (-1, 0)
     assert job.entries() == []
 
 

@@ -1,0 +1,74 @@
+"""The worker's progress posts of a streamed job (issue 6): the ``progress`` callback of
+``runtime.worker.job``, posting to ``generate/text/progress``.
+
+It keeps the whole text generated so far and how much of it the Horde accepted, so every
+post carries exactly the text after the accepted part:
+
+* 200: accepted; ``cancelled: true`` makes the callback return True (stop, do not submit);
+* 409 (a gap, e.g. an acknowledgement lost on the way back): the body's ``last_seq`` and
+  ``posted_chars`` say where the Horde is; the poster resumes from there and posts again;
+* 413 (the progress cap): posts stop for this job, generation goes on, the reply is submitted;
+* a broken connection keeps the text for the next call; any other refusal (the lease
+  ended, wrong key) stops posting, since the submit decides the job's fate.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import httpx
+
+from generated.routes import ROUTES
+from generated.streaming import RESYNC_LAST_SEQ, RESYNC_POSTED_CHARS
+
+log = logging.getLogger("horde-chat.worker")
+
+OPERATION = "text_progress"
+RESYNC_ATTEMPTS = 3
+CANCELLED = "cancelled"
+
+
+class ProgressPoster:
+    """``poster(delta) -> cancelled`` for one streamed generation."""
+
+    def __init__(self, http: httpx.Client, generation_id: str) -> None:
+        self.http = http
+        self.generation_id = generation_id
+        self.path = ROUTES[OPERATION].path
+        self.text = ""
+        self.accepted_chars = 0
+        self.next_seq = 0
+        self.stopped = False
+        self.cancelled = False
+
+    def __call__(self, delta: str) -> bool:
+        self.text += delta
+        if self.cancelled or self.stopped:
+            return self.cancelled
+        for _ in range(RESYNC_ATTEMPTS):
+            body = {"id": self.generation_id, "seq": self.next_seq}
+            body["delta"] = self.text[self.accepted_chars :]
+            try:
+                response = self.http.post(self.path, json=body)
+            except httpx.TransportError as exc:
+                log.info("job %s: progress post failed (%s); kept", self.generation_id, exc)
+                return False
+            answer = response.json() if response.content else {}
+            if response.status_code == 200:
+                self.accepted_chars = len(self.text)
+                self.next_seq = int(answer[RESYNC_LAST_SEQ]) + 1
+                self.cancelled = bool(answer[CANCELLED])
+                return self.cancelled
+            if response.status_code == 409 and RESYNC_LAST_SEQ in answer:
+                self.next_seq = int(answer[RESYNC_LAST_SEQ]) + 1
+                self.accepted_chars = min(int(answer[RESYNC_POSTED_CHARS]), len(self.text))
+                continue
+            self.stopped = True
+            log.info(
+                "job %s: progress posts stop: %s %s",
+                self.generation_id,
+                response.status_code,
+                response.text[:200],
+            )
+            return False
+        return False
