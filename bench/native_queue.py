@@ -39,7 +39,7 @@ def main() -> None:
     try:
         upgrade(stores.database_url)
         service = NativeService.start(
-            Settings(rate_limits_enabled=False),
+            Settings(rate_limits_enabled=False, data_dir=data_dir),
             database_url=stores.database_url,
             redis_url=stores.redis_url,
             port=0,

@@ -990,6 +990,54 @@ class WorkerNotFound(HordeError):
     native_routes = ('workers',)
 
 
+class ObjectURLInvalid(HordeError):
+    """A signed object URL whose signature does not match its object and expiry (tampered, or signed for another object), or that lacks its expires or signature."""
+
+    code = 'ObjectURLInvalid'
+    template = 'This object URL is not valid: {reason}'
+    native_status = 403
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('objects',)
+
+
+class ObjectURLExpired(HordeError):
+    """A signed object URL used after its expiry."""
+
+    code = 'ObjectURLExpired'
+    template = 'This object URL expired {seconds} seconds ago; ask for a new one.'
+    native_status = 403
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('objects',)
+
+
+class ObjectNotFound(HordeError):
+    """A correctly signed object URL whose object was deleted (its request ended)."""
+
+    code = 'ObjectNotFound'
+    template = "No stored object '{key}'."
+    native_status = 404
+    front_status = None
+    openai_type = None
+    default_param = None
+    no_retry = False
+    sends_retry_after = False
+    default_retry_after = None
+    front_when = ()
+    native_routes = ('objects',)
+
+
 class PromptOverflow(HordeError):
     """The conversation (plus the requested output) does not fit the backend's context by the worker's counter. The worker that declares prompt_overflow_refused faults it rather than letting the backend trim it."""
 
@@ -1160,6 +1208,9 @@ ERRORS: dict[str, type[HordeError]] = {
     'ProgressCapReached': ProgressCapReached,
     'UserNotFound': UserNotFound,
     'WorkerNotFound': WorkerNotFound,
+    'ObjectURLInvalid': ObjectURLInvalid,
+    'ObjectURLExpired': ObjectURLExpired,
+    'ObjectNotFound': ObjectNotFound,
     'prompt_overflow': PromptOverflow,
     'backend_error': BackendError,
     'backend_unreachable': BackendUnreachable,

@@ -2644,6 +2644,18 @@ ROUTES: dict[str, Route] = {
         invalid_body='InvalidPayload',
         errors=('RateLimited', 'InternalError'),
     ),
+    'object': Route(
+        operation_id='object',
+        surface='native',
+        method='GET',
+        path='/api/v2/objects/{key}',
+        headers=(),
+        required_headers=(),
+        path_params={'key': {'type': 'string', 'minLength': 1, 'maxLength': 200}},
+        body=None,
+        invalid_body='InvalidPayload',
+        errors=('ObjectURLInvalid', 'ObjectURLExpired', 'ObjectNotFound', 'RateLimited', 'InternalError'),
+    ),
 }
 
 

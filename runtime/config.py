@@ -12,6 +12,14 @@
 | HORDE_SWEEP_SECONDS | 10 | period of the lifecycle sweep (TTL, expiry) |
 | HORDE_SERVICE_PASSKEY | (unset) | the front's passkey: with it, X-Forwarded-For is trusted |
 | HORDE_MODERATION_PATTERNS | (unset) | regexes, one per line, refused in chat submissions |
+| HORDE_STORAGE_URL | file://<data dir>/objects | object storage (`file:///path`, `s3://...`) |
+| HORDE_STORAGE_SECRET | (unset) | signs filesystem-store URLs; unset: a kept random one |
+| HORDE_PUBLIC_URL | (unset) | the native API's URL for workers; unset: the bound address |
+| HORDE_MESSAGES_OFFLOAD_BYTES | spec | messages (images inlined) above this are offloaded |
+| HORDE_IMAGE_FETCH_ALLOW_LOOPBACK | off | tests only: "on" lets image URLs reach loopback |
+
+An S3 URL is ``s3://bucket[/prefix]?endpoint=URL&region=NAME``; its credentials come from
+boto3's usual chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profiles).
 """
 
 from __future__ import annotations
@@ -47,6 +55,11 @@ class Settings:
     sweep_seconds: int = 10
     service_passkey: str | None = None
     moderation_patterns: tuple[str, ...] = ()
+    storage_url: str | None = None
+    storage_secret: str | None = None
+    public_url: str | None = None
+    messages_offload_bytes: int | None = None
+    image_fetch_allow_loopback: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -65,5 +78,12 @@ class Settings:
             service_passkey=env.get("HORDE_SERVICE_PASSKEY") or None,
             moderation_patterns=tuple(
                 line for line in (env.get("HORDE_MODERATION_PATTERNS") or "").splitlines() if line
+            ),
+            storage_url=env.get("HORDE_STORAGE_URL") or None,
+            storage_secret=env.get("HORDE_STORAGE_SECRET") or None,
+            public_url=(env.get("HORDE_PUBLIC_URL") or "").rstrip("/") or None,
+            messages_offload_bytes=_int(env, "HORDE_MESSAGES_OFFLOAD_BYTES", 0) or None,
+            image_fetch_allow_loopback=(
+                (env.get("HORDE_IMAGE_FETCH_ALLOW_LOOPBACK") or "off").lower() == "on"
             ),
         )

@@ -8,7 +8,8 @@ Session-wide (started once, lazily, only when a test asks):
     to head. ``.database_url`` (SQLAlchemy/psycopg URL) and ``.redis_url`` (``unix://``).
 ``native_service``
     ``NativeService`` (runtime.native.server): the native Flask app under waitress on a free
-    127.0.0.1 port, rate limits x1000, no background sweeper (call
+    127.0.0.1 port, rate limits x1000, no background sweeper, the filesystem object store in
+    a temp dir (``.context.objects``) (call
     ``runtime.native.lifecycle.sweep(native_db, native_service.context.policy, now=...)``).
     ``.url``, ``.context`` (engine, sessions, redis, policy). Its service passkey is
     ``SERVICE_PASSKEY`` and its moderation screen ``MODERATION_PATTERNS`` (below).
@@ -74,9 +75,11 @@ MODERATION_PATTERNS = (r"\bforbidden-word\b",)
 
 @pytest.fixture(scope="session")
 def native_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
+    objects_dir = Path(tempfile.mkdtemp(prefix="horde-objects-"))  # the filesystem store
     service = NativeService.start(
         Settings(
             rate_limit_scale=1000,
+            data_dir=objects_dir,
             service_passkey=SERVICE_PASSKEY,
             moderation_patterns=MODERATION_PATTERNS,
         ),
@@ -90,6 +93,7 @@ def native_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
         yield service
     finally:
         service.stop()
+        shutil.rmtree(objects_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,14 @@ from typing import Any
 from flask import Flask
 
 from generated.routes import ROUTES
-from runtime.native import views_chat, views_progress, views_status, views_text, views_workers
+from runtime.native import (
+    views_chat,
+    views_objects,
+    views_progress,
+    views_status,
+    views_text,
+    views_workers,
+)
 from runtime.native.context import EXTENSION, NativeContext
 from runtime.native.http_errors import register_error_handlers
 from runtime.native.rate_limits import make_limiter, route_limits
@@ -36,6 +43,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "worker": views_status.worker,
     "user": views_status.user,
     "users": views_status.users,
+    "object": views_objects.object_download,
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flask import current_app
 from redis import Redis
@@ -11,6 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.config import Settings
 from runtime.native.policy import Policy
+
+if TYPE_CHECKING:
+    from runtime.stores.objects import ObjectStore
 
 EXTENSION = "horde_native"
 
@@ -22,6 +26,7 @@ class NativeContext:
     sessions: sessionmaker[Session]
     redis: Redis
     policy: Policy
+    objects: ObjectStore | None = None  # set once the service knows its URL
 
 
 def native() -> NativeContext:

@@ -21,6 +21,7 @@ from runtime.native.context import NativeContext
 from runtime.native.lifecycle import Sweeper
 from runtime.native.policy import Policy
 from runtime.stores.database import make_engine, make_sessionmaker
+from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
 WAITRESS_THREADS = 45
@@ -71,6 +72,11 @@ class NativeService:
             clear_untrusted_proxy_headers=True,
         )
         bound_host, bound_port = server.socket.getsockname()[:2]  # type: ignore[union-attr]
+        try:
+            ctx.objects = open_object_store(settings, base_url=f"http://{bound_host}:{bound_port}")
+        except Exception:
+            _shutdown_waitress(server)
+            raise
         thread = threading.Thread(target=server.run, name="native-waitress", daemon=True)
         thread.start()
         sweeper = (
