@@ -19,12 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from redis import Redis
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from generated.chat import output_estimate
+from generated.chat import CHARGE_BASIS, output_estimate
 from generated.streaming import STREAMED_REPLY_PART
 from runtime.native import kudos
 from runtime.native.models import Generation, User, WaitingPrompt, Worker
@@ -54,19 +55,23 @@ def settle_generation(
     worker, owner = session.execute(
         select(Worker, User).join(User, User.id == Worker.user_id).where(Worker.id == gen.worker_id)
     ).one()
-    tokens = output_estimate({STREAMED_REPLY_PART: text}, wp.max_length)
+    reply = {STREAMED_REPLY_PART: text}
+    tokens = output_estimate(reply, wp.max_length)
     reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, owner.trusted)
+    values: dict[str, Any] = {
+        "generation": text,
+        "state": SETTLED_STATE,
+        "reward": reward,
+        "charge": reward,
+        "cancelled": True,
+        "completed_at": now,
+    }
+    if wp.is_chat:  # the status shows the posted content, without a finish reason
+        values |= {"reply": reply, "charge_basis": CHARGE_BASIS}
     claimed = session.execute(
         update(Generation)
         .where(Generation.id == gen.id, *unfinished())
-        .values(
-            generation=text,
-            state=SETTLED_STATE,
-            reward=reward,
-            charge=reward,
-            cancelled=True,
-            completed_at=now,
-        )
+        .values(**values)
         .returning(Generation.id)
     ).first()
     if claimed is None:

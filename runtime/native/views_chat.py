@@ -30,6 +30,7 @@ from runtime.native.chat_requests import (
 from runtime.native.chat_status import chat_status
 from runtime.native.context import native
 from runtime.native.lifecycle import utcnow
+from runtime.native.progress_settlement import settle_cancelled_streams
 from runtime.native.service_passkey import source_address, trusted_service
 from runtime.native.signals import publish_chat_event
 from runtime.native.text_requests import cancel_text_request
@@ -89,6 +90,7 @@ def chat_cancel(id: str) -> Response:
     with transaction(ctx.sessions) as session:
         wp = get_chat_request(session, id, lock=True)
         was_active, wp_id = wp.active, wp.id
+        settle_cancelled_streams(session, ctx.redis, wp, utcnow())  # streamed: posted text
         cancel_text_request(session, wp)
         body = chat_status(session, ctx.policy, wp, utcnow())
     if was_active:

@@ -3,6 +3,9 @@
 A chat job's payload is the narrowed chat payload (``generated.chat.chat_job_payload``),
 never a prompt; its submit is the structured reply (``runtime.native.chat_submit``), and a
 landed generation or an ended request publishes the completion signal after the commit.
+
+A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
+pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from generated.chat import chat_job_payload, parse_worker_declaration
 from generated.errors import InvalidPayload
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION
-from runtime.native.auth import worker_owner_for_key
+from generated.streaming import streams_deltas
+from runtime.native.auth import hash_key, worker_owner_for_key
 from runtime.native.body import checked_headers, int64, json_body
 from runtime.native.chat_requests import stored_request
 from runtime.native.chat_submit import (
@@ -26,6 +30,7 @@ from runtime.native.chat_submit import (
 )
 from runtime.native.context import native
 from runtime.native.lifecycle import utcnow
+from runtime.native.progress import finish, mark_ended, write_lease
 from runtime.native.queue import (
     Popped,
     Submission,
@@ -78,9 +83,14 @@ def text_pop() -> Response:
 def _chat_job(popped: Popped, declaration: dict[str, Any]) -> Response:
     assert popped.wp is not None
     gen = popped.generations[0]
+    chat_request = stored_request(popped.wp)
     payload = chat_job_payload(
-        stored_request(popped.wp), declaration, max_tokens=popped.wp.max_tokens_lowered_to
+        chat_request, declaration, max_tokens=popped.wp.max_tokens_lowered_to
     )
+    stream = streams_deltas(chat_request)
+    if stream:
+        owner = hash_key(request.headers.get(HEADER_APIKEY) or "")
+        write_lease(native().redis, str(gen.id), str(popped.wp.id), owner, gen.ttl)
     return jsonify(
         payload=payload,
         id=str(gen.id),
@@ -88,6 +98,7 @@ def _chat_job(popped: Popped, declaration: dict[str, Any]) -> Response:
         model=gen.model,
         ttl=gen.ttl,
         is_chat=True,
+        stream=stream,
         skipped={},
     )
 
@@ -105,6 +116,8 @@ def _chat_submit(body: dict[str, Any]) -> Response:
     with transaction(ctx.sessions) as session:
         user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
         outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
+    end_lease = finish if outcome.landed else mark_ended
+    end_lease(ctx.redis, str(outcome.generation_id))
     if outcome.landed:
         publish_chat_event(
             ctx.redis,

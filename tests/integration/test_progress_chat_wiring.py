@@ -1,0 +1,139 @@
+"""Delta streaming wired into the native chat routes: a plain streamed chat job gets a lease
+at pop, its posts reach the request's stream, the submit finishes the lease, a fault leaves
+the ended marker, and a cancel settles on the posted text (ledger checked)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from redis import Redis
+
+from generated import streaming as S
+from generated.chat import FEATURES, GUARANTEES, output_estimate
+from runtime.native import kudos
+from runtime.native.models import WaitingPrompt
+from runtime.native.progress import ended_kind, posted_text, read_lease
+from runtime.native.server import NativeService
+from tests.conftest import MadeUser
+from tests.integration.chat_flow import MODEL, chat_pop, chat_status, submit_chat, submit_reply
+from tests.integration.native_flow import ledger
+
+pytestmark = pytest.mark.integration
+
+EVERYTHING = [*FEATURES, *GUARANTEES]
+
+
+def post(client: httpx.Client, key: str, job_id: str, seq: int, delta: str) -> dict[str, Any]:
+    response = client.post(
+        "/generate/text/progress",
+        headers={"apikey": key},
+        json={"id": job_id, "seq": seq, "delta": delta},
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+@pytest.fixture
+def redis(native_service: NativeService, native_db: Any) -> Redis:
+    return native_service.context.redis
+
+
+def streamed_job(
+    client: httpx.Client, requester: MadeUser, worker: MadeUser, **fields: Any
+) -> tuple[str, dict[str, Any]]:
+    chat_pop(client, worker.api_key, features=EVERYTHING)  # online before admission
+    request_id = submit_chat(client, requester.api_key, max_tokens=300, **fields)
+    return request_id, chat_pop(client, worker.api_key, features=EVERYTHING)
+
+
+def entry_kinds(redis: Redis, request_id: str) -> list[str]:
+    return [f[S.ENTRY_KIND] for _id, f in redis.xrange(S.stream_key(request_id))]
+
+
+def test_plain_streamed_job_is_leased_streamed_and_finished(
+    native_client: httpx.Client, redis: Redis, make_user: Callable[..., MadeUser]
+) -> None:
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, stream=True)
+    assert job["stream"] is True
+    lease = read_lease(redis, job["id"])
+    assert lease is not None and lease.request_id == request_id
+    post(native_client, worker.api_key, job["id"], 0, "Hello")
+    post(native_client, worker.api_key, job["id"], 1, ", wor")
+    assert posted_text(redis, request_id) == "Hello, wor"
+    response = submit_reply(native_client, worker.api_key, job["id"], "Hello, world!")
+    assert response.status_code == 200, response.text
+    assert read_lease(redis, job["id"]) is None
+    assert entry_kinds(redis, request_id) == [S.KIND_DELTA, S.KIND_DELTA, S.KIND_SUBMITTED]
+    assert chat_status(native_client, request_id)["generations"][0]["content"] == "Hello, world!"
+
+
+@pytest.mark.parametrize(
+    "fields", [{}, {"stream": True, "response_format": {"type": "json_object"}}]
+)
+def test_other_jobs_get_no_lease(
+    native_client: httpx.Client,
+    redis: Redis,
+    make_user: Callable[..., MadeUser],
+    fields: dict[str, Any],
+) -> None:
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    _request_id, job = streamed_job(native_client, requester, worker, **fields)
+    assert job["id"] and job["stream"] is False
+    assert read_lease(redis, job["id"]) is None
+    refused = native_client.post(
+        "/generate/text/progress",
+        headers={"apikey": worker.api_key},
+        json={"id": job["id"], "seq": 0, "delta": "x"},
+    )
+    assert (refused.status_code, refused.json()["rc"]) == (404, "ProgressLeaseMissing")
+
+
+def test_a_faulted_job_leaves_the_ended_marker(
+    native_client: httpx.Client, redis: Redis, make_user: Callable[..., MadeUser]
+) -> None:
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, stream=True)
+    post(native_client, worker.api_key, job["id"], 0, "Hel")
+    response = submit_reply(native_client, worker.api_key, job["id"], None, state="faulted")
+    assert response.status_code == 200, response.text
+    assert ended_kind(redis, job["id"]) == S.KIND_FAULTED
+    assert read_lease(redis, job["id"]) is None
+    assert entry_kinds(redis, request_id)[-1] == S.KIND_FAULTED
+
+
+def test_a_cancel_settles_on_the_posted_text(
+    native_client: httpx.Client,
+    native_db: Any,
+    redis: Redis,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, stream=True)
+    posted = "Once upon a time, " * 8
+    post(native_client, worker.api_key, job["id"], 0, posted)
+
+    cancelled = native_client.delete(f"/generate/chat/status/{request_id}")
+    assert cancelled.status_code == 200, cancelled.text
+
+    assert post(native_client, worker.api_key, job["id"], 1, "more") == {
+        "last_seq": 0,
+        "cancelled": True,
+    }
+    tokens = output_estimate({S.STREAMED_REPLY_PART: posted}, 300)
+    with native_db() as session:
+        context = session.get(WaitingPrompt, uuid.UUID(request_id)).max_context_length
+    price = kudos.money(kudos.generation_kudos(tokens, MODEL, context, trusted=False))
+    assert ledger(native_db, worker.id) == [("reward", price)]
+    assert ("charge", -price) in ledger(native_db, requester.id)
+    shown = chat_status(native_client, request_id)
+    assert [g["content"] for g in shown["generations"]] == [posted]
+    assert shown["generations"][0]["kudos"] == float(price)
+    # The worker stops and does not submit; a late submit is refused and pays nothing more.
+    late = submit_reply(native_client, worker.api_key, job["id"], posted + "more")
+    assert late.status_code == 400
+    assert ledger(native_db, worker.id) == [("reward", price)]
