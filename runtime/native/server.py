@@ -69,7 +69,9 @@ class NativeService:
             host=host or settings.native_host,
             port=settings.native_port if port is None else port,
             threads=WAITRESS_THREADS,
-            clear_untrusted_proxy_headers=True,
+            # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
+            # the service passkey (runtime.native.service_passkey); remote_addr stays the peer.
+            clear_untrusted_proxy_headers=False,
         )
         bound_host, bound_port = server.socket.getsockname()[:2]  # type: ignore[union-attr]
         try:

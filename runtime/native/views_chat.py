@@ -4,7 +4,8 @@ The body goes through ``generated.chat.validate_chat_request`` (the precise refu
 unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
 (``generated.routes.validate_body``); headers through ``validate_headers``. A caller with
 the service passkey (the front) has its forwarded source address trusted; a wrong passkey
-is 403. Cancel and every request end publish the completion signal after the commit.
+(malformed included) is 403 on every chat route. A cancel publishes the completion signal
+after its commit.
 """
 
 from __future__ import annotations
@@ -42,9 +43,9 @@ OPERATION_KEY_ATTEMPTS = 2
 
 
 def chat_async() -> tuple[Response, int]:
-    checked_headers("chat_async")
     ctx = native()
-    trusted_service(ctx.settings)
+    trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
+    checked_headers("chat_async")
     raw = parse_json(request.get_data(cache=True))
     chat_request = validate_chat_request(raw)
     validate_body("chat_async", raw)
@@ -75,7 +76,6 @@ def chat_async() -> tuple[Response, int]:
 
 
 def chat_status_view(id: str) -> Response:
-    checked_headers("chat_status")
     ctx = native()
     trusted_service(ctx.settings)
     with transaction(ctx.sessions) as session:
@@ -84,7 +84,6 @@ def chat_status_view(id: str) -> Response:
 
 
 def chat_cancel(id: str) -> Response:
-    checked_headers("chat_cancel")
     ctx = native()
     trusted_service(ctx.settings)
     with transaction(ctx.sessions) as session:

@@ -1,0 +1,236 @@
+"""Chat admission against the online pool, service selection, moderation, the passkey,
+the kudos cap, and the availability fields of the status."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, select, update
+
+from generated.chat.names import (
+    FEATURE_TOOLS,
+    HORDE_CONTEXT_FIT,
+    HORDE_DRY_RUN,
+    HORDE_MAX_KUDOS,
+    LIMIT_MAX_CONTEXT_LENGTH,
+    LIMIT_MAX_LENGTH,
+    PARAM_MAX_TOKENS,
+    PARAM_MODELS,
+    PARAM_TOOLS,
+)
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
+from runtime.native.lifecycle import utcnow
+from runtime.native.models import KudosLedger, WaitingPrompt, Worker
+from runtime.stores.database import transaction
+from tests.conftest import SERVICE_PASSKEY
+from tests.integration.chat_flow import (
+    BASIC,
+    MODEL,
+    chat_async,
+    chat_body,
+    chat_pop,
+    chat_status,
+    submit_chat,
+    submit_reply,
+)
+from tests.integration.native_flow import submit_text
+
+pytestmark = pytest.mark.integration
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def _queued(native_db) -> int:
+    with native_db() as session:
+        return int(session.scalar(select(func.count()).select_from(WaitingPrompt)))
+
+
+def _go_offline(native_db, name: str) -> None:
+    with transaction(native_db) as session:
+        session.execute(
+            update(Worker)
+            .where(Worker.name == name)
+            .values(last_check_in=utcnow() - timedelta(days=1))
+        )
+
+
+def test_unknown_and_colon_models_are_not_found(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    for body in (
+        chat_body(model="no-such-model"),
+        chat_body(model="chat:model"),
+        {**chat_body(), PARAM_MODELS: [MODEL, "no-such-model"]},
+    ):
+        response = chat_async(native_client, requester.api_key, body)
+        assert response.status_code == 404 and response.json()["rc"] == "model_not_found"
+        assert "no-such-model" in response.text or "chat:model" in response.text
+    assert _queued(native_db) == 0
+
+
+def test_a_model_without_an_online_chat_worker_is_503_and_nothing_is_queued(
+    native_client, native_db, make_user
+):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    _go_offline(native_db, "chat-worker")
+    response = chat_async(native_client, requester.api_key, chat_body())
+    assert response.status_code == 503 and response.json()["rc"] == "no_eligible_worker"
+    assert _queued(native_db) == 0
+    chat_pop(native_client, worker.api_key)  # back online
+    assert chat_async(native_client, requester.api_key, chat_body()).status_code == 202
+
+
+def test_any_listed_model_may_serve_and_the_status_says_which(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, "gone")  # MODEL is known, its worker offline
+    _go_offline(native_db, "gone")
+    chat_pop(native_client, worker.api_key, model="other-model-13B")
+    body = {**chat_body(), PARAM_MODELS: ["other-model-13B", MODEL]}
+    del body["model"]
+    request_id = chat_async(native_client, requester.api_key, body).json()["id"]
+    job = chat_pop(native_client, worker.api_key, model="other-model-13B")
+    submit_reply(native_client, worker.api_key, job["id"])
+    assert chat_status(native_client, request_id)["generations"][0]["model"] == "other-model-13B"
+
+
+def test_max_tokens_above_every_worker_is_lowered_to_the_largest(native_client, make_user):
+    requester, small, large = make_user("req", 10**6), make_user("s"), make_user("l")
+    chat_pop(native_client, small.api_key, "small", limits={LIMIT_MAX_LENGTH: 100})
+    chat_pop(native_client, large.api_key, "large", limits={LIMIT_MAX_LENGTH: 300})
+    request_id = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 4000})
+    assert chat_status(native_client, request_id)["max_tokens_lowered_to"] == 300
+    assert (
+        chat_pop(native_client, small.api_key, "small", limits={LIMIT_MAX_LENGTH: 100})["id"]
+        is None
+    )
+    job = chat_pop(native_client, large.api_key, "large", limits={LIMIT_MAX_LENGTH: 300})
+    assert job["payload"][PARAM_MAX_TOKENS] == 300
+    kept = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 50})
+    assert chat_status(native_client, kept)["max_tokens_lowered_to"] is None
+
+
+def test_a_feature_gap_is_404_and_a_limit_gap_is_400(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, limits={LIMIT_MAX_CONTEXT_LENGTH: 100})
+    tools = chat_async(native_client, requester.api_key, chat_body(**{PARAM_TOOLS: [TOOL]}))
+    assert tools.status_code == 404 and tools.json()["rc"] == "no_worker_supports_features"
+    assert FEATURE_TOOLS in tools.json()["message"]
+    long = chat_async(native_client, requester.api_key, chat_body("word " * 400))
+    assert long.status_code == 400 and long.json()["rc"] == "no_worker_supports_limit"
+    assert _queued(native_db) == 0
+
+
+def test_truncate_oldest_keeps_system_and_the_latest_turn(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    limits = {LIMIT_MAX_CONTEXT_LENGTH: 200}
+    chat_pop(native_client, worker.api_key, limits=limits)
+    old = "an old turn " * 40
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": old},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "The latest question?"},
+    ]
+    body = {"model": MODEL, "messages": messages, PARAM_MAX_TOKENS: 50}
+    refused = chat_async(native_client, requester.api_key, body)
+    assert refused.status_code == 400 and refused.json()["rc"] == "no_worker_supports_limit"
+    body["horde"] = {HORDE_CONTEXT_FIT: "truncate_oldest"}
+    request_id = chat_async(native_client, requester.api_key, body).json()["id"]
+    sent = chat_pop(native_client, worker.api_key, limits=limits)["payload"]["messages"]
+    assert [m["content"] for m in sent] == ["You are terse.", "The latest question?"]
+    with native_db() as session:
+        wp = session.get(WaitingPrompt, request_id)
+        assert old.strip() in wp.submitted_prompt and old.strip() not in wp.prompt
+
+
+def test_moderation_screens_the_full_submission_before_truncation(native_client, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, limits={LIMIT_MAX_CONTEXT_LENGTH: 200})
+    messages = [
+        {"role": "user", "content": "forbidden-word " + "padding " * 100},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "Harmless?"},
+    ]
+    body = {"model": MODEL, "messages": messages, "horde": {HORDE_CONTEXT_FIT: "truncate_oldest"}}
+    response = chat_async(native_client, requester.api_key, body)
+    assert response.status_code == 400 and response.json()["rc"] == "CorruptPrompt"
+    assert chat_async(native_client, requester.api_key, chat_body("Harmless")).status_code == 202
+
+
+def test_the_service_passkey_trusts_the_forwarded_address(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    forwarded = {"X-Forwarded-For": "203.0.113.7"}
+    wrong = chat_async(
+        native_client, requester.api_key, chat_body(), **{HEADER_X_HORDE_SERVICE_PASSKEY: "no"}
+    )
+    assert wrong.status_code == 403 and wrong.json()["rc"] == "InvalidServicePasskey"
+    front = chat_async(
+        native_client,
+        requester.api_key,
+        chat_body(),
+        **{HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY},
+        **forwarded,
+    ).json()["id"]
+    direct = chat_async(native_client, requester.api_key, chat_body("b"), **forwarded).json()["id"]
+    with native_db() as session:
+        assert session.get(WaitingPrompt, front).ipaddr == "203.0.113.7"
+        assert session.get(WaitingPrompt, direct).ipaddr == "127.0.0.1"
+    bad_read = native_client.get(
+        f"/generate/chat/status/{front}", headers={HEADER_X_HORDE_SERVICE_PASSKEY: "x" * 300}
+    )
+    assert bad_read.status_code == 403
+
+
+def test_max_kudos_below_the_quote_is_refused_before_anything_is_held(
+    native_client, native_db, make_user
+):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    quote = chat_async(native_client, requester.api_key, chat_body(horde={HORDE_DRY_RUN: True}))
+    assert quote.status_code == 200
+    price = quote.json()["kudos"]
+    capped = chat_body(horde={HORDE_MAX_KUDOS: price / 2})
+    refused = chat_async(native_client, requester.api_key, capped)
+    assert refused.status_code == 400 and refused.json()["rc"] == "KudosCapExceeded"
+    with native_db() as session:
+        assert session.scalar(select(func.count()).select_from(KudosLedger)) == 1  # the grant
+    assert _queued(native_db) == 0
+    accepted = chat_async(
+        native_client, requester.api_key, chat_body(horde={HORDE_MAX_KUDOS: price})
+    )
+    assert accepted.status_code == 202 and accepted.json()["kudos"] == price
+
+
+def test_status_reports_availability_against_the_online_pool(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, threads=3)
+    request_id = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
+    body = chat_status(native_client, request_id)
+    assert body["is_possible"] and body["eligible_threads"] == 3
+    assert body["missing_features"] == [] and body["exceeded_limits"] == []
+    chat_pop(native_client, worker.api_key, features=[], threads=3)  # drops the guarantee
+    body = chat_status(native_client, request_id)
+    assert body["eligible_threads"] == 0 and not body["is_possible"]
+    assert body["missing_features"] == BASIC
+    chat_pop(native_client, worker.api_key, limits={LIMIT_MAX_LENGTH: 16})
+    body = chat_status(native_client, request_id)
+    assert body["exceeded_limits"] == [{"limit": LIMIT_MAX_LENGTH, "value": 100, "maximum": 16}]
+    _go_offline(native_db, "chat-worker")
+    body = chat_status(native_client, request_id)
+    assert not body["is_possible"] and body["missing_features"] == []
+
+
+def test_wait_time_counts_only_work_the_eligible_workers_could_take(native_client, make_user):
+    requester, worker = make_user("req", 10**6), make_user("wk")
+    chat_pop(native_client, worker.api_key, prompt_jobs=False)
+    first = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
+    alone = chat_status(native_client, first)["wait_time"]
+    assert alone > 0
+    submit_text(native_client, requester.api_key, max_length=500)  # a chat-only pool ignores it
+    second = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
+    behind = chat_status(native_client, second)
+    assert behind["queue_position"] == 2
+    assert behind["wait_time"] == 2 * alone

@@ -1,0 +1,203 @@
+"""Chat requests through the live native API: the round trip, pricing, route families,
+who gets chat jobs, what a job carries, and the completion signal."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from generated.chat import FEATURES, GUARANTEES, output_estimate
+from generated.chat.names import (
+    FEATURE_REASONING,
+    HORDE_CONFORMANCE,
+    PARAM_MAX_TOKENS,
+    PARAM_REASONING_EFFORT,
+    PARAM_TOOL_CHOICE,
+    PARAM_TOOLS,
+    ROLE_DEVELOPER,
+    ROLE_SYSTEM,
+)
+from generated.chat.tables import PARAMETERS, SAMPLING_DEFAULTS
+from generated.signals import chat_channel, parse_chat_event
+from runtime.native import kudos
+from tests.integration.chat_flow import (
+    MODEL,
+    chat_async,
+    chat_body,
+    chat_pop,
+    chat_status,
+    submit_chat,
+    submit_reply,
+)
+from tests.integration.native_flow import ledger, pop, status, submit_text
+
+pytestmark = pytest.mark.integration
+
+EVERYTHING = [*FEATURES, *GUARANTEES]
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+OTHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_time", "parameters": {"type": "object"}},
+}
+
+
+def test_round_trip_charges_the_output_estimate_and_shows_reported_usage(
+    native_client, native_db, make_user
+):
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key, max_tokens=300)
+    job = chat_pop(native_client, worker.api_key)
+    assert job["id"] and job["is_chat"] is True and "prompt" not in job["payload"]
+    reply = "x" * 400
+    usage = {"prompt_tokens": 12, "completion_tokens": 9999}
+    response = submit_reply(native_client, worker.api_key, job["id"], reply, usage=usage)
+    assert response.status_code == 200, response.text
+
+    body = chat_status(native_client, request_id)
+    assert body["done"] and body["finished"] == 1 and body["charge_basis"] == "output_estimate"
+    gen = body["generations"][0]
+    assert gen["content"] == reply and gen["model"] == MODEL and gen["finish_reason"] == "stop"
+    assert gen["usage"] == {**usage, "reasoning_tokens": None}
+    tokens = output_estimate({"content": reply}, 300)
+    assert tokens == 100  # 400 characters / 4, not the reported 9999
+    with native_db() as session:
+        from runtime.native.models import WaitingPrompt
+
+        wp = session.get(WaitingPrompt, request_id)
+        expected = kudos.generation_kudos(tokens, MODEL, wp.max_context_length, trusted=False)
+    assert gen["kudos"] == float(expected) == response.json()["reward"]
+    charges = [d for reason, d in ledger(native_db, requester.id) if reason == "charge"]
+    assert charges == [-expected]
+
+
+def test_chat_and_text_ids_are_not_found_on_each_others_routes(native_client, make_user):
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    chat_id = submit_chat(native_client, requester.api_key)
+    text_id = submit_text(native_client, requester.api_key)
+    assert native_client.get(f"/generate/text/status/{chat_id}").status_code == 404
+    assert native_client.delete(f"/generate/text/status/{chat_id}").status_code == 404
+    assert native_client.get(f"/generate/chat/status/{text_id}").json()["rc"] == "RequestNotFound"
+    assert native_client.delete(f"/generate/chat/status/{text_id}").status_code == 404
+    assert status(native_client, text_id)["waiting"] == 1
+    assert chat_status(native_client, chat_id)["waiting"] == 1
+
+
+def test_a_pre_chat_worker_never_gets_a_chat_job(native_client, make_user):
+    requester, chat_worker, old_worker = make_user("req", 1000), make_user("c"), make_user("o")
+    chat_pop(native_client, chat_worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key)
+    job = pop(native_client, old_worker.api_key, name="old", models=[MODEL])
+    assert job["id"] is None
+    assert chat_status(native_client, request_id)["waiting"] == 1
+    text_id = submit_text(native_client, requester.api_key)
+    job = pop(native_client, old_worker.api_key, name="old", models=[MODEL])
+    assert job["id"] and "prompt" in job["payload"]
+    assert status(native_client, text_id)["processing"] == 1
+
+
+def test_a_chat_worker_keeps_getting_text_jobs_unless_prompt_jobs_is_false(
+    native_client, make_user
+):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    submit_text(native_client, requester.api_key)
+    assert chat_pop(native_client, worker.api_key, "chat-only", prompt_jobs=False)["id"] is None
+    job = chat_pop(native_client, worker.api_key, "both")
+    assert job["id"] and job["is_chat"] is False and job["payload"]["prompt"]
+
+
+def test_the_job_carries_every_sampling_field_and_developer_as_system(native_client, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    messages = [
+        {"role": ROLE_DEVELOPER, "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+    ]
+    chat_async(native_client, requester.api_key, {"model": MODEL, "messages": messages})
+    payload = chat_pop(native_client, worker.api_key)["payload"]
+    assert payload["messages"][0] == {"role": ROLE_SYSTEM, "content": "Be brief."}
+    # An omitted output length is filled with the worker's declared length (512 here).
+    assert payload[PARAM_MAX_TOKENS] == 512
+    for key, default in SAMPLING_DEFAULTS.items():
+        assert key in payload
+        assert key == PARAM_MAX_TOKENS or payload[key] == default
+    assert PARAM_REASONING_EFFORT not in payload
+
+
+def test_reasoning_effort_defaults_to_medium_for_a_reasoning_worker(native_client, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    features = [*EVERYTHING]
+    chat_pop(native_client, worker.api_key, features=features)
+    submit_chat(native_client, requester.api_key)
+    payload = chat_pop(native_client, worker.api_key, features=features)["payload"]
+    assert FEATURE_REASONING in features
+    assert payload[PARAM_REASONING_EFFORT] == PARAMETERS[PARAM_REASONING_EFFORT]["default"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "sent_tools", "sent_choice"),
+    [
+        ("none", None, None),
+        ({"type": "function", "function": {"name": "get_time"}}, [OTHER_TOOL], "required"),
+    ],
+)
+def test_dispatch_narrows_tools_and_the_status_keeps_the_clients_values(
+    native_client, native_db, make_user, choice: Any, sent_tools: Any, sent_choice: Any
+):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, features=EVERYTHING)
+    body = chat_body(**{PARAM_TOOLS: [TOOL, OTHER_TOOL], PARAM_TOOL_CHOICE: choice})
+    request_id = chat_async(native_client, requester.api_key, body).json()["id"]
+    payload = chat_pop(native_client, worker.api_key, features=EVERYTHING)["payload"]
+    assert payload.get(PARAM_TOOLS) == sent_tools
+    assert payload.get(PARAM_TOOL_CHOICE) == sent_choice
+    from runtime.native.models import WaitingPrompt
+
+    with native_db() as session:
+        stored = session.get(WaitingPrompt, request_id).chat_request
+    assert stored[PARAM_TOOLS] == [TOOL, OTHER_TOOL] and stored[PARAM_TOOL_CHOICE] == choice
+
+
+def test_completion_signal_on_generation_done_and_cancel(native_client, native_service, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key)
+    cancelled_id = submit_chat(native_client, requester.api_key, content="Another")
+    redis = Redis.from_url(native_service.context.settings.redis_url)
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(chat_channel(request_id), chat_channel(cancelled_id))
+    job = chat_pop(native_client, worker.api_key)
+    assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
+    native_client.delete(f"/generate/chat/status/{cancelled_id}")
+    received: list[tuple[str, dict[str, Any]]] = []
+    deadline = time.monotonic() + 10
+    while len(received) < 3 and time.monotonic() < deadline:
+        message = pubsub.get_message(timeout=1.0)
+        if message is not None:
+            received.append((message["channel"].decode(), parse_chat_event(message["data"])))
+    pubsub.close()
+    redis.close()
+    assert received == [
+        (
+            chat_channel(request_id),
+            {"event": "generation", "id": request_id, "generation_id": job["id"]},
+        ),
+        (chat_channel(request_id), {"event": "done", "id": request_id}),
+        (chat_channel(cancelled_id), {"event": "cancelled", "id": cancelled_id}),
+    ]
+    assert all("Done." not in json.dumps(event) for _channel, event in received)
+    assert chat_status(native_client, cancelled_id)["done"] is True
+
+
+def test_best_effort_does_not_require_guarantees(native_client, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, features=[])
+    strict = chat_async(native_client, requester.api_key, chat_body())
+    assert strict.status_code == 404 and strict.json()["rc"] == "no_worker_supports_features"
+    relaxed = chat_body(horde={HORDE_CONFORMANCE: "best_effort"})
+    assert chat_async(native_client, requester.api_key, relaxed).status_code == 202
