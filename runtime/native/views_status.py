@@ -10,6 +10,7 @@ from flask import Response, jsonify, request
 from sqlalchemy import func, select
 
 from generated.errors import InvalidPayload, UserNotFound, WorkerNotFound
+from runtime.native.chat_fit import chat_model, serves_chat
 from runtime.native.context import native
 from runtime.native.lifecycle import utcnow
 from runtime.native.models import User, WaitingPrompt, Worker
@@ -34,10 +35,14 @@ def models() -> Response:
     with transaction(ctx.sessions) as session:
         counts: dict[str, dict[str, Any]] = {}
         for worker, _trusted in online_workers(session, ctx.policy, now):
-            for name in worker.models:
-                entry = counts.setdefault(name, {"name": name, "count": 0, "threads": 0})
+            chat = chat_model(worker)
+            for name in dict.fromkeys([*worker.models, *([chat] if chat else [])]):
+                entry = counts.setdefault(
+                    name, {"name": name, "count": 0, "threads": 0, "chat_count": 0}
+                )
                 entry["count"] += 1
                 entry["threads"] += worker.threads
+                entry["chat_count"] += int(name == chat)
         waiting = session.execute(
             select(WaitingPrompt.models, WaitingPrompt.max_length, WaitingPrompt.n).where(
                 WaitingPrompt.active.is_(True), WaitingPrompt.n > 0
@@ -57,6 +62,7 @@ def models() -> Response:
                 "jobs": float(jobs),
                 "eta": int(queued / rate) if rate else 0,
                 "type": MODEL_TYPE,
+                "chat_count": entry["chat_count"],
             }
         )
     return jsonify(out)
@@ -74,6 +80,7 @@ def _worker_json(worker: Worker, trusted: bool, online_since: Any) -> dict[str, 
         "max_length": worker.max_length,
         "max_context_length": worker.max_context_length,
         "models": list(worker.models),
+        "chat_jobs": serves_chat(worker),
         "kudos_rewards": float(worker.kudos),
         "uptime": 0,
     }
