@@ -1,0 +1,188 @@
+"""The chat worker on the real llama-cpp-python server with the demo model.
+
+Asserted: what the demo model determines (its one reply, token counts) and what a grammar
+forces (a named call with schema-valid arguments); never what its random weights produce
+under a grammar.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from generated.chat.names import (
+    FEATURE_JSON_SCHEMA,
+    FEATURE_TOOLS,
+    GUARANTEE_JSON_SCHEMA_ENFORCED,
+    GUARANTEE_PROMPT_OVERFLOW_REFUSED,
+    GUARANTEE_TOOL_CHOICE_ENFORCED,
+)
+from generated.errors import PromptOverflow
+from runtime.worker.backend import BackendClient
+from runtime.worker.backend_kinds import backend_messages
+from runtime.worker.config import WorkerConfig
+from runtime.worker.counter import PROBE_MESSAGES, prompt_tokens_of
+from runtime.worker.declaration import Probed, probe
+from runtime.worker.horde import HordeClient
+from runtime.worker.job import Job, JobRunner
+from runtime.worker.llama_server import LlamaServer
+from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
+from tests.conftest import MadeUser
+from tests.integration.native_flow import status, submit_text
+
+pytestmark = pytest.mark.integration
+
+CONTEXT = 1024
+UNIT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def demo_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "demo.gguf")
+
+
+@pytest.fixture(scope="module")
+def server(demo_gguf: Path) -> Iterator[LlamaServer]:
+    with LlamaServer(demo_gguf, n_ctx=CONTEXT) as running:
+        yield running
+
+
+def _config(server: LlamaServer, demo_gguf: Path, **options: Any) -> WorkerConfig:
+    return WorkerConfig(
+        options.pop("horde", "http://unused"),
+        options.pop("api_key", "unused"),
+        server.openai_base_url,
+        context=CONTEXT,
+        gguf=demo_gguf,
+        **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def backend(server: LlamaServer) -> Iterator[BackendClient]:
+    with BackendClient(server.base_url, timeout=60) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def probed(server: LlamaServer, demo_gguf: Path, backend: BackendClient) -> Probed:
+    return probe(backend, _config(server, demo_gguf))
+
+
+@pytest.fixture
+def runner(backend: BackendClient, probed: Probed) -> JobRunner:
+    return JobRunner(backend, HordeClient("http://127.0.0.1:9", "unused"), probed, 60)
+
+
+def _chat(payload: dict[str, Any], stream: bool = False) -> Job:
+    return Job("job", {"max_tokens": 300, **payload}, is_chat=True, stream=stream, ttl=None)
+
+
+def test_probe_declares_the_exact_counter_and_what_the_grammar_enforces(probed: Probed) -> None:
+    assert probed.kind.name == "llama-cpp-python" and probed.model_id == MODEL_NAME
+    assert probed.counter.kind == "exact"
+    assert probed.calibration.probe_count == probed.calibration.probe_usage
+    features = set(probed.features)
+    assert {FEATURE_TOOLS, FEATURE_JSON_SCHEMA, GUARANTEE_JSON_SCHEMA_ENFORCED} <= features
+    assert GUARANTEE_PROMPT_OVERFLOW_REFUSED in features
+    # llama-cpp-python does not force `required` among several tools.
+    assert GUARANTEE_TOOL_CHOICE_ENFORCED not in features
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        PROBE_MESSAGES,
+        [{"role": "user", "content": "x" * 500}],
+        [
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            }
+        ],
+    ],
+)
+def test_exact_counter_equals_usage_prompt_tokens(
+    probed: Probed, backend: BackendClient, messages: list[dict[str, Any]]
+) -> None:
+    shaped = backend_messages(probed.kind, messages)
+    assert probed.counter.count(shaped, None) == prompt_tokens_of(backend, MODEL_NAME, shaped)
+
+
+def test_chat_job_gets_the_demo_reply_with_the_backends_usage(runner: JobRunner) -> None:
+    reply = runner.chat_reply(_chat({"messages": PROBE_MESSAGES}), None)
+    assert reply is not None
+    assert (reply.content, reply.finish_reason, reply.tool_calls) == (DEMO_REPLY, "stop", [])
+    assert reply.usage["prompt_tokens"] == runner.probed.counter.count(PROBE_MESSAGES, None)
+    assert reply.usage["completion_tokens"] and reply.usage["completion_tokens"] > 0
+
+
+def test_forced_tool_choice_is_a_structured_call(runner: JobRunner) -> None:
+    # Dispatch sends a named tool_choice as that one function under "required".
+    payload = {"messages": PROBE_MESSAGES, "tools": [UNIT_TOOL], "tool_choice": "required"}
+    reply = runner.chat_reply(_chat(payload), None)
+    assert reply is not None and reply.finish_reason == "tool_calls"
+    assert reply.content is None and len(reply.tool_calls) == 1
+    call = reply.tool_calls[0]
+    assert call["function"]["name"] == "get_weather" and call["id"].startswith("call_")
+    assert json.loads(call["function"]["arguments"])["unit"] in ("celsius", "fahrenheit")
+
+
+def test_streamed_job_posts_the_demo_reply_through_the_progress_seam(runner: JobRunner) -> None:
+    posted: list[str] = []
+    reply = runner.chat_reply(
+        _chat({"messages": PROBE_MESSAGES}, stream=True), lambda d: posted.append(d) or False
+    )
+    assert reply is not None and reply.content == DEMO_REPLY and reply.finish_reason == "stop"
+    assert "".join(posted) == DEMO_REPLY
+
+
+def test_overflowing_conversation_is_faulted_never_trimmed(runner: JobRunner) -> None:
+    messages = [{"role": "user", "content": "x" * (CONTEXT * 4)}]
+    with pytest.raises(PromptOverflow, match="exact"):
+        runner.chat_reply(_chat({"messages": messages, "max_tokens": 16}), None)
+
+
+def test_a_text_job_is_served_through_the_native_api(
+    server: LlamaServer,
+    demo_gguf: Path,
+    native_service: Any,
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    from runtime.worker.cli import RunningWorker
+
+    requester, owner = make_user("req", kudos=100), make_user("owner")
+    request_id = submit_text(
+        native_client, requester.api_key, max_length=16, max_context_length=CONTEXT
+    )
+    config = _config(
+        server, demo_gguf, horde=native_service.url, api_key=owner.api_key, poll_interval=0.05
+    )
+    worker = RunningWorker.start(config)
+    try:
+        waited = threading.Event()
+        while not status(native_client, request_id)["done"]:
+            assert not waited.wait(0.05) and worker.loop.served < 3, "the job was not served"
+    finally:
+        worker.stop(grace=5)
+    generations = status(native_client, request_id)["generations"]
+    assert len(generations) == 1 and generations[0]["state"] == "ok"
+    assert generations[0]["model"] == MODEL_NAME
