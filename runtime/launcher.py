@@ -35,7 +35,13 @@ def start_native(settings: Settings, stores: EmbeddedStores) -> Service:
     )
 
 
-SERVICE_STARTERS: list[ServiceStarter] = [start_native]
+def start_demo_worker(settings: Settings, stores: EmbeddedStores) -> Service:
+    from runtime.worker.demo import DemoWorkerService
+
+    return DemoWorkerService.start(settings, stores)
+
+
+SERVICE_STARTERS: list[ServiceStarter] = [start_native, start_demo_worker]
 
 
 def run_up(

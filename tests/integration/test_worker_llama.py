@@ -34,6 +34,7 @@ from runtime.worker.job import Job, JobRunner
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
 from tests.conftest import MadeUser
+from tests.integration.chat_flow import chat_async, chat_status
 from tests.integration.native_flow import status, submit_text
 
 pytestmark = pytest.mark.integration
@@ -186,3 +187,36 @@ def test_a_text_job_is_served_through_the_native_api(
     generations = status(native_client, request_id)["generations"]
     assert len(generations) == 1 and generations[0]["state"] == "ok"
     assert generations[0]["model"] == MODEL_NAME
+
+
+def test_a_chat_job_end_to_end_through_the_native_api(
+    server: LlamaServer,
+    demo_gguf: Path,
+    native_service: Any,
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    from runtime.worker.cli import RunningWorker
+
+    requester, owner = make_user("req", kudos=100), make_user("owner")
+    config = _config(
+        server, demo_gguf, horde=native_service.url, api_key=owner.api_key, poll_interval=0.05
+    )
+    worker = RunningWorker.start(config)
+    try:
+        waited = threading.Event()
+        while not native_client.get("/workers").json():  # online once it popped
+            assert not waited.wait(0.05), "the worker never popped"
+        body = {"model": MODEL_NAME, "messages": PROBE_MESSAGES, "max_tokens": 64}
+        response = chat_async(native_client, requester.api_key, body)
+        assert response.status_code == 202, response.text
+        request_id = response.json()["id"]
+        while not chat_status(native_client, request_id)["done"]:
+            assert not waited.wait(0.05) and worker.loop.served < 3, "the job was not served"
+        counted = worker.probed.counter.count(PROBE_MESSAGES, None)
+    finally:
+        worker.stop(grace=5)
+    generation = chat_status(native_client, request_id)["generations"][0]
+    assert (generation["content"], generation["finish_reason"]) == (DEMO_REPLY, "stop")
+    assert generation["model"] == MODEL_NAME and generation["tool_calls"] == []
+    assert generation["usage"]["prompt_tokens"] == counted
