@@ -66,10 +66,17 @@ class HordeClient:
         """Deliver a submit (or fault); True when the native API took it."""
         delay = FIRST_BACKOFF_SECONDS
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            if self._http.is_closed:  # stopped: held jobs were already faulted by the stop
+                log.warning("job %s: not delivered, the worker has stopped", body.get("id"))
+                return False
             try:
                 response = self._http.post(_route_path("text_submit"), json=body)
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
+            except RuntimeError:  # closed by a stop between the check and the request
+                if not self._http.is_closed:
+                    raise
+                return False
             else:
                 if response.status_code < 400:
                     return True

@@ -385,3 +385,41 @@ def test_the_loop_faults_a_job_the_backend_cannot_serve(
         worker.stop(grace=5)
     assert worker.loop.served == 3  # popped, failed on the backend, faulted: three times
     assert worker.loop.held == {}
+
+
+def test_stopping_faults_the_job_it_holds(
+    make_backend: Callable,
+    native_service: Any,
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    from runtime.worker.cli import RunningWorker
+    from tests.integration.chat_flow import chat_async, chat_status
+
+    requester, owner = make_user("req", kudos=100), make_user("owner")
+    backend = make_backend()
+    config = WorkerConfig(
+        native_service.url,
+        owner.api_key,
+        backend.openai_base_url,
+        context=CONTEXT,
+        poll_interval=0.05,
+    )
+    worker = RunningWorker.start(config)
+    backend.script(Hang())  # the job's backend call never answers
+    waited = threading.Event()
+    try:
+        while not native_client.get("/workers").json():
+            assert not waited.wait(0.05), "the worker never popped"
+        body = {"model": "double-model", "messages": [{"role": "user", "content": "hi"}]}
+        response = chat_async(native_client, requester.api_key, body)
+        assert response.status_code == 202, response.text
+        request_id = response.json()["id"]
+        while not worker.loop.held:
+            assert not waited.wait(0.05), "the job was never popped"
+        held = list(worker.loop.held)
+    finally:
+        faulted = worker.stop(grace=0.2)
+    assert faulted == held
+    state = chat_status(native_client, request_id)
+    assert state["processing"] == 0 and not state["done"]  # back in the queue, not held
