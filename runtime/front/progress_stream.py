@@ -13,6 +13,10 @@
   the pieces keep their schedule. ``plan`` and ``next_estimate`` are the pure parts.
 * ``reconcile(relayed, final)``: a final reply equal to or extending the relayed text gives
   the rest to send; one that diverges gives None (the stream ends with an error event).
+* ``delta_events(redis, request_id, reply)`` is the ``runtime.front.sse.ReplyEvents`` source
+  of a plain streamed request (``generated.streaming.streams_deltas``): paced ``Delta``s
+  while the worker posts, then ``Final`` once ``reply()`` returns (its arrival stops the
+  relay, which drains first); ``chunk_stream`` reconciles the two.
 
 Every name and number comes from ``generated.streaming`` (spec/streaming.yaml).
 """
@@ -23,13 +27,15 @@ import asyncio
 import contextlib
 import math
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
 
 from generated import streaming as S
+from runtime.front.responses import Reply
+from runtime.front.sse import Delta, Final, ReplyEvents
 
 STREAM_START = "0-0"
 
@@ -215,3 +221,24 @@ async def paced_relay(
 
     async for piece in paced(texts(), clock):
         yield piece
+
+
+async def delta_events(
+    redis: Redis,
+    request_id: str,
+    reply: Callable[[], Awaitable[Reply]],
+    clock: Clock | None = None,
+) -> ReplyEvents:
+    """Paced deltas of a plain streamed request, then its final reply."""
+    stop = asyncio.Event()
+    final = asyncio.ensure_future(reply())
+    final.add_done_callback(lambda _: stop.set())
+    try:
+        async for piece in paced_relay(redis, request_id, stop=stop, clock=clock):
+            yield Delta(piece)
+        yield Final(await final)
+    finally:
+        if not final.done():
+            final.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await final

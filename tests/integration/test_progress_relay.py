@@ -1,23 +1,28 @@
 """The front's relay (runtime.front.progress_stream) reading a real Redis stream that the
 native side (runtime.native.progress) writes: entries arrive while the generation runs,
-a relay resumes after an entry id, ends at the generation's end entry, and drains on stop."""
+a relay resumes after an entry id, ends at the generation's end entry, and drains on stop;
+delta_events feeds the front's chunk_stream (chunks checked against OpenAI's schema)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from runtime.front.progress_stream import RelayedDelta, paced_relay, relay
+from generated.errors import StreamDiverged
+from runtime.front.progress_stream import RelayedDelta, delta_events, paced_relay, relay
+from runtime.front.responses import Reply
+from runtime.front.sse import chunk_stream
 from runtime.native.auth import hash_key
 from runtime.native.progress import finish, mark_cancelled, mark_ended, post_progress, write_lease
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.redis_client import redis_client
+from tests.support.openai_schema import assert_chunk
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +154,51 @@ def test_paced_relay_sends_every_character_in_order(
     pieces = run_with_async_redis(horde_stores.redis_url, body)
     assert "".join(pieces) == "Hello, world"
     assert len(pieces) > 2  # each post spread over several pieces
+
+
+def _reply(request_id: str, content: str) -> Reply:
+    return Reply(request_id, "chat-model-7B", content, None, [], "stop")
+
+
+def _chunks(url: str, request_id: str, final: str) -> list[dict[str, Any]]:
+    async def body(client: AsyncRedis) -> list[dict[str, Any]]:
+        async def reply() -> Reply:
+            return _reply(request_id, final)
+
+        request = {"stream": True, "stream_options": {"include_usage": True}}
+        events = delta_events(client, request_id, reply)
+        return [c async for c in chunk_stream(events, request_id, request)]
+
+    return run_with_async_redis(url, body)
+
+
+def test_delta_events_relay_then_reconcile_with_the_final_reply(
+    redis: Redis, horde_stores: EmbeddedStores
+) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    post_progress(redis, generation_id, OWNER, 0, "Hello, ")
+    post_progress(redis, generation_id, OWNER, 1, "wor")
+    finish(redis, generation_id)
+
+    chunks = _chunks(horde_stores.redis_url, request_id, "Hello, world!")
+    for chunk in chunks:
+        assert_chunk(chunk)
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    texts = [t for t in contents if t]
+    assert "".join(texts) == "Hello, world!"
+    assert len(texts) > 3  # paced pieces, then the rest of the final reply
+    assert texts[-1] == "ld!"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] is not None
+
+
+def test_delta_events_end_with_divergence_when_the_final_reply_differs(
+    redis: Redis, horde_stores: EmbeddedStores
+) -> None:
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    post_progress(redis, generation_id, OWNER, 0, "Hello")
+    mark_ended(redis, generation_id)  # a fault; another worker answers differently
+
+    with pytest.raises(StreamDiverged):
+        _chunks(horde_stores.redis_url, request_id, "Goodbye")
