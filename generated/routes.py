@@ -2546,7 +2546,7 @@ ROUTES: dict[str, Route] = {
                                                     'messages array of an offloaded request).',
                                      'default': ['base64']}}},
         invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'WorkerMaintenance', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
+        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'WorkerMaintenance', 'InvalidChatDeclaration', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
     ),
     'text_submit': Route(
         operation_id='text_submit',
