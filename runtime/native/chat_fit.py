@@ -19,7 +19,7 @@ from sqlalchemy.types import Text
 
 from generated.chat import declaration_covers
 from generated.chat.names import DECL_CHAT_FEATURES, DECL_CHAT_JOBS, DECL_CHAT_LIMITS, DECL_MODEL_ID
-from runtime.native.fit import SKIP_REASONS, queue_filters, skip_reason
+from runtime.native.fit import SKIP_REASONS, queue_filters
 from runtime.native.models import WaitingPrompt, Worker
 
 UPSTREAM_RULES = ("worker_id", "untrusted", "nsfw")
@@ -73,10 +73,3 @@ def upstream_rules_allow(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bo
     if wp.trusted_workers and not trusted:
         return False
     return not (wp.nsfw and not worker.nsfw)
-
-
-def worker_takes(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
-    """Whether ``worker`` could take ``wp``, a chat or a text request."""
-    if wp.is_chat:
-        return chat_worker_fits(worker, trusted, wp)
-    return worker.prompt_jobs and skip_reason(worker, trusted, wp) is None

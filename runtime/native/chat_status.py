@@ -16,30 +16,20 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, or_, select
-from sqlalchemy.orm import Session, load_only
+from sqlalchemy import ColumnElement, and_, false, func, or_, select
+from sqlalchemy.orm import Session
 
 from generated.chat import CHARGE_BASIS, pool_gap
-from runtime.native.chat_fit import chat_model, chat_worker_fits, serves_chat, worker_takes
+from runtime.native.chat_fit import (
+    chat_model,
+    chat_queue_filters,
+    chat_worker_fits,
+    serves_chat,
+)
+from runtime.native.fit import queue_filters
 from runtime.native.models import Generation, WaitingPrompt, Worker
 from runtime.native.policy import Policy
 from runtime.native.text_requests import online_workers
-
-QUEUE_COLUMNS = (
-    WaitingPrompt.id,
-    WaitingPrompt.is_chat,
-    WaitingPrompt.n,
-    WaitingPrompt.max_length,
-    WaitingPrompt.max_context_length,
-    WaitingPrompt.models,
-    WaitingPrompt.workers,
-    WaitingPrompt.worker_blacklist,
-    WaitingPrompt.trusted_workers,
-    WaitingPrompt.nsfw,
-    WaitingPrompt.required_features,
-    WaitingPrompt.required_limits,
-)
-"""What eligibility reads of a queued request: never its prompt or messages."""
 
 
 @dataclass(frozen=True)
@@ -73,36 +63,45 @@ def availability(
     return Availability(eligible, missing, exceeded)
 
 
+def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
+    """SQL: a queued request (text or chat) one of the ``eligible`` workers could take."""
+    kinds: list[ColumnElement[bool]] = []
+    for worker, trusted in eligible:
+        if worker.prompt_jobs:
+            kinds.append(and_(WaitingPrompt.is_chat.is_(False), *queue_filters(worker, trusted)))
+        declaration = worker.chat_declaration or {}
+        kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
+    return or_(false(), *kinds)
+
+
 def queue_estimate(
     session: Session, policy: Policy, wp: WaitingPrompt, eligible: list[tuple[Worker, bool]]
 ) -> tuple[int, int]:
-    """(requests ahead, estimated seconds) for a waiting chat request."""
-    ahead = session.scalars(
-        select(WaitingPrompt)
-        .options(load_only(*QUEUE_COLUMNS))
-        .where(
-            WaitingPrompt.active.is_(True),
-            WaitingPrompt.n > 0,
-            WaitingPrompt.id != wp.id,
-            or_(
-                WaitingPrompt.extra_priority > wp.extra_priority,
-                and_(
-                    WaitingPrompt.extra_priority == wp.extra_priority,
-                    WaitingPrompt.created < wp.created,
-                ),
+    """(requests ahead, estimated seconds) for a waiting chat request, counted in SQL."""
+    ahead = and_(
+        WaitingPrompt.active.is_(True),
+        WaitingPrompt.n > 0,
+        WaitingPrompt.id != wp.id,
+        or_(
+            WaitingPrompt.extra_priority > wp.extra_priority,
+            and_(
+                WaitingPrompt.extra_priority == wp.extra_priority,
+                WaitingPrompt.created < wp.created,
             ),
-        )
-    ).all()
+        ),
+    )
+    work = WaitingPrompt.max_length * WaitingPrompt.n
+    count, tokens = session.execute(
+        select(
+            func.count(),
+            func.coalesce(func.sum(work).filter(takes_any(eligible)), 0),
+        ).where(ahead)
+    ).one()
     threads = sum(w.threads for w, _ in eligible)
     if threads == 0:
-        return len(ahead), 0
-    tokens = sum(
-        other.max_length * other.n
-        for other in ahead
-        if any(worker_takes(w, t, other) for w, t in eligible)
-    )
+        return int(count), 0
     rate = threads * policy.assumed_tokens_per_second
-    return len(ahead), math.ceil((tokens + wp.max_length * wp.n) / rate)
+    return int(count), math.ceil((int(tokens) + wp.max_length * wp.n) / rate)
 
 
 def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:

@@ -1,0 +1,165 @@
+"""Chat pop+submit cycles per second with 10,000 chat requests queued, beside text ones.
+
+Prints figures, never passes or fails on time. Half the queue is chat requests (stored
+requirements, messages deferred), half text. Three figures: chat cycles/s for workers whose
+declaration covers the chat requests; the latency of a pop by a chat-only worker whose
+declaration covers none of them (the eligibility filter scans the queue without loading
+messages); and a chat status read (availability and wait-time estimate over the queue).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from generated.chat.names import (
+    DECL_CHAT_FEATURES,
+    DECL_CHAT_JOBS,
+    DECL_MODEL_ID,
+    DECL_PROMPT_JOBS,
+    GUARANTEE_PROMPT_OVERFLOW_REFUSED,
+    LIMIT_MAX_CONTEXT_LENGTH,
+    LIMIT_MAX_LENGTH,
+)
+from runtime.config import Settings
+from runtime.native.auth import create_user
+from runtime.native.lifecycle import utcnow
+from runtime.native.models import WaitingPrompt
+from runtime.native.schema import upgrade
+from runtime.native.server import NativeService
+from runtime.stores.database import transaction
+from runtime.stores.embedded import EmbeddedStores
+
+QUEUED = 10_000
+WORKERS = 8
+CYCLES = 1_000
+SAMPLES = 50
+MODEL = "bench-chat-7B"
+MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x" * 2000}]
+
+
+def main() -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-bench-"))
+    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
+    try:
+        upgrade(stores.database_url)
+        service = NativeService.start(
+            Settings(rate_limits_enabled=False, data_dir=data_dir),
+            database_url=stores.database_url,
+            redis_url=stores.redis_url,
+            port=0,
+            sweep=False,
+        )
+        try:
+            run(service)
+        finally:
+            service.stop()
+    finally:
+        stores.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _queue(service: NativeService) -> tuple[list[str], str]:
+    now = utcnow()
+    with transaction(service.context.sessions) as session:
+        requester, requester_key = create_user(
+            session, "bench-requester", kudos=10**6, concurrency=10**6
+        )
+        keys = [create_user(session, f"bench-worker-{i}")[1] for i in range(WORKERS + 1)]
+        for i in range(QUEUED):
+            chat = i % 2 == 0
+            session.add(
+                WaitingPrompt(
+                    id=uuid.uuid4(), user_id=requester.id, is_chat=chat,
+                    prompt="bench", params={} if chat else {"max_length": 80},
+                    messages=MESSAGES if chat else None,
+                    chat_request={"model": MODEL} if chat else None,
+                    required_features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED] if chat else [],
+                    required_limits={LIMIT_MAX_LENGTH: 80, LIMIT_MAX_CONTEXT_LENGTH: 750},
+                    n=1, jobs=1, max_length=80, max_context_length=2048, models=[MODEL],
+                    workers=[], extra_priority=10**7 + i % 100, kudos_estimate=1, created=now,
+                    expiry=now + timedelta(hours=1),
+                )
+            )  # fmt: skip
+    return keys, requester_key
+
+
+def _declaration(name: str, features: list[str]) -> dict[str, object]:
+    return {
+        "name": name,
+        "models": [MODEL],
+        DECL_CHAT_JOBS: True,
+        DECL_MODEL_ID: MODEL,
+        DECL_CHAT_FEATURES: features,
+        DECL_PROMPT_JOBS: False,
+    }
+
+
+def run(service: NativeService) -> None:
+    keys, requester_key = _queue(service)
+    base = f"{service.url}/api/v2"
+    done = 0
+    lock = threading.Lock()
+    first_id: list[str] = []
+
+    def work(index: int) -> None:
+        nonlocal done
+        body = _declaration(f"w{index}", [GUARANTEE_PROMPT_OVERFLOW_REFUSED])
+        with httpx.Client(base_url=base, headers={"apikey": keys[index]}) as client:
+            while True:
+                with lock:
+                    if done >= CYCLES:
+                        return
+                    done += 1
+                job = client.post("/generate/text/pop", json=body).raise_for_status().json()
+                assert job["is_chat"], job
+                if not first_id:
+                    first_id.append(job["id"])
+                reply = {"id": job["id"], "content": "x" * 100, "finish_reason": "stop"}
+                client.post("/generate/text/submit", json=reply).raise_for_status()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(WORKERS)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+
+    with httpx.Client(base_url=base, headers={"apikey": keys[WORKERS]}) as client:
+        empty = _declaration("uncovering", [])
+        pops = []
+        for _ in range(SAMPLES):
+            t0 = time.perf_counter()
+            assert client.post("/generate/text/pop", json=empty).json()["id"] is None
+            pops.append(time.perf_counter() - t0)
+        submitted = client.post(
+            "/generate/chat/async",
+            headers={"apikey": requester_key},
+            json={"model": MODEL, "messages": [{"role": "user", "content": "hi"}]},
+        )
+        request_id = submitted.raise_for_status().json()["id"]
+        reads = []
+        for _ in range(SAMPLES):
+            t0 = time.perf_counter()
+            client.get(f"/generate/chat/status/{request_id}").raise_for_status()
+            reads.append(time.perf_counter() - t0)
+    print(f"queued={QUEUED} (half chat) workers={WORKERS} cycles={CYCLES}")
+    print(f"chat pop+submit cycles per second: {CYCLES / elapsed:.1f}")
+    print(f"pop finding no covered chat request: median {statistics.median(pops) * 1000:.1f} ms")
+    print(f"chat status read behind the queue: median {statistics.median(reads) * 1000:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
