@@ -34,6 +34,8 @@ from runtime.front.native_client import NativeClient
 from runtime.front.signals import SignalHub
 
 OWNER = "horde"
+IN_FLIGHT = 100
+"""Native calls in flight at once (and the HTTP pool's size)."""
 CHAT_COUNT = "chat_count"
 
 
@@ -78,7 +80,7 @@ def create_front_app(
 ) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        limits = httpx.Limits(max_connections=200, max_keepalive_connections=100)
+        limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
         async with httpx.AsyncClient(limits=limits) as http:
             redis = Redis.from_url(config.redis_url, decode_responses=True)
             hub = SignalHub(redis, channel_of)
@@ -91,6 +93,7 @@ def create_front_app(
                 submit_attempts=config.submit_attempts,
                 submit_timeout=config.submit_timeout,
                 read_timeout=config.read_timeout,
+                max_in_flight=IN_FLIGHT,
             )
             admission = Admission(config.per_source_cap, config.global_cap)
             state = FrontState(config, native, hub, admission)

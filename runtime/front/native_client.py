@@ -10,6 +10,7 @@ Reads (status, models) and the cancel also move to the next root on a transport 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ class NativeClient:
         submit_attempts: int = 3,
         submit_timeout: float = 30.0,
         read_timeout: float = 10.0,
+        max_in_flight: int = 100,
     ) -> None:
         if not roots:
             raise ValueError("at least one native API root is required")
@@ -92,6 +94,9 @@ class NativeClient:
         self.submit_timeout = submit_timeout
         self.read_timeout = read_timeout
         self._next = 0
+        # httpcore's pool scans its waiting requests on every release, so thousands queued
+        # on it crawl; the semaphore queues them in O(1) and keeps the pool's queue short.
+        self._slots = asyncio.Semaphore(max_in_flight)
 
     def _root(self, attempt: int) -> str:
         return self.roots[(self._next + attempt) % len(self.roots)]
@@ -119,9 +124,10 @@ class NativeClient:
         for attempt in range(self.submit_attempts):
             url = self._root(attempt) + route.path
             try:
-                response = await self.http.post(
-                    url, content=body, headers=headers, timeout=self.submit_timeout
-                )
+                async with self._slots:
+                    response = await self.http.post(
+                        url, content=body, headers=headers, timeout=self.submit_timeout
+                    )
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__} from {url}"
                 log.warning("submit attempt %d lost (%s); repeating", attempt + 1, last)
@@ -145,9 +151,10 @@ class NativeClient:
         for attempt in range(len(self.roots)):
             url = self._root(attempt) + path
             try:
-                response = await self.http.request(
-                    method, url, headers=self._headers(), timeout=self.read_timeout, **kwargs
-                )
+                async with self._slots:
+                    response = await self.http.request(
+                        method, url, headers=self._headers(), timeout=self.read_timeout, **kwargs
+                    )
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__} from {url}"
                 continue

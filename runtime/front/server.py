@@ -44,7 +44,9 @@ class FrontService:
         port: int = 0,
         log_level: str = "warning",
     ) -> FrontService:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
+        # (without it, Nagle and delayed ACKs add ~40 ms to every response).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(4096)

@@ -89,7 +89,7 @@ class NativeChatDouble:
                 Route("/api/v2/status/models", self._models, methods=["GET"]),
             ]
         )
-        self._sock = socket.socket()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(1024)
         self.port = self._sock.getsockname()[1]

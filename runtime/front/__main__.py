@@ -1,0 +1,39 @@
+"""``python -m runtime.front``: serve the chat front alone, configured by the environment.
+
+HORDE_REDIS_URL is required (the front starts no stores); HORDE_FRONT_HOST / HORDE_FRONT_PORT
+say where to listen and the HORDE_FRONT_* variables of ``runtime.front.config`` tune it.
+Prints one line ``chat front: <url>/v1`` once it serves, then runs until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from runtime.config import Settings
+from runtime.front.config import FrontConfig
+from runtime.front.server import FrontService
+
+
+def main() -> int:
+    settings = Settings.from_env()
+    if not settings.redis_url:
+        print("HORDE_REDIS_URL is required", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    config = FrontConfig.from_env(settings.redis_url, dict(os.environ))
+    service = FrontService.start(config, host=settings.front_host, port=settings.front_port)
+    print(service.describe(), flush=True)
+    try:
+        stop.wait()
+    finally:
+        service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
