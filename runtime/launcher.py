@@ -7,10 +7,12 @@ join ``up`` by adding a starter here.
 
 from __future__ import annotations
 
+import secrets
 import signal
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol, TextIO
 
 from runtime.config import Settings
@@ -35,13 +37,23 @@ def start_native(settings: Settings, stores: EmbeddedStores) -> Service:
     )
 
 
+def start_front(settings: Settings, stores: EmbeddedStores) -> Service:
+    from runtime.front.config import FrontConfig
+    from runtime.front.server import FrontService
+
+    native_root = f"http://{settings.native_host}:{settings.native_port}"
+    config = FrontConfig.from_env(stores.redis_url, default_root=native_root)
+    config = replace(config, service_passkey=settings.service_passkey)
+    return FrontService.start(config, host=settings.front_host, port=settings.front_port)
+
+
 def start_demo_worker(settings: Settings, stores: EmbeddedStores) -> Service:
     from runtime.worker.demo import DemoWorkerService
 
     return DemoWorkerService.start(settings, stores)
 
 
-SERVICE_STARTERS: list[ServiceStarter] = [start_native, start_demo_worker]
+SERVICE_STARTERS: list[ServiceStarter] = [start_native, start_front, start_demo_worker]
 
 
 def run_up(
@@ -57,6 +69,8 @@ def run_up(
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    if settings.service_passkey is None:  # the front and the native API of this run share one
+        settings = replace(settings, service_passkey=secrets.token_urlsafe(24))
     services: list[Service] = []
     with EmbeddedStores.start(settings) as stores:
         try:

@@ -59,9 +59,15 @@ class FrontConfig:
         return WaitBudget(self.deadline, self.grace, self.poll_interval, self.queue_info_wait)
 
     @classmethod
-    def from_env(cls, redis_url: str, env: dict[str, str] | None = None) -> FrontConfig:
+    def from_env(
+        cls,
+        redis_url: str,
+        env: dict[str, str] | None = None,
+        *,
+        default_root: str = "http://127.0.0.1:7001",
+    ) -> FrontConfig:
         env = dict(os.environ if env is None else env)
-        roots = env.get("HORDE_FRONT_NATIVE_ROOTS") or "http://127.0.0.1:7001"
+        roots = env.get("HORDE_FRONT_NATIVE_ROOTS") or default_root
         return cls(
             redis_url=redis_url,
             native_roots=tuple(r.strip().rstrip("/") for r in roots.split(",") if r.strip()),

@@ -129,7 +129,7 @@ class NativeClient:
                         url, content=body, headers=headers, timeout=self.submit_timeout
                     )
             except httpx.TransportError as exc:
-                last = f"{type(exc).__name__} from {url}"
+                last = f"{type(exc).__name__} ({exc}) from {url}"
                 log.warning("submit attempt %d lost (%s); repeating", attempt + 1, last)
                 continue
             if response.status_code >= 500 and not _is_native_refusal(response):
