@@ -84,8 +84,10 @@ DEFS: dict[str, dict[str, Any]] = {'front': {'ToolCall': {'type': 'object',
                                               'refusal': {'type': 'null'},
                                               'reasoning_content': {'type': ['string', 'null'],
                                                                     'description': 'The '
-                                                                                   'reasoning',
-                                                                    'unless horde.include_reasoning is false.': None},
+                                                                                   'reasoning, '
+                                                                                   'unless '
+                                                                                   'horde.include_reasoning '
+                                                                                   'is false.'},
                                               'tool_calls': {'type': 'array',
                                                              'items': {'$ref': '#/$defs/ToolCall'}}}},
            'Usage': {'type': 'object',
