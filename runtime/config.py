@@ -17,6 +17,7 @@
 | HORDE_PUBLIC_URL | (unset) | the native API's URL for workers; unset: the bound address |
 | HORDE_MESSAGES_OFFLOAD_BYTES | spec | messages (images inlined) above this are offloaded |
 | HORDE_IMAGE_FETCH_ALLOW_LOOPBACK | off | tests only: "on" lets image URLs reach loopback |
+| HORDE_MAX_BODY_BYTES | derived | the native API's body cap (text + the spec's image caps) |
 
 An S3 URL is ``s3://bucket[/prefix]?endpoint=URL&region=NAME``; its credentials come from
 boto3's usual chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profiles).
@@ -60,6 +61,7 @@ class Settings:
     public_url: str | None = None
     messages_offload_bytes: int | None = None
     image_fetch_allow_loopback: bool = False
+    max_body_bytes: int | None = None  # None: runtime.body_caps.DEFAULT_MAX_BODY_BYTES
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -86,4 +88,5 @@ class Settings:
             image_fetch_allow_loopback=(
                 (env.get("HORDE_IMAGE_FETCH_ALLOW_LOOPBACK") or "off").lower() == "on"
             ),
+            max_body_bytes=_int(env, "HORDE_MAX_BODY_BYTES", 0) or None,
         )

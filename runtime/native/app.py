@@ -13,6 +13,7 @@ from typing import Any
 from flask import Flask
 
 from generated.routes import ROUTES
+from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.native import (
     views_chat,
     views_objects,
@@ -24,8 +25,6 @@ from runtime.native import (
 from runtime.native.context import EXTENSION, NativeContext
 from runtime.native.http_errors import register_error_handlers
 from runtime.native.rate_limits import make_limiter, route_limits
-
-MAX_BODY_BYTES = 1024 * 1024
 
 VIEWS: dict[str, Callable[..., Any]] = {
     "text_async": views_text.text_async,
@@ -49,7 +48,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
 
 def create_app(ctx: NativeContext) -> Flask:
     app = Flask("horde_native")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes or DEFAULT_MAX_BODY_BYTES
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = ctx
     register_error_handlers(app)

@@ -5,20 +5,31 @@ A chat request's requirements were computed once at creation and stored on its r
 (``required_features``, ``required_limits``); eligibility compares a worker's parsed chat
 declaration with them and never loads the messages. A worker serves a chat request when it
 declared chat_jobs, its model_id is one of the request's models, it declares every required
-feature (and guarantee, under strict), no stored limit is above its declared bound, and
-upstream's worker list, trusted and NSFW rules let it.
+feature (and guarantee, under strict), no stored limit is above its declared bound, it can
+receive the request's images (an image transport, or messages_url for an offloaded request),
+and upstream's worker list, trusted and NSFW rules let it. Images need the vision feature,
+which ``required_features`` stores; whether a request has images is the stored max_images
+measure, so the messages stay unread here too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Numeric, cast, literal, or_
+from sqlalchemy import ColumnElement, Numeric, cast, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import Text
 
 from generated.chat import declaration_covers
-from generated.chat.names import DECL_CHAT_FEATURES, DECL_CHAT_JOBS, DECL_CHAT_LIMITS, DECL_MODEL_ID
+from generated.chat.names import (
+    DECL_CHAT_FEATURES,
+    DECL_CHAT_JOBS,
+    DECL_CHAT_LIMITS,
+    DECL_IMAGE_TRANSPORTS,
+    DECL_MODEL_ID,
+    LIMIT_MAX_IMAGES,
+)
+from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
 from runtime.native.fit import SKIP_REASONS, queue_filters
 from runtime.native.models import WaitingPrompt, Worker
 
@@ -53,7 +64,31 @@ def chat_queue_filters(
             continue
         value = WaitingPrompt.required_limits[name].astext.cast(Numeric)
         conditions.append(or_(value.is_(None), value <= bound))
+    conditions.append(_image_delivery(declaration))
     return conditions + [upstream[rule] for rule in UPSTREAM_RULES]
+
+
+def inline_image_transport(declaration: dict[str, Any]) -> bool:
+    transports = declaration.get(DECL_IMAGE_TRANSPORTS) or ()
+    return TRANSPORT_URL in transports or TRANSPORT_BASE64 in transports
+
+
+def _image_delivery(declaration: dict[str, Any]) -> ColumnElement[bool]:
+    """The requests whose images this worker can receive (all, without images)."""
+    if inline_image_transport(declaration):
+        return true()
+    no_images = ~WaitingPrompt.required_limits.has_key(LIMIT_MAX_IMAGES)
+    if TRANSPORT_MESSAGES_URL in (declaration.get(DECL_IMAGE_TRANSPORTS) or ()):
+        return or_(no_images, WaitingPrompt.messages_object.is_not(None))
+    return no_images
+
+
+def receives_images(declaration: dict[str, Any], wp: WaitingPrompt) -> bool:
+    """The Python form of ``_image_delivery``."""
+    if LIMIT_MAX_IMAGES not in (wp.required_limits or {}) or inline_image_transport(declaration):
+        return True
+    transports = declaration.get(DECL_IMAGE_TRANSPORTS) or ()
+    return TRANSPORT_MESSAGES_URL in transports and wp.messages_object is not None
 
 
 def chat_worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
@@ -63,7 +98,7 @@ def chat_worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
     decl = worker.chat_declaration or {}
     if declaration_covers(decl, list(wp.required_features), dict(wp.required_limits)):
         return False
-    return upstream_rules_allow(worker, trusted, wp)
+    return receives_images(decl, wp) and upstream_rules_allow(worker, trusted, wp)
 
 
 def upstream_rules_allow(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:

@@ -80,8 +80,16 @@ def _truncated(work: dict[str, Any], declarations: list[dict[str, Any]]) -> dict
     return {**work, PARAM_MESSAGES: kept}
 
 
-def plan_chat_request(request: dict[str, Any], declarations: list[dict[str, Any]]) -> ChatPlan:
-    """The plan, or the pool gap's error (``Gap.error()``)."""
+def plan_chat_request(
+    request: dict[str, Any],
+    declarations: list[dict[str, Any]],
+    measured: dict[str, int] | None = None,
+) -> ChatPlan:
+    """The plan, or the pool gap's error (``Gap.error()``).
+
+    ``measured``: limit measures only the native API knows (the stored images' count and
+    largest size, from image intake); they replace the request's own before the gap check.
+    """
     work = dict(request)
     lowered: int | None = None
     wanted = output_tokens(request)
@@ -92,7 +100,7 @@ def plan_chat_request(request: dict[str, Any], declarations: list[dict[str, Any]
     if horde_option(request, HORDE_CONTEXT_FIT) != HORDE_KEYS[HORDE_CONTEXT_FIT]["default"]:
         work = _truncated(work, declarations)
     required = required_chat_features(work)
-    limits = required_chat_limits(work)
+    limits = {**required_chat_limits(work), **(measured or {})}
     gap = pool_gap(declarations, required, limits)
     if gap is not None:
         raise gap.error()

@@ -13,6 +13,11 @@ locked FOR UPDATE), in this order:
    truncation, requirements computed once; a pool gap is 404 (features) or 400 (limits);
 5. the dry-run quote against horde.max_kudos, then dry_run, concurrency and upfront kudos
    exactly as for text requests; the row, the horde tax, the hold and the operation key.
+
+With images, the caller took them in first (``chat_objects.take_in``): ``request`` then
+holds references, ``original`` the body as sent (the operation fingerprint is over it, so
+fresh object keys never change it), and ``objects`` lends the stored images' limit measures
+and offloads the kept messages above the threshold. The row records the objects it owns.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from generated.errors import (
 from runtime.native import kudos
 from runtime.native.auth import ANONYMOUS_USER_ID
 from runtime.native.chat_fit import chat_model, serves_chat
+from runtime.native.chat_objects import ChatObjects
 from runtime.native.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.models import OperationKey, User, WaitingPrompt, Worker
 from runtime.native.moderation import screen
@@ -73,6 +79,8 @@ class ChatSubmitted:
     id: uuid.UUID | None
     kudos: Decimal
     existing: bool = False
+    object_keys: tuple[str, ...] = ()
+    """The objects the new row owns (none for a dry run or a recovered request)."""
 
 
 class OperationKeyRace(Exception):
@@ -157,9 +165,11 @@ def create_chat_request(
     client_agent: str,
     ipaddr: str,
     now: datetime,
+    original: dict[str, Any] | None = None,
+    objects: ChatObjects | None = None,
 ) -> ChatSubmitted:
     """Queue (or quote, or recover) a chat request; ``user`` must be locked FOR UPDATE."""
-    fingerprint = operation_fingerprint(request) if operation_key else ""
+    fingerprint = operation_fingerprint(original or request) if operation_key else ""
     if operation_key:
         existing = _existing_operation(session, user.id, operation_key, fingerprint)
         if existing is not None:
@@ -173,7 +183,8 @@ def create_chat_request(
     declarations = serving_declarations(session, policy, models, now)
     if not declarations:
         raise NoEligibleWorker(reason=f"no online chat worker serves {', '.join(models)}")
-    plan = plan_chat_request(request, declarations)
+    measured = objects.limit_measures() if objects is not None else None
+    plan = plan_chat_request(request, declarations, measured)
     cost = kudos.quote(plan.max_length, plan.max_context_length, 1, models, policy.horde_tax)
     _check_kudos_cap(request, cost)
     if horde_option(request, HORDE_DRY_RUN):
@@ -186,6 +197,10 @@ def create_chat_request(
         raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
     wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
     wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
+    if objects is not None:
+        wp.messages_object = objects.offload(plan.messages)
+        owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
+        wp.object_keys = owned
     session.add(wp)
     session.flush()
     kudos.apply_kudos(session, user.id, -policy.horde_tax, "horde_tax", wp_id=wp.id)
@@ -193,7 +208,7 @@ def create_chat_request(
         kudos.hold_upfront(session, user.id, wp.id, cost)
     if operation_key:
         _claim_operation(session, user.id, operation_key, fingerprint, wp)
-    return ChatSubmitted(id=wp.id, kudos=cost)
+    return ChatSubmitted(id=wp.id, kudos=cost, object_keys=tuple(wp.object_keys or ()))
 
 
 def _row(

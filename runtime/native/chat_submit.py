@@ -132,6 +132,19 @@ def _fault(
     return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
 
 
+def fault_chat_job(
+    session: Session,
+    policy: Policy,
+    generation_id: uuid.UUID,
+    wp_id: uuid.UUID,
+    metadata: list[Any],
+    now: datetime,
+) -> ChatSubmitOutcome:
+    """Fault a handed-out job the horde itself could not send (as a worker's fault)."""
+    gen = session.scalars(select(Generation).where(Generation.id == generation_id)).one()
+    return _fault(session, policy, gen, wp_id, now, metadata)
+
+
 def submit_chat_job(
     session: Session, policy: Policy, user: User, sub: ChatSubmission, now: datetime
 ) -> ChatSubmitOutcome:

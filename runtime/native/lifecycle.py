@@ -3,6 +3,8 @@
 ``sweep(sessions, policy)`` does one pass (tests call it directly with a ``now``);
 ``Sweeper`` runs it periodically in a daemon thread started with the app. Given a Redis
 client, a pass publishes the completion signal of every chat request it faulted or expired.
+Given the object store, it deletes an expired request's objects with its row, and releases
+those of every other ended request that still owns some (a release the routes missed).
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated.signals import CHAT_EVENT_EXPIRED, CHAT_EVENT_FAULTED
 from runtime.native import kudos
+from runtime.native.chat_objects import delete_objects, ended_with_objects, release_ended
 from runtime.native.models import Generation, WaitingPrompt, Worker
 from runtime.native.policy import Policy
 from runtime.native.signals import publish_chat_event
 from runtime.stores.database import transaction
+from runtime.stores.objects import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,7 @@ def sweep(
     policy: Policy,
     now: datetime | None = None,
     redis: Redis | None = None,
+    objects: ObjectStore | None = None,
 ) -> SweepReport:
     now = now or utcnow()
     aborted = 0
@@ -124,21 +129,27 @@ def sweep(
             Generation.cancelled.is_(False),
         )
         rows = session.execute(
-            select(WaitingPrompt.id, WaitingPrompt.is_chat)
+            select(WaitingPrompt.id, WaitingPrompt.is_chat, WaitingPrompt.object_keys)
             .where(WaitingPrompt.expiry < now, ~pending)
             .with_for_update(skip_locked=True)
         ).all()
-        expired = [wp_id for wp_id, _is_chat in rows]
+        expired = [wp_id for wp_id, _is_chat, _keys in rows]
         for wp_id in expired:
             kudos.release_holds(session, wp_id)
+        if objects is not None:  # before the rows go: a failed commit retries the whole
+            delete_objects(objects, [key for _id, _chat, keys in rows for key in keys or ()])
         if expired:
             session.execute(delete(WaitingPrompt).where(WaitingPrompt.id.in_(expired)))
     if redis is not None:
         for wp_id in faulted_chats:
             publish_chat_event(redis, wp_id, CHAT_EVENT_FAULTED)
-        for wp_id, is_chat in rows:
+        for wp_id, is_chat, _keys in rows:
             if is_chat:
                 publish_chat_event(redis, wp_id, CHAT_EVENT_EXPIRED)
+    if objects is not None:
+        with transaction(sessions) as session:
+            ended = ended_with_objects(session)
+        release_ended(sessions, objects, ended)
     return SweepReport(aborted=aborted, expired=len(expired))
 
 
@@ -151,9 +162,10 @@ class Sweeper:
         policy: Policy,
         period: float,
         redis: Redis | None = None,
+        objects: ObjectStore | None = None,
     ) -> None:
         self._sessions, self._policy, self._period = sessions, policy, period
-        self._redis = redis
+        self._redis, self._objects = redis, objects
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="horde-sweeper", daemon=True)
 
@@ -164,7 +176,7 @@ class Sweeper:
     def _run(self) -> None:
         while not self._stop.wait(self._period):
             try:
-                sweep(self._sessions, self._policy, redis=self._redis)
+                sweep(self._sessions, self._policy, redis=self._redis, objects=self._objects)
             except Exception:  # keep sweeping; the next pass retries
                 log.exception("lifecycle sweep failed")
 

@@ -43,6 +43,10 @@ def _false() -> Any:
     return mapped_column(Boolean, server_default=text("false"), nullable=False, default=False)
 
 
+OWNS_OBJECTS = "object_keys <> '[]'::jsonb"
+"""A request still owns stored objects (the sweep releases ended ones)."""
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -105,6 +109,11 @@ class WaitingPrompt(Base):
             postgresql_where=text("active AND n > 0"),
         ),
         Index("ix_waiting_prompts_user_active", "user_id", "active"),
+        Index(
+            "ix_waiting_prompts_objects",
+            "id",
+            postgresql_where=text(f"NOT active AND {OWNS_OBJECTS}"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
@@ -146,6 +155,12 @@ class WaitingPrompt(Base):
     )
     conformance: Mapped[str | None] = mapped_column(String(20))
     max_tokens_lowered_to: Mapped[int | None] = mapped_column(Integer)
+    # Object storage (migration 0003): the offloaded messages' key, and every object the
+    # request owns (images, offloaded messages), deleted when it ends.
+    messages_object: Mapped[str | None] = mapped_column(String(200))
+    object_keys: Mapped[list[str]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb"), default=list
+    )
 
 
 class Generation(Base):

@@ -82,7 +82,13 @@ class NativeService:
         thread = threading.Thread(target=server.run, name="native-waitress", daemon=True)
         thread.start()
         sweeper = (
-            Sweeper(ctx.sessions, ctx.policy, settings.sweep_seconds, redis=ctx.redis).start()
+            Sweeper(
+                ctx.sessions,
+                ctx.policy,
+                settings.sweep_seconds,
+                redis=ctx.redis,
+                objects=ctx.objects,
+            ).start()
             if sweep
             else None
         )

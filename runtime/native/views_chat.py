@@ -2,13 +2,18 @@
 
 The body goes through ``generated.chat.validate_chat_request`` (the precise refusals: an
 unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
-(``generated.routes.validate_body``); headers through ``validate_headers``. A caller with
+(``generated.routes.validate_body``); headers through ``validate_headers``. Image parts are
+taken in before the transaction (fetched, checked, stored as JPEG; a bad one is 400 with
+nothing queued), and every object the committed row does not own is deleted again (a
+refusal, a dry run, an operation-key replay). A caller with
 the service passkey (the front) has its forwarded source address trusted; a wrong passkey
 (malformed included) is 403 on every chat route. A cancel publishes the completion signal
 after its commit.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from flask import Response, jsonify, request
 
@@ -22,6 +27,7 @@ from generated.routes import (
 from generated.signals import CHAT_EVENT_CANCELLED
 from runtime.native.auth import user_for_key
 from runtime.native.body import checked_headers, parse_json
+from runtime.native.chat_objects import ChatObjects, release_ended, take_in
 from runtime.native.chat_requests import (
     ChatSubmitted,
     OperationKeyRace,
@@ -31,6 +37,7 @@ from runtime.native.chat_requests import (
 from runtime.native.chat_status import chat_status
 from runtime.native.context import native
 from runtime.native.lifecycle import utcnow
+from runtime.native.offload import offload_threshold
 from runtime.native.progress_settlement import settle_cancelled_streams
 from runtime.native.service_passkey import source_address, trusted_service
 from runtime.native.signals import publish_chat_event
@@ -49,30 +56,48 @@ def chat_async() -> tuple[Response, int]:
     raw = parse_json(request.get_data(cache=True))
     chat_request = validate_chat_request(raw)
     validate_body("chat_async", raw)
-    result: ChatSubmitted | None = None
+    assert ctx.objects is not None
+    with transaction(ctx.sessions) as session:  # a wrong key fetches and stores nothing
+        user_for_key(session, request.headers.get(HEADER_APIKEY))
+    stored_request, objects = take_in(
+        chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
+    )
+    try:
+        result = _create(stored_request, chat_request, objects)
+    except BaseException:
+        objects.discard_unowned(())
+        raise
+    objects.discard_unowned(result.object_keys)
+    if result.id is None:
+        return jsonify(kudos=float(result.kudos)), 200
+    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+
+
+def _create(
+    stored_request: dict[str, Any], original: dict[str, Any], objects: ChatObjects
+) -> ChatSubmitted:
+    ctx = native()
     for attempt in range(OPERATION_KEY_ATTEMPTS):
         try:
             with transaction(ctx.sessions) as session:
                 user = user_for_key(session, request.headers.get(HEADER_APIKEY), for_update=True)
-                result = create_chat_request(
+                return create_chat_request(
                     session,
                     ctx.policy,
                     user,
-                    chat_request,
+                    stored_request,
                     moderation_patterns=ctx.settings.moderation_patterns,
                     operation_key=request.headers.get(HEADER_X_OPERATION_KEY),
                     client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
                     ipaddr=source_address(ctx.settings),
                     now=utcnow(),
+                    original=original,
+                    objects=objects,
                 )
-            break
         except OperationKeyRace:
             if attempt + 1 == OPERATION_KEY_ATTEMPTS:
                 raise
-    assert result is not None
-    if result.id is None:
-        return jsonify(kudos=float(result.kudos)), 200
-    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+    raise AssertionError("unreachable")
 
 
 def chat_status_view(id: str) -> Response:
@@ -94,4 +119,5 @@ def chat_cancel(id: str) -> Response:
         body = chat_status(session, ctx.policy, wp, utcnow())
     if was_active:
         publish_chat_event(ctx.redis, wp_id, CHAT_EVENT_CANCELLED)
+    release_ended(ctx.sessions, ctx.objects, [wp_id])
     return jsonify(body)

@@ -6,25 +6,35 @@ landed generation or an ended request publishes the completion signal after the 
 
 A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
 pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it.
+
+A chat job's images and offloaded messages are resolved after the commit that releases the
+queue's row lock (``chat_objects.dispatch_messages``: messages_url, signed image URLs or
+inlined bytes); if the store cannot serve them, the job is faulted with the reason and the
+worker is told there is no job. A request that ends releases its stored objects.
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from flask import Response, jsonify, request
 
 from generated.chat import chat_job_payload, parse_worker_declaration
-from generated.errors import InvalidPayload
+from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION
 from generated.streaming import streams_deltas
 from runtime.native.auth import hash_key, worker_owner_for_key
 from runtime.native.body import checked_headers, int64, json_body
+from runtime.native.chat_objects import dispatch_messages, release_ended
 from runtime.native.chat_requests import stored_request
 from runtime.native.chat_submit import (
     REPLY_KEYS,
     ChatSubmission,
+    fault_chat_job,
     is_chat_job,
     submit_chat_job,
 )
@@ -43,6 +53,20 @@ from runtime.native.signals import publish_chat_event
 from runtime.stores.database import transaction
 
 INT32 = 2**31 - 1
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """What a chat pop hands out, read under the row lock and sent after its commit."""
+
+    wp_id: uuid.UUID
+    generation_id: uuid.UUID
+    model: str
+    ttl: int
+    payload: dict[str, Any]
+    messages_object: str | None
+    stream: bool
 
 
 def text_pop() -> Response:
@@ -62,45 +86,83 @@ def text_pop() -> Response:
             session, ctx.policy, worker, user.trusted, body["amount"], now, declaration
         )
         if popped.wp is None:
-            return jsonify(
-                payload={}, id=None, ids=[], model=None, ttl=None, skipped=popped.skipped
-            )
+            return _no_job(popped.skipped)
         if popped.wp.is_chat:
-            return _chat_job(popped, declaration)
-        ids = [str(g.id) for g in popped.generations]
-        return jsonify(
-            payload=job_payload(popped.wp, len(ids)),
-            id=ids[0],
-            ids=ids,
-            model=popped.generations[0].model,
-            ttl=popped.generations[0].ttl,
-            softprompt=popped.wp.softprompt,
-            is_chat=False,
-            skipped={},
-        )
+            chat_job = _chat_job(popped, declaration)
+        else:
+            return _text_job(popped)
+    return _send_chat_job(chat_job, declaration)
 
 
-def _chat_job(popped: Popped, declaration: dict[str, Any]) -> Response:
+def _no_job(skipped: dict[str, int]) -> Response:
+    return jsonify(payload={}, id=None, ids=[], model=None, ttl=None, skipped=skipped)
+
+
+def _text_job(popped: Popped) -> Response:
+    assert popped.wp is not None
+    ids = [str(g.id) for g in popped.generations]
+    return jsonify(
+        payload=job_payload(popped.wp, len(ids)),
+        id=ids[0],
+        ids=ids,
+        model=popped.generations[0].model,
+        ttl=popped.generations[0].ttl,
+        softprompt=popped.wp.softprompt,
+        is_chat=False,
+        skipped={},
+    )
+
+
+def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
     assert popped.wp is not None
     gen = popped.generations[0]
     chat_request = stored_request(popped.wp)
     payload = chat_job_payload(
         chat_request, declaration, max_tokens=popped.wp.max_tokens_lowered_to
     )
-    stream = streams_deltas(chat_request)
-    if stream:
-        owner = hash_key(request.headers.get(HEADER_APIKEY) or "")
-        write_lease(native().redis, str(gen.id), str(popped.wp.id), owner, gen.ttl)
-    return jsonify(
-        payload=payload,
-        id=str(gen.id),
-        ids=[str(gen.id)],
+    return ChatJob(
+        wp_id=popped.wp.id,
+        generation_id=gen.id,
         model=gen.model,
         ttl=gen.ttl,
+        payload=payload,
+        messages_object=popped.wp.messages_object,
+        stream=streams_deltas(chat_request),
+    )
+
+
+def _send_chat_job(job: ChatJob, declaration: dict[str, Any]) -> Response:
+    ctx = native()
+    assert ctx.objects is not None
+    try:
+        payload = dispatch_messages(job.payload, job.messages_object, ctx.objects, declaration)
+    except Exception as exc:  # a missing object or an unreachable store: fault, no job
+        log.exception("chat job %s: its objects could not be sent", job.generation_id)
+        _fault_unsendable(job, UnservableJob(detail=f"the horde could not send it ({exc})"))
+        return _no_job({})
+    if job.stream:
+        owner = hash_key(request.headers.get(HEADER_APIKEY) or "")
+        write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl)
+    return jsonify(
+        payload=payload,
+        id=str(job.generation_id),
+        ids=[str(job.generation_id)],
+        model=job.model,
+        ttl=job.ttl,
         is_chat=True,
-        stream=stream,
+        stream=job.stream,
         skipped={},
     )
+
+
+def _fault_unsendable(job: ChatJob, reason: UnservableJob) -> None:
+    ctx = native()
+    note = [{"type": reason.code, "value": reason.message}]
+    with transaction(ctx.sessions) as session:
+        outcome = fault_chat_job(session, ctx.policy, job.generation_id, job.wp_id, note, utcnow())
+    if outcome.ended:
+        publish_chat_event(ctx.redis, job.wp_id, outcome.ended)
+        release_ended(ctx.sessions, ctx.objects, [job.wp_id])
 
 
 def _chat_submit(body: dict[str, Any]) -> Response:
@@ -127,6 +189,7 @@ def _chat_submit(body: dict[str, Any]) -> Response:
         )
     if outcome.ended:
         publish_chat_event(ctx.redis, outcome.wp_id, outcome.ended)
+        release_ended(ctx.sessions, ctx.objects, [outcome.wp_id])
     if outcome.refusal is not None:
         raise outcome.refusal
     return jsonify(reward=float(outcome.reward))
