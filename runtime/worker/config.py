@@ -6,10 +6,13 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
+
 DEFAULT_MAX_LENGTH = 512
 DEFAULT_BACKEND_TIMEOUT = 120.0
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_GRACE = 30.0
+ALL_TRANSPORTS = (TRANSPORT_URL, TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL)
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,13 @@ class WorkerConfig:
     exposes it on no route (llama-cpp-python's server). ``gguf`` names the model file, so the
     exact counter can render with the model's own template where the backend has no
     template route. ``template_overhead`` is added to the byte bound for tool preambles.
+
+    ``vision``: the operator says a multimodal projector is loaded. No backend route reports
+    that, so the worker declares vision only with it, and only after a probe image was
+    answered; ``image_tokens`` is what one image costs in the context, when more than the
+    probe measured (for backends that tile large images). ``image_transports``: how the
+    worker receives images and offloaded messages (all three unless the object store's URLs
+    are out of its reach: then base64 only).
     """
 
     horde_url: str
@@ -37,6 +47,9 @@ class WorkerConfig:
     backend_timeout: float = DEFAULT_BACKEND_TIMEOUT
     poll_interval: float = DEFAULT_POLL_INTERVAL
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    vision: bool = False
+    image_tokens: int = 0
+    image_transports: tuple[str, ...] = ALL_TRANSPORTS
 
     @property
     def horde_root(self) -> str:
@@ -63,6 +76,14 @@ def _non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
+
+
+def _transports(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in ALL_TRANSPORTS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"choose among {', '.join(ALL_TRANSPORTS)}")
+    return names
 
 
 def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,6 +117,23 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["llama-cpp-python", "llama.cpp", "vllm", "koboldcpp", "ollama", "openai"],
         help="skip detection",
     )
+    parser.add_argument(
+        "--vision",
+        action="store_true",
+        help="the backend has a multimodal projector loaded (checked with a probe image)",
+    )
+    parser.add_argument(
+        "--image-tokens",
+        type=_non_negative_int,
+        default=0,
+        help="context tokens one image takes, when more than the probe image measured",
+    )
+    parser.add_argument(
+        "--image-transports",
+        type=_transports,
+        default=ALL_TRANSPORTS,
+        help=f"comma-separated, of {', '.join(ALL_TRANSPORTS)} (default: all)",
+    )
     parser.add_argument("--backend-timeout", type=float, default=DEFAULT_BACKEND_TIMEOUT)
     parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL)
     parser.add_argument("--shutdown-grace", type=float, default=DEFAULT_SHUTDOWN_GRACE)
@@ -118,4 +156,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         backend_timeout=args.backend_timeout,
         poll_interval=args.poll_interval,
         shutdown_grace=args.shutdown_grace,
+        vision=args.vision,
+        image_tokens=args.image_tokens,
+        image_transports=args.image_transports,
     )

@@ -11,7 +11,11 @@ Each capability and guarantee is declared only when a probe against the backend 
 * reasoning: the probe reply carried reasoning; seed: the same seed gave the same reply;
 * penalties: backends whose samplers implement OpenAI's frequency and presence penalties
   (llama.cpp, llama-cpp-python, vLLM) that accepted them in a probe;
-* prompt_overflow_refused: the counter was not short on the probe (see counter.py).
+* prompt_overflow_refused: the counter was not short on the probe (see counter.py);
+* vision: only when the operator passes --vision (no backend route says a projector is
+  loaded, and a text-only backend may answer an image part without seeing it), and then only
+  if a probe image was answered; the probe's prompt tokens with and without the image
+  measure what one image costs in the context, which the fit check adds per image.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from generated.chat.names import (
     FEATURE_REASONING,
     FEATURE_SEED,
     FEATURE_TOOLS,
+    FEATURE_VISION,
     GUARANTEE_JSON_OUTPUT_ENFORCED,
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
@@ -77,6 +82,7 @@ from runtime.worker.counter import (
     calibrate,
 )
 from runtime.worker.reply import ChatReply, parse_chat_completion
+from runtime.worker.vision import VisionRefused, probe_vision
 
 PROBE_CHAT = [{"role": "user", "content": "Answer with a flag in JSON."}]
 FLAG_SCHEMA = {
@@ -107,6 +113,8 @@ class Probed:
     calibration: Calibration
     features: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    image_tokens: int = 0
+    """Context tokens the fit check counts per image (vision workers)."""
 
     @property
     def counter(self) -> PromptCounter:
@@ -252,6 +260,16 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
                 f for f in features if f not in (FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED)
             ]
             probed.notes.append("tools not declared: the byte bound needs --template-overhead")
+    if config.vision:  # the operator's word, checked: see runtime/worker/vision.py
+        try:
+            measured = probe_vision(client, kind, model_id)
+        except VisionRefused as exc:
+            raise WorkerStartupError(
+                f"--vision: the backend refused a probe image ({exc})"
+            ) from None
+        probed.image_tokens = max(measured, config.image_tokens)
+        features.append(FEATURE_VISION)
+        probed.notes.append(f"vision: {probed.image_tokens} tokens counted per image")
     probed.features = features
     return probed
 
@@ -267,5 +285,5 @@ def pop_declaration(probed: Probed, config: WorkerConfig) -> dict[str, Any]:
             LIMIT_MAX_CONTEXT_LENGTH: probed.context,
             LIMIT_MAX_LENGTH: probed.max_length,
         },
-        DECL_IMAGE_TRANSPORTS: [],
+        DECL_IMAGE_TRANSPORTS: list(config.image_transports),
     }

@@ -6,6 +6,12 @@ requested output is faulted with prompt_overflow, never trimmed. Every failure o
 is a fault reason (generated.errors) and faults the job; an unexpected exception does too,
 so no job is ever left held.
 
+A job's messages may point at object storage: ``messages_url`` (an offloaded request) or
+signed image URLs. They are fetched first (``fetch.job_messages``) and every image reaches
+the backend in OpenAI's image_url form, as a data URL; a failed fetch faults the job with
+unservable_job and its reason. The fit count leaves images out and adds the probed
+per-image cost.
+
 Streamed jobs: pass ``progress`` (issue 6's seam). It is called about once a second with the
 content generated since its previous call and returns True when the client cancelled; the
 job then stops and is not submitted.
@@ -33,8 +39,10 @@ from generated.errors import BackendInvalidReply, HordeError, PromptOverflow, Un
 from runtime.worker.backend import BackendClient
 from runtime.worker.backend_kinds import chat_body
 from runtime.worker.declaration import Probed
+from runtime.worker.fetch import job_messages
 from runtime.worker.horde import STATE_OK, HordeClient
 from runtime.worker.reply import ChatReply, StreamAccumulator, parse_chat_completion
+from runtime.worker.vision import without_images
 
 log = logging.getLogger("horde-chat.worker")
 
@@ -99,7 +107,9 @@ class JobRunner:
         return self.horde.submit(body)
 
     def check_fit(self, body: dict[str, Any]) -> None:
-        counted = self.probed.counter.count(body[PARAM_MESSAGES], body.get(PARAM_TOOLS))
+        text_only, images = without_images(body[PARAM_MESSAGES])
+        counted = self.probed.counter.count(text_only, body.get(PARAM_TOOLS))
+        counted += images * self.probed.image_tokens
         needed = counted + (body.get(PARAM_MAX_TOKENS) or 1)
         if needed > self.probed.context:
             raise PromptOverflow(
@@ -107,10 +117,10 @@ class JobRunner:
             )
 
     def chat_reply(self, job: Job, progress: ProgressCallback | None) -> ChatReply | None:
-        if not isinstance(job.payload.get(PARAM_MESSAGES), list):
-            raise UnservableJob(detail="the job carries no messages array")
+        messages = job_messages(job.payload, timeout=self.deadline(job))
+        payload = {**job.payload, PARAM_MESSAGES: messages}
         streamed = progress is not None and job.stream
-        body = chat_body(self.probed.kind, job.payload, self.probed.model_id, stream=streamed)
+        body = chat_body(self.probed.kind, payload, self.probed.model_id, stream=streamed)
         self.check_fit(body)
         if not streamed:
             return parse_chat_completion(self.backend.chat(body, timeout=self.deadline(job)))
