@@ -4,7 +4,8 @@ Images arrive inline as data URLs, so the default cap is the text cap (what a re
 without images may send) plus the spec's image intake caps (``generated.storage``): every
 image at its largest, base64-encoded, with its data URL header. Both services read the
 default from here and let the operator change it (HORDE_MAX_BODY_BYTES on the native API,
-HORDE_FRONT_MAX_BODY_BYTES on the front).
+HORDE_FRONT_MAX_BODY_BYTES on the front). The front's submit timeout likewise leaves room
+for the native API to fetch every image URL at its fetch timeout (``MAX_INTAKE_SECONDS``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import math
 
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES
-from generated.storage import INTAKE_CAPS
+from generated.storage import FETCH_TIMEOUT_SECONDS, INTAKE_CAPS
 
 TEXT_BODY_BYTES = 1024 * 1024
 """Everything but the images: messages, tools, schemas and the rest of the request."""
@@ -31,3 +32,6 @@ def default_max_body_bytes() -> int:
 
 
 DEFAULT_MAX_BODY_BYTES = default_max_body_bytes()
+
+MAX_INTAKE_SECONDS = INTAKE_CAPS[LIMIT_MAX_IMAGES] * FETCH_TIMEOUT_SECONDS
+"""The longest image intake at submit: every image URL fetched at its timeout, in turn."""

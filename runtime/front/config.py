@@ -12,6 +12,7 @@ come from the environment through ``FrontConfig.from_env`` (variables in the tab
 | HORDE_FRONT_POLL | 10 | fallback status poll period while waiting, in seconds |
 | HORDE_FRONT_PER_SOURCE | 64 | open requests per client address |
 | HORDE_FRONT_GLOBAL | 20000 | open requests on this process |
+| HORDE_FRONT_MAX_BODY_BYTES | derived | body cap (text + the spec's image caps, as data URLs) |
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from runtime.body_caps import DEFAULT_MAX_BODY_BYTES, MAX_INTAKE_SECONDS
 from runtime.front.waiter import WaitBudget
-
-MIB = 1024 * 1024
 
 
 def _float(env: dict[str, str], key: str, default: float) -> float:
@@ -41,7 +41,7 @@ class FrontConfig:
     redis_url: str
     native_roots: tuple[str, ...] = ("http://127.0.0.1:7001",)
     service_passkey: str | None = None
-    max_body_bytes: int = MIB
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     body_timeout: float = 30.0
     per_source_cap: int = 64
     global_cap: int = 20000
@@ -49,7 +49,7 @@ class FrontConfig:
     grace: float = 20.0
     poll_interval: float = 10.0
     queue_info_wait: float = 2.0
-    submit_timeout: float = 30.0
+    submit_timeout: float = 30.0 + MAX_INTAKE_SECONDS  # the native API fetches image URLs
     read_timeout: float = 10.0
     submit_attempts: int = 3
     client_agent: str = "horde-chat-front:0.1:local"
@@ -77,4 +77,5 @@ class FrontConfig:
             poll_interval=_float(env, "HORDE_FRONT_POLL", 10.0),
             per_source_cap=int(_float(env, "HORDE_FRONT_PER_SOURCE", 64)),
             global_cap=int(_float(env, "HORDE_FRONT_GLOBAL", 20000)),
+            max_body_bytes=int(_float(env, "HORDE_FRONT_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)),
         )
