@@ -80,7 +80,11 @@ def front(
     horde_stores: EmbeddedStores, trusted_native: NativeService, native_url: str
 ) -> Iterator[str]:
     with running_front(
-        horde_stores.redis_url, [trusted_native.url], service_passkey=PASSKEY, **FAST
+        horde_stores.redis_url,
+        [trusted_native.url],
+        service_passkey=PASSKEY,
+        max_body_bytes=2**20,  # far under the default (images inline), so 413 is cheap to reach
+        **FAST,
     ) as service:
         yield service.url
 
