@@ -134,16 +134,16 @@ async def open_waits(native: NativeChatDouble, front: str, process: psutil.Proce
     limits = httpx.Limits(max_connections=WAITS + 10, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         idle = process.memory_info().rss
-        before = len(native.statuses)
+        before = len(native.request_ids())
         tasks = [asyncio.create_task(client.post(front + "/v1/chat/completions", json=BODY))]
         tasks += [
             asyncio.create_task(client.post(front + "/v1/chat/completions", json=BODY))
             for _ in range(WAITS - 1)
         ]
-        while sum(1 for rid in native.statuses if native.status_reads.get(rid)) < before + WAITS:
+        while native.read_count() < before + WAITS:  # every request is waiting now
             await asyncio.sleep(0.2)
         waiting = process.memory_info().rss
-        for rid in list(native.statuses)[before:]:
+        for rid in native.request_ids()[before:]:
             native.finish(rid)
         responses = await asyncio.gather(*tasks)
         assert all(r.status_code == 200 for r in responses)

@@ -45,6 +45,9 @@ class SignalHub:
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # redis-py's PubSub opens its connection on the first command; commands sent
+        # concurrently before it exists would each open one (and be read by nobody).
+        self._commands = asyncio.Lock()
 
     async def start(self) -> None:
         self._pubsub = self.redis.pubsub()
@@ -83,7 +86,8 @@ class SignalHub:
 
     async def _send(self, command: str, name: str) -> None:
         try:
-            await getattr(self._pubsub, command)(name)
+            async with self._commands:
+                await getattr(self._pubsub, command)(name)
             self._wake.set()
         except (RedisError, OSError) as exc:
             log.warning("signal %s %s failed (the fallback poll covers it): %s", command, name, exc)
@@ -118,13 +122,14 @@ class SignalHub:
                 event.set()
 
     async def _resubscribe(self) -> None:
-        with contextlib.suppress(RedisError, OSError):
-            await self._pubsub.aclose()
-        self._pubsub = self.redis.pubsub()
-        names = list(self.channels)
-        if names:
+        async with self._commands:
             with contextlib.suppress(RedisError, OSError):
-                await self._pubsub.subscribe(*names)
+                await self._pubsub.aclose()
+            self._pubsub = self.redis.pubsub()
+            names = list(self.channels)
+            if names:
+                with contextlib.suppress(RedisError, OSError):
+                    await self._pubsub.subscribe(*names)
         for channel in self.channels.values():
             channel.confirmed.set()
             for event in channel.events:

@@ -156,6 +156,16 @@ class NativeChatDouble:
                 raise AssertionError(f"{request_id} was not read {count} times")
             time.sleep(0.01)
 
+    def request_ids(self) -> list[str]:
+        """Every request id, oldest first (a snapshot: the server thread adds to them)."""
+        with self._lock:
+            return list(self.statuses)
+
+    def read_count(self) -> int:
+        """How many requests had their status read at least once."""
+        with self._lock:
+            return len(self.status_reads)
+
     def wait_for_cancels(self, count: int = 1, timeout: float = 10) -> list[str]:
         deadline = time.monotonic() + timeout
         while len(self.cancels) < count and time.monotonic() < deadline:
