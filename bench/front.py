@@ -7,7 +7,8 @@
 2. Submit-to-reply: the delay from a worker's submit (the double stores the reply and
    publishes the completion signal) to the client holding the reply.
 3. Memory per open wait: the front's RSS (a separate process) with WAITS requests waiting
-   at once, over its RSS when idle.
+   at once, over its RSS when idle; then how long all of them take to be answered once
+   their replies land (signals only: the fallback poll is set to 60 s).
 
 The native side is tests/doubles/native_chat_double.py (a real HTTP server and real Redis
 pub/sub) so the figures are the front's, not Postgres'.
@@ -130,7 +131,9 @@ def submit_to_reply(native: NativeChatDouble, front: str) -> list[float]:
     return delays
 
 
-async def open_waits(native: NativeChatDouble, front: str, process: psutil.Process) -> float:
+async def open_waits(
+    native: NativeChatDouble, front: str, process: psutil.Process
+) -> tuple[float, float]:
     limits = httpx.Limits(max_connections=WAITS + 10, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         idle = process.memory_info().rss
@@ -143,11 +146,13 @@ async def open_waits(native: NativeChatDouble, front: str, process: psutil.Proce
         while native.read_count() < before + WAITS:  # every request is waiting now
             await asyncio.sleep(0.2)
         waiting = process.memory_info().rss
+        released = time.perf_counter()
         for rid in native.request_ids()[before:]:
             native.finish(rid)
         responses = await asyncio.gather(*tasks)
+        drained = time.perf_counter() - released
         assert all(r.status_code == 200 for r in responses)
-    return (waiting - idle) / WAITS
+    return (waiting - idle) / WAITS, drained
 
 
 def main() -> None:
@@ -160,7 +165,7 @@ def main() -> None:
             process, front = start_front(redis.url, native.root)
             direct, through = added_latency(native, front)
             delays = submit_to_reply(native, front)
-            per_wait = asyncio.run(open_waits(native, front, psutil.Process(process.pid)))
+            per_wait, drained = asyncio.run(open_waits(native, front, psutil.Process(process.pid)))
             added = [t - d for t, d in zip(through, direct, strict=True)]
             rows: list[tuple[str, Any, Any]] = [
                 ("native direct (async + status), ms", pct(direct, 50), pct(direct, 99)),
@@ -175,6 +180,7 @@ def main() -> None:
             ratio = statistics.median(through) / statistics.median(direct)
             print(f"ratio front/direct (p50): {ratio:.2f}")
             print(f"memory per open wait ({WAITS} concurrent waits): {per_wait / 1024:.1f} KiB")
+            print(f"{WAITS} waits answered by their signals (poll 60 s) in {drained:.2f} s")
     finally:
         if process is not None:
             process.terminate()
