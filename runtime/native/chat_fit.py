@@ -47,6 +47,17 @@ def chat_model(worker: Worker) -> str | None:
     return worker.chat_declaration[DECL_MODEL_ID] if serves_chat(worker) else None  # type: ignore[index]
 
 
+def serving_declarations(
+    online: list[tuple[Worker, bool]], models: list[str]
+) -> list[dict[str, Any]]:
+    """Chat declarations of the ``online`` workers whose model is one of ``models``."""
+    return [
+        dict(w.chat_declaration or {})
+        for w, _trusted in online
+        if serves_chat(w) and chat_model(w) in models
+    ]
+
+
 def chat_queue_filters(
     worker: Worker, trusted: bool, declaration: dict[str, Any]
 ) -> list[ColumnElement[bool]]:

@@ -54,22 +54,19 @@ from generated.chat.names import (
 )
 from generated.errors import (
     KudosCapExceeded,
-    KudosUpfront,
     ModelNotFound,
     NoEligibleWorker,
     OperationKeyMismatch,
-    RequestNotFound,
-    TooManyPrompts,
 )
 from runtime.native import kudos
-from runtime.native.auth import ANONYMOUS_USER_ID
-from runtime.native.chat_fit import chat_model, serves_chat
+from runtime.native.chat_fit import serving_declarations
 from runtime.native.chat_objects import ChatObjects
 from runtime.native.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.models import OperationKey, User, WaitingPrompt, Worker
 from runtime.native.moderation import screen
 from runtime.native.policy import Policy
-from runtime.native.text_requests import online_workers, queued_jobs
+from runtime.native.request_rows import admit_jobs, charge_queued, find_request, queue_priority
+from runtime.native.text_requests import online_workers
 
 REQUEST_TYPE = "Chat Waiting Prompt"
 
@@ -132,17 +129,6 @@ def _unknown_model(session: Session, models: list[str]) -> str | None:
     return None
 
 
-def serving_declarations(
-    session: Session, policy: Policy, models: list[str], now: datetime
-) -> list[dict[str, Any]]:
-    """Chat declarations of the online workers whose model is one of ``models``."""
-    return [
-        dict(w.chat_declaration or {})
-        for w, _trusted in online_workers(session, policy, now)
-        if serves_chat(w) and chat_model(w) in models
-    ]
-
-
 def _model_param(request: dict[str, Any], name: str) -> str:
     listed = request.get(PARAM_MODELS, [])
     return f"{PARAM_MODELS}.[{listed.index(name)}]" if name in listed else PARAM_MODEL
@@ -180,7 +166,7 @@ def create_chat_request(
     unknown = _unknown_model(session, models)
     if unknown is not None:
         raise ModelNotFound(model=unknown, param=_model_param(request, unknown))
-    declarations = serving_declarations(session, policy, models, now)
+    declarations = serving_declarations(online_workers(session, policy, now), models)
     if not declarations:
         raise NoEligibleWorker(reason=f"no online chat worker serves {', '.join(models)}")
     measured = objects.limit_measures() if objects is not None else None
@@ -189,12 +175,7 @@ def create_chat_request(
     _check_kudos_cap(request, cost)
     if horde_option(request, HORDE_DRY_RUN):
         return ChatSubmitted(id=None, kudos=cost)
-    count = queued_jobs(session, user.id)
-    if count + 1 > user.concurrency:
-        raise TooManyPrompts(count=count + 1, concurrency=user.concurrency, retry_after=5)
-    needs_upfront = plan.max_length > policy.upfront_max_length
-    if needs_upfront and user.kudos < cost:
-        raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
+    needs_upfront = admit_jobs(session, policy, user, 1, plan.max_length, cost)
     wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
     wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
     if objects is not None:
@@ -203,9 +184,7 @@ def create_chat_request(
         wp.object_keys = owned
     session.add(wp)
     session.flush()
-    kudos.apply_kudos(session, user.id, -policy.horde_tax, "horde_tax", wp_id=wp.id)
-    if needs_upfront:
-        kudos.hold_upfront(session, user.id, wp.id, cost)
+    charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
     if operation_key:
         _claim_operation(session, user.id, operation_key, fingerprint, wp)
     return ChatSubmitted(id=wp.id, kudos=cost, object_keys=tuple(wp.object_keys or ()))
@@ -222,7 +201,6 @@ def _row(
     now: datetime,
 ) -> WaitingPrompt:
     stored = {k: v for k, v in request.items() if k != PARAM_MESSAGES}
-    anonymous = user.id == ANONYMOUS_USER_ID
     return WaitingPrompt(
         id=uuid.uuid4(),
         is_chat=True,
@@ -246,7 +224,7 @@ def _row(
         trusted_workers=bool(horde_option(request, HORDE_TRUSTED_WORKERS)),
         slow_workers=bool(horde_option(request, HORDE_SLOW_WORKERS)),
         extra_slow_workers=bool(horde_option(request, HORDE_EXTRA_SLOW_WORKERS)),
-        extra_priority=Decimal(policy.anonymous_priority) if anonymous else user.kudos,
+        extra_priority=queue_priority(policy, user),
         kudos_estimate=cost,
         created=now,
         expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
@@ -255,15 +233,7 @@ def _row(
 
 def get_chat_request(session: Session, request_id: str, *, lock: bool = False) -> WaitingPrompt:
     """A chat request by id; a text request's id is not found here (and the reverse)."""
-    try:
-        wp_id = uuid.UUID(request_id)
-    except ValueError:
-        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id) from None
-    query = select(WaitingPrompt).where(WaitingPrompt.id == wp_id, WaitingPrompt.is_chat.is_(True))
-    wp = session.scalars(query.with_for_update() if lock else query).first()
-    if wp is None:
-        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id)
-    return wp
+    return find_request(session, request_id, is_chat=True, request_type=REQUEST_TYPE, lock=lock)
 
 
 def stored_request(wp: WaitingPrompt) -> dict[str, Any]:

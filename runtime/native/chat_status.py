@@ -10,25 +10,19 @@ the request's models), ``is_possible``, ``queue_position`` (requests ahead, as u
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, false, func, or_, select
+from sqlalchemy import ColumnElement, and_, false, or_
 from sqlalchemy.orm import Session
 
 from generated.chat import CHARGE_BASIS, pool_gap
-from runtime.native.chat_fit import (
-    chat_model,
-    chat_queue_filters,
-    chat_worker_fits,
-    serves_chat,
-)
+from runtime.native.chat_fit import chat_queue_filters, chat_worker_fits, serving_declarations
 from runtime.native.fit import queue_filters
 from runtime.native.models import Generation, WaitingPrompt, Worker
 from runtime.native.policy import Policy
+from runtime.native.request_status import queue_position, request_jobs, status_counts
 from runtime.native.text_requests import online_workers
 
 
@@ -48,11 +42,7 @@ def availability(
 ) -> Availability:
     online = online_workers(session, policy, now)
     eligible = [(w, t) for w, t in online if chat_worker_fits(w, t, wp)]
-    serving = [
-        dict(w.chat_declaration or {})
-        for w, _ in online
-        if serves_chat(w) and chat_model(w) in wp.models
-    ]
+    serving = serving_declarations(online, list(wp.models))
     gap = pool_gap(serving, list(wp.required_features), dict(wp.required_limits))
     missing: list[str] = []
     exceeded: list[dict[str, Any]] = []
@@ -72,36 +62,6 @@ def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
         declaration = worker.chat_declaration or {}
         kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
     return or_(false(), *kinds)
-
-
-def queue_estimate(
-    session: Session, policy: Policy, wp: WaitingPrompt, eligible: list[tuple[Worker, bool]]
-) -> tuple[int, int]:
-    """(requests ahead, estimated seconds) for a waiting chat request, counted in SQL."""
-    ahead = and_(
-        WaitingPrompt.active.is_(True),
-        WaitingPrompt.n > 0,
-        WaitingPrompt.id != wp.id,
-        or_(
-            WaitingPrompt.extra_priority > wp.extra_priority,
-            and_(
-                WaitingPrompt.extra_priority == wp.extra_priority,
-                WaitingPrompt.created < wp.created,
-            ),
-        ),
-    )
-    work = WaitingPrompt.max_length * WaitingPrompt.n
-    count, tokens = session.execute(
-        select(
-            func.count(),
-            func.coalesce(func.sum(work).filter(takes_any(eligible)), 0),
-        ).where(ahead)
-    ).one()
-    threads = sum(w.threads for w, _ in eligible)
-    if threads == 0:
-        return int(count), 0
-    rate = threads * policy.assumed_tokens_per_second
-    return int(count), math.ceil((int(tokens) + wp.max_length * wp.n) / rate)
 
 
 def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:
@@ -127,31 +87,15 @@ def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:
 def chat_status(
     session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
 ) -> dict[str, Any]:
-    gens = session.execute(
-        select(Generation, Worker.name)
-        .join(Worker, Worker.id == Generation.worker_id)
-        .where(Generation.wp_id == wp.id)
-        .order_by(Generation.start_time)
-    ).all()
-    landed = [(g, name) for g, name in gens if g.generation is not None]
-    processing = [g for g, _ in gens if g.generation is None and not (g.faulted or g.cancelled)]
-    restarted = [g for g, _ in gens if g.aborted or g.faulted]
-    done = wp.faulted or wp.cancelled or (wp.n == 0 and not processing)
+    jobs = request_jobs(session, wp)
+    restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
     pool = availability(session, policy, wp, now)
-    position, wait = queue_estimate(session, policy, wp, pool.eligible) if wp.n > 0 else (0, 0)
-    charged = sum((g.charge for g, _ in landed), Decimal(0)) + policy.horde_tax
+    takes = takes_any(pool.eligible) if wp.n > 0 else None
+    position = queue_position(session, policy, wp, pool.threads, takes)
     return {
-        "finished": len(landed),
-        "processing": len(processing),
-        "restarted": len(restarted),
-        "waiting": max(wp.n, 0),
-        "done": bool(done),
-        "faulted": wp.faulted,
-        "wait_time": wait,
-        "queue_position": position,
-        "kudos": float(charged),
+        **status_counts(policy, wp, jobs, restarted, position),
         "is_possible": wp.n == 0 or pool.threads > 0,
-        "generations": [_generation_json(g, name) for g, name in landed],
+        "generations": [_generation_json(g, name) for g, name in jobs.landed],
         "eligible_threads": pool.threads,
         "charge_basis": CHARGE_BASIS,
         "missing_features": pool.missing_features,

@@ -19,25 +19,22 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.chat import CHARGE_BASIS, output_estimate, reply_text, verify_chat_reply
-from generated.errors import ChatReplyRejected, HordeError, InvalidJobID, WrongCredentials
+from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
 from runtime.native import kudos
 from runtime.native.chat_requests import stored_request
-from runtime.native.lifecycle import fault_generation
-from runtime.native.models import Generation, User, WaitingPrompt, Worker
+from runtime.native.job_submit import FAULTED, claim_job, fault_job, load_job, pay_for_job
+from runtime.native.models import Generation, User, WaitingPrompt
 from runtime.native.policy import Policy
-from runtime.native.queue import refuse_claim
-from runtime.native.text_requests import finish_if_complete, unfinished
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
 REPLY_KEYS = ("content", "reasoning_content", "tool_calls", "finish_reason")
 STOP, TOOL_CALLS = "stop", "tool_calls"
-FAULTED = "faulted"
 
 
 @dataclass(frozen=True)
@@ -89,28 +86,6 @@ def ended_event(wp: WaitingPrompt) -> str | None:
     return CHAT_EVENT_CANCELLED if wp.cancelled else CHAT_EVENT_DONE
 
 
-def _load(
-    session: Session, user: User, generation_id: str
-) -> tuple[Generation, Worker, WaitingPrompt]:
-    gen_id = uuid.UUID(generation_id)
-    row = session.execute(
-        select(Generation, Worker, WaitingPrompt)
-        .join(Worker, Worker.id == Generation.worker_id)
-        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
-        .where(Generation.id == gen_id, WaitingPrompt.is_chat.is_(True))
-    ).first()
-    if row is None:
-        raise InvalidJobID(id=generation_id)
-    gen, worker, wp = row
-    if worker.user_id != user.id:
-        raise WrongCredentials()
-    return gen, worker, wp
-
-
-def _open_job(gen_id: uuid.UUID) -> list[Any]:
-    return [Generation.id == gen_id, *unfinished()]
-
-
 def _fault(
     session: Session,
     policy: Policy,
@@ -119,15 +94,7 @@ def _fault(
     now: datetime,
     metadata: list[Any],
 ) -> ChatSubmitOutcome:
-    claimed = session.execute(
-        update(Generation)
-        .where(*_open_job(gen.id))
-        .values(state=FAULTED, gen_metadata=metadata)
-        .returning(Generation.id)
-    ).first()
-    if claimed is None:
-        refuse_claim(session, gen.id)
-    fault_generation(session, policy, gen.id, now, aborted=False)
+    fault_job(session, policy, gen.id, now, {"state": FAULTED, "gen_metadata": metadata})
     wp = session.scalars(select(WaitingPrompt).where(WaitingPrompt.id == wp_id)).one()
     return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
 
@@ -148,7 +115,7 @@ def fault_chat_job(
 def submit_chat_job(
     session: Session, policy: Policy, user: User, sub: ChatSubmission, now: datetime
 ) -> ChatSubmitOutcome:
-    gen, worker, wp = _load(session, user, sub.generation_id)
+    gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
     if sub.state == FAULTED:
         return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
     try:
@@ -166,44 +133,24 @@ def submit_chat_job(
     reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
     censored = sub.state != "ok"
     charge = Decimal(0) if censored else reward
-    claimed = session.execute(
-        update(Generation)
-        .where(*_open_job(gen.id))
-        .values(
-            generation=reply_text(reply),
-            reply=reply,
-            reported_usage=reported_usage(sub.usage),
-            charge_basis=CHARGE_BASIS,
-            state=sub.state,
-            seed=sub.seed,
-            gen_metadata=sub.gen_metadata,
-            reward=reward,
-            charge=charge,
-            censored=censored,
-            completed_at=now,
-        )
-        .returning(Generation.id)
-    ).first()
-    if claimed is None:
-        refuse_claim(session, gen.id)
-    kudos.apply_kudos(
-        session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen.id, worker_id=worker.id
+    claim_job(
+        session,
+        gen.id,
+        {
+            "generation": reply_text(reply),
+            "reply": reply,
+            "reported_usage": reported_usage(sub.usage),
+            "charge_basis": CHARGE_BASIS,
+            "state": sub.state,
+            "seed": sub.seed,
+            "gen_metadata": sub.gen_metadata,
+            "reward": reward,
+            "charge": charge,
+            "censored": censored,
+            "completed_at": now,
+        },
     )
-    if charge:
-        kudos.apply_kudos(session, wp.user_id, -charge, "charge", wp_id=wp.id, generation_id=gen.id)
-    session.execute(
-        update(Worker)
-        .where(Worker.id == worker.id)
-        .values(
-            kudos=Worker.kudos + reward,
-            fulfilments=Worker.fulfilments + 1,
-            contributions=Worker.contributions + tokens,
-        )
-    )
-    locked = session.scalars(
-        select(WaitingPrompt).where(WaitingPrompt.id == wp.id).with_for_update()
-    ).one()
-    finish_if_complete(session, locked)
+    locked = pay_for_job(session, user, worker.id, wp, gen.id, reward, charge, tokens)
     return ChatSubmitOutcome(
         wp_id=wp.id, generation_id=gen.id, reward=reward, landed=True, ended=ended_event(locked)
     )

@@ -30,7 +30,7 @@ from generated.streaming import STREAMED_REPLY_PART
 from runtime.native import kudos
 from runtime.native.models import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress import mark_cancelled, posted_text
-from runtime.native.text_requests import unfinished
+from runtime.native.request_rows import unfinished
 
 SETTLED_STATE = "ok"
 

@@ -4,8 +4,7 @@ A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priori
 age), so concurrent pops never hand out the same job. Text and chat requests share the
 queue: a pop with a chat declaration also matches the chat requests it covers
 (``chat_fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
-A submit is a compare-and-set on the generation (``generation IS NULL AND NOT faulted AND
-NOT cancelled``), so a job is paid at most once.
+Submissions are ``job_submit``'s.
 """
 
 from __future__ import annotations
@@ -13,27 +12,20 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, case, false, func, or_, select, update
+from sqlalchemy import and_, case, false, func, or_, select
 from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
 from generated.errors import (
-    AbortedGen,
-    DuplicateGen,
-    InvalidJobID,
     WorkerMaintenance,
     WrongCredentials,
 )
-from runtime.native import kudos
 from runtime.native.chat_fit import chat_queue_filters
 from runtime.native.fit import SKIP_REASONS, pick_model, queue_filters
-from runtime.native.lifecycle import fault_generation
 from runtime.native.models import Generation, User, WaitingPrompt, Worker
 from runtime.native.policy import Policy
-from runtime.native.text_requests import finish_if_complete
 
 
 @dataclass
@@ -144,107 +136,3 @@ def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[
 
 def job_payload(wp: WaitingPrompt, count: int) -> dict[str, Any]:
     return {**wp.params, "prompt": wp.prompt, "n": count}
-
-
-@dataclass(frozen=True)
-class Submission:
-    generation_id: str
-    text: str
-    state: str
-    seed: int | None
-    gen_metadata: list[Any]
-
-
-def submit_text_job(
-    session: Session, policy: Policy, user: User, sub: Submission, now: datetime
-) -> Decimal:
-    """Store a worker's result once and pay for it; returns the worker's reward."""
-    try:
-        gen_id = uuid.UUID(sub.generation_id)
-    except ValueError:
-        raise InvalidJobID(id=sub.generation_id) from None
-    row = session.execute(
-        select(Generation, Worker, WaitingPrompt)
-        .join(Worker, Worker.id == Generation.worker_id)
-        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
-        .where(Generation.id == gen_id, WaitingPrompt.is_chat.is_(False))
-    ).first()
-    if row is None:
-        raise InvalidJobID(id=sub.generation_id)
-    gen, worker, wp = row
-    if worker.user_id != user.id:
-        raise WrongCredentials()
-    open_job = [
-        Generation.id == gen_id,
-        Generation.generation.is_(None),
-        Generation.faulted.is_(False),
-        Generation.cancelled.is_(False),
-    ]
-    if sub.state == "faulted":
-        return _submit_faulted(session, policy, gen, wp, open_job, now)
-    tokens = kudos.token_count(sub.text, wp.max_length)
-    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
-    censored = sub.state != "ok"
-    charge = Decimal(0) if censored else reward
-    claimed = session.execute(
-        update(Generation)
-        .where(*open_job)
-        .values(
-            generation=sub.text,
-            state=sub.state,
-            seed=sub.seed,
-            gen_metadata=sub.gen_metadata,
-            reward=reward,
-            charge=charge,
-            censored=censored,
-            completed_at=now,
-        )
-        .returning(Generation.id)
-    ).first()
-    if claimed is None:
-        refuse_claim(session, gen_id)
-    kudos.apply_kudos(
-        session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen_id, worker_id=worker.id
-    )
-    if charge:
-        kudos.apply_kudos(session, wp.user_id, -charge, "charge", wp_id=wp.id, generation_id=gen_id)
-    session.execute(
-        update(Worker)
-        .where(Worker.id == worker.id)
-        .values(
-            kudos=Worker.kudos + reward,
-            fulfilments=Worker.fulfilments + 1,
-            contributions=Worker.contributions + tokens,
-        )
-    )
-    locked = session.scalars(
-        select(WaitingPrompt).where(WaitingPrompt.id == wp.id).with_for_update()
-    )
-    finish_if_complete(session, locked.one())
-    return reward
-
-
-def refuse_claim(session: Session, gen_id: uuid.UUID) -> None:
-    session.expire_all()
-    gen = session.get(Generation, gen_id)
-    assert gen is not None
-    if gen.generation is not None:
-        raise DuplicateGen(id=str(gen_id))
-    raise AbortedGen(id=str(gen_id))
-
-
-def _submit_faulted(
-    session: Session,
-    policy: Policy,
-    gen: Generation,
-    wp: WaitingPrompt,
-    open_job: list[Any],
-    now: datetime,
-) -> Decimal:
-    claimed = session.execute(
-        update(Generation).where(*open_job).values(state="faulted").returning(Generation.id)
-    ).first()
-    if claimed is None:
-        refuse_claim(session, gen.id)
-    fault_generation(session, policy, gen.id, now, aborted=False)
-    return Decimal(0)

@@ -6,31 +6,34 @@ Bodies arrive validated against the route's schema with its defaults filled
 
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from generated.errors import (
     ExcessiveStopSequence,
-    KudosUpfront,
     MissingFullSamplerOrder,
     MissingPrompt,
-    RequestNotFound,
     TokenOverflow,
-    TooManyPrompts,
     TooManyStopSequences,
 )
 from runtime.native import kudos
-from runtime.native.auth import ANONYMOUS_USER_ID
 from runtime.native.fit import worker_fits
 from runtime.native.models import Generation, User, WaitingPrompt, Worker
 from runtime.native.policy import Policy
+from runtime.native.request_rows import (
+    admit_jobs,
+    charge_queued,
+    find_request,
+    queue_priority,
+    unfinished,
+)
+from runtime.native.request_status import queue_position, request_jobs, status_counts
 
 MAX_STOP_SEQUENCES = 128
 MAX_STOP_SEQUENCE_CHARS = 2000
@@ -63,30 +66,6 @@ def check_text_params(prompt: str, params: dict[str, Any]) -> None:
         raise MissingFullSamplerOrder(count=len(set(order)))
 
 
-def queued_jobs(session: Session, user_id: int) -> int:
-    """Jobs the user has waiting or processing (upstream's concurrency count)."""
-    waiting = session.scalar(
-        select(func.coalesce(func.sum(WaitingPrompt.n), 0)).where(
-            WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True)
-        )
-    )
-    processing = session.scalar(
-        select(func.count())
-        .select_from(Generation)
-        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
-        .where(WaitingPrompt.user_id == user_id, *unfinished())
-    )
-    return int(waiting or 0) + int(processing or 0)
-
-
-def unfinished() -> list[Any]:
-    return [
-        Generation.generation.is_(None),
-        Generation.faulted.is_(False),
-        Generation.cancelled.is_(False),
-    ]
-
-
 def create_text_request(
     session: Session,
     policy: Policy,
@@ -107,12 +86,7 @@ def create_text_request(
     )
     if body.get("dry_run"):
         return Submitted(id=None, kudos=cost)
-    count = queued_jobs(session, user.id)
-    if count + n > user.concurrency:
-        raise TooManyPrompts(count=count + n, concurrency=user.concurrency, retry_after=5)
-    needs_upfront = params["max_length"] > policy.upfront_max_length
-    if needs_upfront and user.kudos < cost:
-        raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
+    needs_upfront = admit_jobs(session, policy, user, n, params["max_length"], cost)
     wp = WaitingPrompt(
         id=uuid.uuid4(),
         user_id=user.id,
@@ -132,31 +106,19 @@ def create_text_request(
         softprompt=body.get("softprompt"),
         client_agent=client_agent[:255],
         ipaddr=ipaddr[:64],
-        extra_priority=(
-            Decimal(policy.anonymous_priority) if user.id == ANONYMOUS_USER_ID else user.kudos
-        ),
+        extra_priority=queue_priority(policy, user),
         kudos_estimate=cost,
         created=now,
         expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
     )
     session.add(wp)
     session.flush()
-    kudos.apply_kudos(session, user.id, -policy.horde_tax, "horde_tax", wp_id=wp.id)
-    if needs_upfront:
-        kudos.hold_upfront(session, user.id, wp.id, cost)
+    charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
     return Submitted(id=wp.id, kudos=cost)
 
 
 def get_text_request(session: Session, request_id: str, *, lock: bool = False) -> WaitingPrompt:
-    try:
-        wp_id = uuid.UUID(request_id)
-    except ValueError:
-        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id) from None
-    query = select(WaitingPrompt).where(WaitingPrompt.id == wp_id, WaitingPrompt.is_chat.is_(False))
-    wp = session.scalars(query.with_for_update() if lock else query).first()
-    if wp is None:
-        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id)
-    return wp
+    return find_request(session, request_id, is_chat=False, request_type=REQUEST_TYPE, lock=lock)
 
 
 def finish_if_complete(session: Session, wp: WaitingPrompt) -> None:
@@ -185,29 +147,16 @@ def cancel_text_request(session: Session, wp: WaitingPrompt) -> None:
 def text_status(
     session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
 ) -> dict[str, Any]:
-    gens = session.execute(
-        select(Generation, Worker.name)
-        .join(Worker, Worker.id == Generation.worker_id)
-        .where(Generation.wp_id == wp.id)
-        .order_by(Generation.start_time)
-    ).all()
-    finished = [g for g, _ in gens if g.generation is not None]
-    processing = [g for g, _ in gens if g.generation is None and not (g.faulted or g.cancelled)]
-    restarted = [g for g, _ in gens if g.aborted]
-    done = wp.faulted or wp.cancelled or (wp.n == 0 and not processing)
-    position, wait = queue_estimate(session, policy, wp, now) if wp.n > 0 else (0, 0)
-    charged = sum((g.charge for g in finished), Decimal(0)) + policy.horde_tax
+    jobs = request_jobs(session, wp)
+    restarted = sum(1 for g, _ in jobs.rows if g.aborted)
+    fitting = []
+    if wp.n > 0:
+        online = online_workers(session, policy, now)
+        fitting = [w for w, t in online if worker_fits(w, t, wp)]
+    threads = sum(w.threads for w in fitting)
     return {
-        "finished": len(finished),
-        "processing": len(processing),
-        "restarted": len(restarted),
-        "waiting": max(wp.n, 0),
-        "done": bool(done),
-        "faulted": wp.faulted,
-        "wait_time": wait,
-        "queue_position": position,
-        "kudos": float(charged),
-        "is_possible": wp.n == 0 or is_possible(session, policy, wp, now),
+        **status_counts(policy, wp, jobs, restarted, queue_position(session, policy, wp, threads)),
+        "is_possible": wp.n == 0 or bool(fitting),
         "generations": [
             {
                 "text": g.generation,
@@ -219,8 +168,7 @@ def text_status(
                 "state": g.state or "ok",
                 "gen_metadata": g.gen_metadata or [],
             }
-            for g, name in gens
-            if g.generation is not None
+            for g, name in jobs.landed
         ],
     }
 
@@ -233,37 +181,3 @@ def online_workers(session: Session, policy: Policy, now: datetime) -> list[tupl
         .where(Worker.last_check_in > since, Worker.maintenance.is_(False))
     ).all()
     return [(w, bool(t)) for w, t in rows]
-
-
-def is_possible(session: Session, policy: Policy, wp: WaitingPrompt, now: datetime) -> bool:
-    return any(worker_fits(w, t, wp) for w, t in online_workers(session, policy, now))
-
-
-def queue_estimate(
-    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
-) -> tuple[int, int]:
-    """Requests ahead of ``wp`` and a wait in seconds: tokens ahead over online throughput."""
-    ahead = and_(
-        WaitingPrompt.active.is_(True),
-        WaitingPrompt.n > 0,
-        WaitingPrompt.id != wp.id,
-        or_(
-            WaitingPrompt.extra_priority > wp.extra_priority,
-            and_(
-                WaitingPrompt.extra_priority == wp.extra_priority,
-                WaitingPrompt.created < wp.created,
-            ),
-        ),
-    )
-    count, tokens = session.execute(
-        select(
-            func.count(), func.coalesce(func.sum(WaitingPrompt.max_length * WaitingPrompt.n), 0)
-        ).where(ahead)
-    ).one()
-    threads = sum(
-        w.threads for w, t in online_workers(session, policy, now) if worker_fits(w, t, wp)
-    )
-    if threads == 0:
-        return int(count), 0
-    rate = threads * policy.assumed_tokens_per_second
-    return int(count), math.ceil((int(tokens) + wp.max_length * wp.n) / rate)

@@ -39,16 +39,10 @@ from runtime.native.chat_submit import (
     submit_chat_job,
 )
 from runtime.native.context import native
+from runtime.native.job_submit import Submission, submit_text_job
 from runtime.native.lifecycle import utcnow
 from runtime.native.progress import finish, mark_ended, write_lease
-from runtime.native.queue import (
-    Popped,
-    Submission,
-    job_payload,
-    pop_text_job,
-    register_worker,
-    submit_text_job,
-)
+from runtime.native.queue import Popped, job_payload, pop_text_job, register_worker
 from runtime.native.signals import publish_chat_event
 from runtime.stores.database import transaction
 
