@@ -25,7 +25,7 @@ from generated.chat.names import PARAM_STREAM
 from generated.errors import HordeError, InternalError
 from runtime.front.admission import ClientGone, api_key_of, checked_request, read_body
 from runtime.front.errors import error_event, error_response
-from runtime.front.native_client import new_operation_key
+from runtime.front.native_client import SubmitLost, new_operation_key
 from runtime.front.responses import completion
 from runtime.front.sse import DONE, SSE_HEADERS, chunk_stream, encode, whole_reply
 from runtime.front.waiter import ReplyWait, needs_cancel
@@ -114,9 +114,13 @@ class _Life:
         api_key = api_key_of(self.request)
         forward, normalised = checked_request(raw)
         body = _encode(forward)
-        accepted = await self.state.native.submit(
-            body, api_key=api_key, operation_key=new_operation_key(), source=self.source
-        )
+        try:
+            accepted = await self.state.native.submit(
+                body, api_key=api_key, operation_key=new_operation_key(), source=self.source
+            )
+        except SubmitLost as lost:
+            self.submitted = lost.maybe_queued  # then a client retry could charge twice
+            raise
         self.submitted = True
         watch = DisconnectWatch(self.request.receive)
         try:

@@ -35,6 +35,19 @@ JSON = "application/json"
 NOT_FOUND = 404
 
 
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+"""Failures that prove the request never reached the native API."""
+
+
+class SubmitLost(HordeUnavailable):
+    """Every submit attempt was lost; ``maybe_queued``: one may have reached the native API
+    (its response was lost), so the Horde may hold the request and a retry could charge twice."""
+
+    def __init__(self, *, detail: str, maybe_queued: bool) -> None:
+        super().__init__(detail=detail)
+        self.maybe_queued = maybe_queued
+
+
 class RequestGone(Exception):
     """The native API does not know the request (expired or removed)."""
 
@@ -121,6 +134,7 @@ class NativeClient:
             "Content-Type": JSON,
         }
         last: str = "no attempt"
+        maybe_queued = False
         for attempt in range(self.submit_attempts):
             url = self._root(attempt) + route.path
             try:
@@ -129,6 +143,7 @@ class NativeClient:
                         url, content=body, headers=headers, timeout=self.submit_timeout
                     )
             except httpx.TransportError as exc:
+                maybe_queued = maybe_queued or not isinstance(exc, NOT_SENT)
                 last = f"{type(exc).__name__} ({exc}) from {url}"
                 log.warning("submit attempt %d lost (%s); repeating", attempt + 1, last)
                 continue
@@ -144,7 +159,10 @@ class NativeClient:
                 raise HordeUnavailable(detail="the native API returned no request id")
             self._next = (self._next + attempt) % len(self.roots)
             return Accepted(str(payload["id"]), float(payload.get("kudos", 0)), attempt + 1)
-        raise HordeUnavailable(detail=f"the submit was lost {self.submit_attempts} times ({last})")
+        raise SubmitLost(
+            detail=f"the submit was lost {self.submit_attempts} times ({last})",
+            maybe_queued=maybe_queued,
+        )
 
     async def _read(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         last = "no attempt"

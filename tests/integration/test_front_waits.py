@@ -282,6 +282,17 @@ def test_lost_submit_response_is_recovered_with_the_same_key(
     assert [s.created for s in native.submits] == [True, False]
 
 
+def test_submit_lost_every_time_is_502_and_not_retried(
+    native: NativeChatDouble, client: openai.OpenAI
+) -> None:
+    native.lose_submit_responses = 10
+    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+    assert (error.status_code, error.code) == (502, "horde_unavailable")
+    assert error.response.headers["x-should-retry"] == "false"  # the Horde may hold it
+    assert len({s.headers["x-operation-key"] for s in native.submits}) == 1
+    assert [s.created for s in native.submits] == [True, False, False]  # one request at most
+
+
 def test_lost_signal_still_completes_through_the_poll(
     native: NativeChatDouble, client: openai.OpenAI
 ) -> None:
