@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,8 @@ from runtime.front.signals import SignalHub
 
 FAIL_FAST = "fail_fast"
 QUEUE_INFO_RECHECK = 0.25
+POLL_JITTER = (0.8, 1.2)
+"""Waits opened together (a burst of clients) do not poll the native API in step."""
 NEEDS_NO_CANCEL = (ChatRequestFaulted,)
 
 
@@ -202,5 +205,6 @@ class ReplyWait:
                 grace_left = self._check_possible(status)
             else:
                 grace_left = float("inf")
-            await self._sleep(min(self.budget.poll_interval, grace_left))
+            poll = self.budget.poll_interval * random.uniform(*POLL_JITTER)
+            await self._sleep(min(poll, grace_left))
             status = await self._read()
