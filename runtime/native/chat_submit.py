@@ -26,9 +26,8 @@ from generated.chat import CHARGE_BASIS, output_estimate, reply_text, verify_cha
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
-from runtime.native import kudos
 from runtime.native.chat_requests import stored_request
-from runtime.native.job_submit import FAULTED, claim_job, fault_job, load_job, pay_for_job
+from runtime.native.job_submit import FAULTED, fault_job, land_job, load_job
 from runtime.native.models import Generation, User, WaitingPrompt
 from runtime.native.policy import Policy
 
@@ -130,27 +129,15 @@ def submit_chat_job(
     if not reply["finish_reason"]:
         reply["finish_reason"] = TOOL_CALLS if reply["tool_calls"] else STOP
     tokens = output_estimate(reply, wp.max_length)
-    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
-    censored = sub.state != "ok"
-    charge = Decimal(0) if censored else reward
-    claim_job(
-        session,
-        gen.id,
-        {
-            "generation": reply_text(reply),
-            "reply": reply,
-            "reported_usage": reported_usage(sub.usage),
-            "charge_basis": CHARGE_BASIS,
-            "state": sub.state,
-            "seed": sub.seed,
-            "gen_metadata": sub.gen_metadata,
-            "reward": reward,
-            "charge": charge,
-            "censored": censored,
-            "completed_at": now,
-        },
-    )
-    locked = pay_for_job(session, user, worker.id, wp, gen.id, reward, charge, tokens)
+    stored = {
+        "generation": reply_text(reply),
+        "reply": reply,
+        "reported_usage": reported_usage(sub.usage),
+        "charge_basis": CHARGE_BASIS,
+        "seed": sub.seed,
+        "gen_metadata": sub.gen_metadata,
+    }
+    reward, locked = land_job(session, user, worker.id, wp, gen, tokens, sub.state, now, stored)
     return ChatSubmitOutcome(
         wp_id=wp.id, generation_id=gen.id, reward=reward, landed=True, ended=ended_event(locked)
     )

@@ -47,24 +47,10 @@ def submit_text_job(
         fault_job(session, policy, gen.id, now, {"state": FAULTED})
         return Decimal(0)
     tokens = kudos.token_count(sub.text, wp.max_length)
-    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
-    censored = sub.state != "ok"
-    charge = Decimal(0) if censored else reward
-    claim_job(
-        session,
-        gen.id,
-        {
-            "generation": sub.text,
-            "state": sub.state,
-            "seed": sub.seed,
-            "gen_metadata": sub.gen_metadata,
-            "reward": reward,
-            "charge": charge,
-            "censored": censored,
-            "completed_at": now,
-        },
-    )
-    pay_for_job(session, user, worker.id, wp, gen.id, reward, charge, tokens)
+    reward, _ = land_job(
+        session, user, worker.id, wp, gen, tokens, sub.state, now,
+        {"generation": sub.text, "seed": sub.seed, "gen_metadata": sub.gen_metadata},
+    )  # fmt: skip
     return reward
 
 
@@ -109,6 +95,38 @@ def fault_job(
     """A worker's fault: claim the job with ``values`` and give the request its slot back."""
     claim_job(session, gen_id, values)
     fault_generation(session, policy, gen_id, now, aborted=False)
+
+
+def land_job(
+    session: Session,
+    user: User,
+    worker_id: uuid.UUID,
+    wp: WaitingPrompt,
+    gen: Generation,
+    tokens: int,
+    state: str,
+    now: datetime,
+    stored: dict[str, Any],
+) -> tuple[Decimal, WaitingPrompt]:
+    """Claim a finished job with ``stored`` (its result) and pay for ``tokens`` through the
+    text formula (nothing charged when censored); returns the reward and the locked request."""
+    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
+    censored = state != "ok"
+    charge = Decimal(0) if censored else reward
+    claim_job(
+        session,
+        gen.id,
+        {
+            **stored,
+            "state": state,
+            "reward": reward,
+            "charge": charge,
+            "censored": censored,
+            "completed_at": now,
+        },
+    )
+    locked = pay_for_job(session, user, worker_id, wp, gen.id, reward, charge, tokens)
+    return reward, locked
 
 
 def pay_for_job(
