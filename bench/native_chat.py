@@ -9,11 +9,8 @@ messages); and a chat status read (availability and wait-time estimate over the 
 
 from __future__ import annotations
 
-import shutil
 import statistics
 import sys
-import tempfile
-import threading
 import time
 import uuid
 from datetime import timedelta
@@ -23,6 +20,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.native_stack import native_service, pop_submit_seconds
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -32,14 +30,11 @@ from generated.chat.names import (
     LIMIT_MAX_CONTEXT_LENGTH,
     LIMIT_MAX_LENGTH,
 )
-from runtime.config import Settings
 from runtime.native.auth import create_user
 from runtime.native.lifecycle import utcnow
 from runtime.native.models import WaitingPrompt
-from runtime.native.schema import upgrade
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
-from runtime.stores.embedded import EmbeddedStores
 
 QUEUED = 10_000
 WORKERS = 8
@@ -50,24 +45,8 @@ MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 
 
 def main() -> None:
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-bench-"))
-    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
-    try:
-        upgrade(stores.database_url)
-        service = NativeService.start(
-            Settings(rate_limits_enabled=False, data_dir=data_dir),
-            database_url=stores.database_url,
-            redis_url=stores.redis_url,
-            port=0,
-            sweep=False,
-        )
-        try:
-            run(service)
-        finally:
-            service.stop()
-    finally:
-        stores.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with native_service() as service:
+        run(service)
 
 
 def _queue(service: NativeService) -> tuple[list[str], str]:
@@ -109,33 +88,18 @@ def _declaration(name: str, features: list[str]) -> dict[str, object]:
 def run(service: NativeService) -> None:
     keys, requester_key = _queue(service)
     base = f"{service.url}/api/v2"
-    done = 0
-    lock = threading.Lock()
-    first_id: list[str] = []
 
-    def work(index: int) -> None:
-        nonlocal done
-        body = _declaration(f"w{index}", [GUARANTEE_PROMPT_OVERFLOW_REFUSED])
-        with httpx.Client(base_url=base, headers={"apikey": keys[index]}) as client:
-            while True:
-                with lock:
-                    if done >= CYCLES:
-                        return
-                    done += 1
-                job = client.post("/generate/text/pop", json=body).raise_for_status().json()
-                assert job["is_chat"], job
-                if not first_id:
-                    first_id.append(job["id"])
-                reply = {"id": job["id"], "content": "x" * 100, "finish_reason": "stop"}
-                client.post("/generate/text/submit", json=reply).raise_for_status()
+    def submit_body(job: dict[str, object]) -> dict[str, object]:
+        assert job["is_chat"], job
+        return {"id": job["id"], "content": "x" * 100, "finish_reason": "stop"}
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(WORKERS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = pop_submit_seconds(
+        service,
+        keys[:WORKERS],
+        CYCLES,
+        pop_body=lambda index: _declaration(f"w{index}", [GUARANTEE_PROMPT_OVERFLOW_REFUSED]),
+        submit_body=submit_body,
+    )
 
     with httpx.Client(base_url=base, headers={"apikey": keys[WORKERS]}) as client:
         empty = _declaration("uncovering", [])

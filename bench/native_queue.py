@@ -6,27 +6,19 @@ clients; each cycle is one pop (FOR UPDATE SKIP LOCKED) and one submit (compare-
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
-import threading
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.config import Settings
+from bench.native_stack import native_service, pop_submit_seconds
 from runtime.native.auth import create_user
 from runtime.native.lifecycle import utcnow
 from runtime.native.models import WaitingPrompt
-from runtime.native.schema import upgrade
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
-from runtime.stores.embedded import EmbeddedStores
 
 QUEUED = 10_000
 WORKERS = 8
@@ -34,24 +26,8 @@ CYCLES = 2_000
 
 
 def main() -> None:
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-bench-"))
-    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
-    try:
-        upgrade(stores.database_url)
-        service = NativeService.start(
-            Settings(rate_limits_enabled=False, data_dir=data_dir),
-            database_url=stores.database_url,
-            redis_url=stores.redis_url,
-            port=0,
-            sweep=False,
-        )
-        try:
-            run(service)
-        finally:
-            service.stop()
-    finally:
-        stores.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with native_service() as service:
+        run(service)
 
 
 def run(service: NativeService) -> None:
@@ -68,33 +44,13 @@ def run(service: NativeService) -> None:
             )
             for i in range(QUEUED)
         )  # fmt: skip
-    done = 0
-    lock = threading.Lock()
-
-    def work(index: int) -> None:
-        nonlocal done
-        headers = {"apikey": keys[index]}
-        with httpx.Client(base_url=f"{service.url}/api/v2", headers=headers) as client:
-            while True:
-                with lock:
-                    if done >= CYCLES:
-                        return
-                    done += 1
-                popped = client.post("/generate/text/pop", json={"name": f"w{index}"})
-                popped.raise_for_status()
-                job = popped.json()
-                result = client.post(
-                    "/generate/text/submit", json={"id": job["id"], "generation": "x" * 100}
-                )
-                result.raise_for_status()
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(WORKERS)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    elapsed = pop_submit_seconds(
+        service,
+        keys,
+        CYCLES,
+        pop_body=lambda index: {"name": f"w{index}"},
+        submit_body=lambda job: {"id": job["id"], "generation": "x" * 100},
+    )
     print(f"queued={QUEUED} workers={WORKERS} cycles={CYCLES}")
     print(f"pop+submit cycles per second: {CYCLES / elapsed:.1f}")
 

@@ -1,0 +1,82 @@
+"""What the native API's benches share: the embedded stores with the native API on a free
+port (migrated, rate limits and sweep off, all in a temporary folder removed afterwards),
+and the pop+submit loop run by worker threads, each with its own HTTP client."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.config import Settings
+from runtime.native.schema import upgrade
+from runtime.native.server import NativeService
+from runtime.stores.embedded import EmbeddedStores
+
+Job = dict[str, Any]
+
+
+@contextmanager
+def native_service() -> Iterator[NativeService]:
+    """The native API on the embedded Postgres and Redis, stopped and removed on exit."""
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-bench-"))
+    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
+    try:
+        upgrade(stores.database_url)
+        service = NativeService.start(
+            Settings(rate_limits_enabled=False, data_dir=data_dir),
+            database_url=stores.database_url,
+            redis_url=stores.redis_url,
+            port=0,
+            sweep=False,
+        )
+        try:
+            yield service
+        finally:
+            service.stop()
+    finally:
+        stores.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def pop_submit_seconds(
+    service: NativeService,
+    keys: list[str],
+    cycles: int,
+    pop_body: Callable[[int], dict[str, Any]],
+    submit_body: Callable[[Job], dict[str, Any]],
+) -> float:
+    """Seconds for ``cycles`` pop+submit cycles shared by one worker thread per key."""
+    done = 0
+    lock = threading.Lock()
+
+    def work(index: int) -> None:
+        nonlocal done
+        body = pop_body(index)
+        headers = {"apikey": keys[index]}
+        with httpx.Client(base_url=f"{service.url}/api/v2", headers=headers) as client:
+            while True:
+                with lock:
+                    if done >= cycles:
+                        return
+                    done += 1
+                job = client.post("/generate/text/pop", json=body).raise_for_status().json()
+                client.post("/generate/text/submit", json=submit_body(job)).raise_for_status()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(keys))]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
