@@ -2,7 +2,9 @@
 
 ``sweep(sessions, policy)`` does one pass (tests call it directly with a ``now``);
 ``Sweeper`` runs it periodically in a daemon thread started with the app. Given a Redis
-client, a pass publishes the completion signal of every chat request it faulted or expired.
+client, a pass ends the progress lease of every streamed generation it aborted (the ended
+marker and a faulted entry, so a front relaying that stream stops at once) and publishes
+the completion signal of every chat request it faulted or expired.
 Given the object store, it deletes an expired request's objects with its row, and releases
 those of every other ended request that still owns some (a release the routes missed).
 """
@@ -24,6 +26,7 @@ from runtime.native import kudos
 from runtime.native.chat_objects import delete_objects, ended_with_objects, release_ended
 from runtime.native.models import Generation, WaitingPrompt, Worker
 from runtime.native.policy import Policy
+from runtime.native.progress import mark_ended
 from runtime.native.signals import publish_chat_event
 from runtime.stores.database import transaction
 from runtime.stores.objects import ObjectStore
@@ -141,6 +144,8 @@ def sweep(
         if expired:
             session.execute(delete(WaitingPrompt).where(WaitingPrompt.id.in_(expired)))
     if redis is not None:
+        for gen_id, _wp_id in stale:  # no-op for a generation that holds no lease
+            mark_ended(redis, str(gen_id))
         for wp_id in faulted_chats:
             publish_chat_event(redis, wp_id, CHAT_EVENT_FAULTED)
         for wp_id, is_chat, _keys in rows:

@@ -4,17 +4,22 @@ the ended marker, and a cancel settles on the posted text (ledger checked)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from generated import streaming as S
 from generated.chat import FEATURES, GUARANTEES, output_estimate
+from runtime.front.progress_stream import relay
 from runtime.native import kudos
+from runtime.native.lifecycle import sweep, utcnow
 from runtime.native.models import WaitingPrompt
 from runtime.native.progress import ended_kind, posted_text, read_lease
 from runtime.native.server import NativeService
@@ -104,6 +109,33 @@ def test_a_faulted_job_leaves_the_ended_marker(
     assert ended_kind(redis, job["id"]) == S.KIND_FAULTED
     assert read_lease(redis, job["id"]) is None
     assert entry_kinds(redis, request_id)[-1] == S.KIND_FAULTED
+
+
+def test_the_sweep_ends_a_streamed_generation_it_aborts(
+    native_client: httpx.Client,
+    native_db: Any,
+    native_service: NativeService,
+    redis: Redis,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, stream=True)
+    post(native_client, worker.api_key, job["id"], 0, "Half a rep")
+    policy = native_service.context.policy
+    later = utcnow() + timedelta(seconds=policy.generation_ttl_seconds + 1)
+    assert sweep(native_db, policy, now=later, redis=redis).aborted == 1
+    assert ended_kind(redis, job["id"]) == S.KIND_FAULTED
+    assert read_lease(redis, job["id"]) is None
+    assert entry_kinds(redis, request_id) == [S.KIND_DELTA, S.KIND_FAULTED]
+
+    async def relayed() -> list[str]:  # a relay reading that stream ends without blocking on
+        client = AsyncRedis.from_url(native_service.context.settings.redis_url or "")
+        try:
+            return [d.text async for d in relay(client, request_id)]
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(asyncio.wait_for(relayed(), 5)) == ["Half a rep"]
 
 
 def test_a_cancel_settles_on_the_posted_text(
