@@ -15,6 +15,7 @@ from runtime.worker.declaration import Probed, WorkerStartupError, probe
 from runtime.worker.horde import HordeClient
 from runtime.worker.job import JobRunner
 from runtime.worker.loop import WorkerLoop
+from runtime.worker.progress_poster import progress_for
 
 
 def describe(probed: Probed) -> list[str]:
@@ -49,7 +50,7 @@ class RunningWorker:
             raise
         horde = HordeClient(config.horde_root, config.api_key)
         runner = JobRunner(backend, horde, probed, config.backend_timeout)
-        loop = WorkerLoop(config, probed, horde, runner).start()
+        loop = WorkerLoop(config, probed, horde, runner, progress_for=progress_for(horde)).start()
         return cls(probed, loop, backend, horde)
 
     def describe(self) -> str:

@@ -1,5 +1,8 @@
 """The worker's side of the native API: pop, submit, fault; a submit is never lost quietly.
 
+``http`` is the client itself (server root, the worker's key), for the progress posts of
+streamed jobs (``runtime.worker.progress_poster``).
+
 A submit or a fault is retried on a broken connection, a 5xx or a 429 (the claim is a
 compare-and-set, so a repeat of a submit that did land answers DuplicateGen, which is
 final). Any other refusal is final and logged with the native API's message and rc.
@@ -49,6 +52,11 @@ class HordeClient:
             headers={HEADER_APIKEY: api_key, HEADER_CLIENT_AGENT: agent},
             timeout=timeout,
         )
+
+    @property
+    def http(self) -> httpx.Client:
+        """The client at the server root, sending the worker's key (progress posts use it)."""
+        return self._http
 
     def close(self) -> None:
         self._http.close()

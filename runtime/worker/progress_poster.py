@@ -10,16 +10,22 @@ post carries exactly the text after the accepted part:
 * 413 (the progress cap): posts stop for this job, generation goes on, the reply is submitted;
 * a broken connection keeps the text for the next call; any other refusal (the lease
   ended, wrong key) stops posting, since the submit decides the job's fate.
+
+``progress_for(horde)`` is the ``WorkerLoop``'s ``progress_for``: a poster for every job the
+pop marked ``stream: true``, None for the others.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import httpx
 
 from generated.routes import ROUTES
 from generated.streaming import RESYNC_LAST_SEQ, RESYNC_POSTED_CHARS
+from runtime.worker.horde import HordeClient
+from runtime.worker.job import Job, ProgressCallback
 
 log = logging.getLogger("horde-chat.worker")
 
@@ -72,3 +78,12 @@ class ProgressPoster:
             )
             return False
         return False
+
+
+def progress_for(horde: HordeClient) -> Callable[[Job], ProgressCallback | None]:
+    """A ProgressPoster on ``horde``'s client for each streamed job, None for the others."""
+
+    def poster(job: Job) -> ProgressCallback | None:
+        return ProgressPoster(horde.http, job.id) if job.stream else None
+
+    return poster
