@@ -45,7 +45,16 @@ def _nullable_as_31(node: Any) -> Any:
 
 
 @cache
-def _document() -> dict[str, Any]:
+def openai_document() -> dict[str, Any]:
+    """OpenAI's OpenAPI document, nulls read as 3.1 means them.
+
+    It is reference data beside the repository (CI lays ``shared/`` there); a missing file
+    fails loudly rather than skipping, so no conformance or coverage check goes quiet.
+    """
+    if not OPENAPI_PATH.is_file():
+        raise FileNotFoundError(
+            f"OpenAI's schema is not at {OPENAPI_PATH}: check out shared/ beside the repository"
+        )
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with OPENAPI_PATH.open(encoding="utf-8") as handle:
         return dict(_nullable_as_31(yaml.load(handle, Loader=loader)))
@@ -54,7 +63,7 @@ def _document() -> dict[str, Any]:
 @cache
 def validator(component: str) -> Draft202012Validator:
     """A validator of ``#/components/schemas/<component>`` with every $ref resolvable."""
-    document = _document()
+    document = openai_document()
     if component not in document["components"]["schemas"]:
         raise KeyError(f"OpenAI's schema has no component {component!r}")
     resource = Resource.from_contents(document, default_specification=DRAFT202012)

@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from jsonschema import Draft202012Validator
 
 from codegen.spec import load_spec
 from codegen.targets import docs_errors, errors
 from generated import errors as generated
+from tests.support.openai_schema import assert_error
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_ROOT_FILES = REPO / "spec"
-# OpenAI's own schema, shipped beside the repository as shared reference data.
-OPENAI = REPO.parent / "shared" / "peers" / "openai-openapi" / "openapi.yaml"
-
-
-@cache
-def error_response_validator() -> Draft202012Validator:
-    if not OPENAI.is_file():
-        pytest.skip(f"OpenAI's schema is not at {OPENAI}")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    schemas = yaml.load(OPENAI.read_text(), Loader=loader)["components"]["schemas"]
-    root: dict[str, Any] = {
-        "$ref": "#/components/schemas/ErrorResponse",
-        "components": {
-            "schemas": {"ErrorResponse": schemas["ErrorResponse"], "Error": schemas["Error"]}
-        },
-    }
-    return Draft202012Validator(root)
 
 
 FRONT = [cls for cls in generated.ERRORS.values() if cls.front_status is not None]
@@ -49,7 +29,7 @@ def _fields(cls: type[generated.HordeError]) -> dict[str, str]:
 def test_every_front_error_body_is_openais_error_response(cls: type[generated.HordeError]) -> None:
     err = cls(**_fields(cls))
     body = err.openai_body()
-    error_response_validator().validate(body)
+    assert_error(body)
     assert body["error"]["code"] == cls.code
     assert body["error"]["type"] == cls.openai_type
     assert "{" not in body["error"]["message"]
