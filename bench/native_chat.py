@@ -20,7 +20,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.native_stack import native_service, pop_submit_seconds
+from bench.native_stack import analyze, native_service, pop_submit_seconds
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -87,6 +87,7 @@ def _declaration(name: str, features: list[str]) -> dict[str, object]:
 
 def run(service: NativeService) -> None:
     keys, requester_key = _queue(service)
+    analyze(service)
     base = f"{service.url}/api/v2"
 
     def submit_body(job: dict[str, object]) -> dict[str, object]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.native_stack import native_service, pop_submit_seconds
+from bench.native_stack import analyze, native_service, pop_submit_seconds
 from runtime.native.auth import create_user
 from runtime.native.lifecycle import utcnow
 from runtime.native.models import WaitingPrompt
@@ -44,6 +44,7 @@ def run(service: NativeService) -> None:
             )
             for i in range(QUEUED)
         )  # fmt: skip
+    analyze(service)
     elapsed = pop_submit_seconds(
         service,
         keys,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -47,6 +48,14 @@ def native_service() -> Iterator[NativeService]:
     finally:
         stores.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def analyze(service: NativeService) -> None:
+    """Planner statistics for the freshly loaded queue, as autovacuum gathers them shortly
+    after a bulk load in a running deployment (without them the planner guesses)."""
+    with service.context.engine.connect() as connection:
+        connection.execute(text("ANALYZE"))
+        connection.commit()
 
 
 def pop_submit_seconds(

@@ -128,7 +128,7 @@ def release_ended(
             select(WaitingPrompt)
             .where(
                 WaitingPrompt.id.in_(ids),
-                WaitingPrompt.active.is_(False),
+                ~WaitingPrompt.active,
                 _owns_objects(),
             )
             .with_for_update(skip_locked=True)
@@ -144,9 +144,7 @@ def ended_with_objects(session: Session, limit: int = 500) -> list[uuid.UUID]:
     """Ended requests still owning objects (what the sweep releases)."""
     return list(
         session.scalars(
-            select(WaitingPrompt.id)
-            .where(WaitingPrompt.active.is_(False), _owns_objects())
-            .limit(limit)
+            select(WaitingPrompt.id).where(~WaitingPrompt.active, _owns_objects()).limit(limit)
         )
     )
 

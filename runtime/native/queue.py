@@ -26,6 +26,7 @@ from runtime.native.chat_fit import chat_queue_filters
 from runtime.native.fit import SKIP_REASONS, pick_model, queue_filters
 from runtime.native.models import Generation, User, WaitingPrompt, Worker
 from runtime.native.policy import Policy
+from runtime.native.request_rows import queued
 
 
 @dataclass
@@ -89,8 +90,7 @@ def pop_text_job(
     wp = session.scalars(
         select(WaitingPrompt)
         .where(
-            WaitingPrompt.active.is_(True),
-            WaitingPrompt.n > 0,
+            *queued(),
             WaitingPrompt.expiry > now,
             or_(false(), *kinds),
         )
@@ -125,8 +125,7 @@ def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[
     columns = [func.count(case((~f, 1))) for f in filters]
     row = session.execute(
         select(*columns).where(
-            WaitingPrompt.active.is_(True),
-            WaitingPrompt.n > 0,
+            *queued(),
             WaitingPrompt.is_chat.is_(False),
             WaitingPrompt.expiry > now,
         )

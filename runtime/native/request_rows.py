@@ -11,7 +11,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from generated.errors import KudosUpfront, RequestNotFound, TooManyPrompts
@@ -39,6 +39,14 @@ def find_request(
     if wp is None:
         raise RequestNotFound(request_type=request_type, id=request_id)
     return wp
+
+
+def queued() -> list[ColumnElement[bool]]:
+    """SQL: a request with jobs left to hand out, spelled as the predicate of the partial
+    index ``ix_waiting_prompts_queue`` (``active AND n > 0``, the 0 inlined, not a bound
+    parameter) so the planner can use it, prepared statements included. Written ``active IS
+    TRUE AND n > $1`` it cannot, and every pop sorted the whole queue (9 ms on 10k rows)."""
+    return [WaitingPrompt.active, WaitingPrompt.n > literal_column("0")]
 
 
 def unfinished() -> list[Any]:

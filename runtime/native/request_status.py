@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from runtime.native.models import Generation, WaitingPrompt, Worker
 from runtime.native.policy import Policy
+from runtime.native.request_rows import queued
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,7 @@ def queue_position(
     if wp.n <= 0:
         return 0, 0
     ahead = and_(
-        WaitingPrompt.active.is_(True),
-        WaitingPrompt.n > 0,
+        *queued(),
         WaitingPrompt.id != wp.id,
         or_(
             WaitingPrompt.extra_priority > wp.extra_priority,

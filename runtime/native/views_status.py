@@ -14,6 +14,7 @@ from runtime.native.chat_fit import chat_model, serves_chat
 from runtime.native.context import native
 from runtime.native.lifecycle import utcnow
 from runtime.native.models import User, WaitingPrompt, Worker
+from runtime.native.request_rows import queued as queued_requests
 from runtime.native.text_requests import online_workers
 from runtime.stores.database import transaction
 
@@ -45,7 +46,7 @@ def models() -> Response:
                 entry["chat_count"] += int(name == chat)
         waiting = session.execute(
             select(WaitingPrompt.models, WaitingPrompt.max_length, WaitingPrompt.n).where(
-                WaitingPrompt.active.is_(True), WaitingPrompt.n > 0
+                *queued_requests()
             )
         ).all()
     out = []
