@@ -51,6 +51,488 @@ class Route:
         return re.sub(r"{(\w+)}", r"<\1>", self.path)
 
 
+_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF: dict[str, Any] = {'type': 'object',
+ 'required': ['type', 'text'],
+ 'properties': {'type': {'const': 'text'}, 'text': {'type': 'string'}}}
+_SCHEMA_CONTENT: dict[str, Any] = {'anyOf': [{'type': 'string'},
+           {'type': 'array',
+            'minItems': 1,
+            'items': {'anyOf': [_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF]}}]}
+_SCHEMA_CHAT_REQUEST: dict[str, Any] = {'type': 'object',
+ 'description': 'An OpenAI chat-completions body plus the horde object and models.',
+ 'additionalProperties': False,
+ 'required': ['messages'],
+ 'anyOf': [{'required': ['model']}, {'required': ['models']}],
+ 'properties': {'messages': {'type': 'array',
+                             'minItems': 1,
+                             'maxItems': 2048,
+                             'items': {'oneOf': [{'type': 'object',
+                                                  'description': 'Instructions for the model.',
+                                                  'required': ['role', 'content'],
+                                                  'properties': {'role': {'const': 'system'},
+                                                                 'content': _SCHEMA_CONTENT,
+                                                                 'name': {'type': 'string'}}},
+                                                 {'type': 'object',
+                                                  'description': "Instructions, OpenAI's newer "
+                                                                 'name for system. Stored and '
+                                                                 'sent to the worker as '
+                                                                 'system, so templates that '
+                                                                 'predate the role render it '
+                                                                 '(its precedence over system '
+                                                                 'is lost).',
+                                                  'required': ['role', 'content'],
+                                                  'properties': {'role': {'const': 'developer'},
+                                                                 'content': _SCHEMA_CONTENT,
+                                                                 'name': {'type': 'string'}}},
+                                                 {'type': 'object',
+                                                  'description': "The user's turn; text and "
+                                                                 'image parts.',
+                                                  'required': ['role', 'content'],
+                                                  'properties': {'role': {'const': 'user'},
+                                                                 'content': {'anyOf': [{'type': 'string'},
+                                                                                       {'type': 'array',
+                                                                                        'minItems': 1,
+                                                                                        'items': {'anyOf': [_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF,
+                                                                                                            {'type': 'object',
+                                                                                                             'required': ['type',
+                                                                                                                          'image_url'],
+                                                                                                             'properties': {'type': {'const': 'image_url'},
+                                                                                                                            'image_url': {'type': 'object',
+                                                                                                                                          'required': ['url'],
+                                                                                                                                          'properties': {'url': {'type': 'string',
+                                                                                                                                                                 'minLength': 1,
+                                                                                                                                                                 'pattern': '^(https?:|data:image/)'},
+                                                                                                                                                         'detail': {'enum': ['auto',
+                                                                                                                                                                             'low',
+                                                                                                                                                                             'high']}}}}}]}}]},
+                                                                 'name': {'type': 'string'}}},
+                                                 {'type': 'object',
+                                                  'description': 'An earlier reply. Content '
+                                                                 'may be null when it holds '
+                                                                 'tool_calls; tool_calls is '
+                                                                 'allowed only on assistant '
+                                                                 'messages and must be '
+                                                                 'answered by tool messages '
+                                                                 'right after it.',
+                                                  'required': ['role'],
+                                                  'properties': {'role': {'const': 'assistant'},
+                                                                 'content': {'anyOf': [{'type': 'string'},
+                                                                                       {'type': 'array',
+                                                                                        'minItems': 1,
+                                                                                        'items': {'anyOf': [_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF,
+                                                                                                            {'type': 'object',
+                                                                                                             'required': ['type',
+                                                                                                                          'refusal'],
+                                                                                                             'properties': {'type': {'const': 'refusal'},
+                                                                                                                            'refusal': {'type': 'string'}}}]}},
+                                                                                       {'type': 'null'}]},
+                                                                 'name': {'type': 'string'},
+                                                                 'refusal': {'type': ['string',
+                                                                                      'null']},
+                                                                 'tool_calls': {'type': 'array'}}},
+                                                 {'type': 'object',
+                                                  'description': 'The result of one tool call, '
+                                                                 'naming it by tool_call_id.',
+                                                  'required': ['role',
+                                                               'content',
+                                                               'tool_call_id'],
+                                                  'properties': {'role': {'const': 'tool'},
+                                                                 'content': _SCHEMA_CONTENT,
+                                                                 'tool_call_id': {'type': 'string',
+                                                                                  'minLength': 1}}}]},
+                             'description': '[supported] The conversation (see '
+                                            'spec/chat/messages.yaml).'},
+                'model': {'type': 'string',
+                          'minLength': 1,
+                          'maxLength': 255,
+                          'description': '[supported] The exact native model name; a colon is '
+                                         'reserved (404 model_not_found).'},
+                'models': {'type': 'array',
+                           'minItems': 1,
+                           'maxItems': 16,
+                           'items': {'type': 'string', 'minLength': 1, 'maxLength': 255},
+                           'description': '[supported] Acceptable models, as OpenRouter takes '
+                                          'them; any listed model (or model) may serve the '
+                                          'request. A set: its order does not matter.'},
+                'horde': {'type': ['object', 'null'],
+                          'description': 'The horde extension object; unknown keys are '
+                                         'refused.',
+                          'additionalProperties': False,
+                          'properties': {'conformance': {'enum': ['strict', 'best_effort'],
+                                                         'description': 'strict (the default): '
+                                                                        'the request requires '
+                                                                        'the guarantees of its '
+                                                                        'fields and the reply '
+                                                                        'is verified against '
+                                                                        'the contract. '
+                                                                        'best_effort: no '
+                                                                        'guarantee is '
+                                                                        'required; limits '
+                                                                        'still apply.',
+                                                         'default': 'strict'},
+                                         'availability_mode': {'enum': ['wait', 'fail_fast'],
+                                                               'description': 'wait (the '
+                                                                              'default): wait '
+                                                                              'for a worker '
+                                                                              "for the front's "
+                                                                              'whole budget. '
+                                                                              'fail_fast: the '
+                                                                              'front refuses '
+                                                                              'at the first '
+                                                                              'status read '
+                                                                              'with 503 '
+                                                                              'queue_unavailable '
+                                                                              'when no '
+                                                                              'eligible thread '
+                                                                              'is online or '
+                                                                              'the estimated '
+                                                                              'wait exceeds '
+                                                                              'the budget '
+                                                                              'left.',
+                                                               'default': 'wait'},
+                                         'context_fit': {'enum': ['refuse', 'truncate_oldest'],
+                                                         'description': 'refuse (the default): '
+                                                                        'a conversation too '
+                                                                        'long for every served '
+                                                                        'context is refused. '
+                                                                        'truncate_oldest: its '
+                                                                        'oldest whole turns '
+                                                                        'are dropped, keeping '
+                                                                        'every system and '
+                                                                        'developer message and '
+                                                                        'the latest user turn; '
+                                                                        'moderation screens '
+                                                                        'the full submission '
+                                                                        'first.',
+                                                         'default': 'refuse'},
+                                         'include_reasoning': {'type': 'boolean',
+                                                               'description': 'false: the '
+                                                                              'front leaves '
+                                                                              'reasoning_content '
+                                                                              'out of the '
+                                                                              'reply (the '
+                                                                              'native status '
+                                                                              'shows it either '
+                                                                              'way).',
+                                                               'default': True},
+                                         'max_kudos': {'type': ['number', 'null'],
+                                                       'minimum': 0,
+                                                       'description': 'Refuse before anything '
+                                                                      'is queued when the '
+                                                                      'dry-run quote (at the '
+                                                                      'full max_length) '
+                                                                      'exceeds this many '
+                                                                      'kudos.',
+                                                       'default': None},
+                                         'openai_guards': {'type': 'boolean',
+                                                           'description': 'true: also refuse '
+                                                                          "what only OpenAI's "
+                                                                          'backend refuses, '
+                                                                          'such as a '
+                                                                          'json_object request '
+                                                                          'whose messages '
+                                                                          'never mention JSON.',
+                                                           'default': False},
+                                         'workers': {'type': 'array',
+                                                     'maxItems': 20,
+                                                     'uniqueItems': True,
+                                                     'items': {'type': 'string',
+                                                               'minLength': 1,
+                                                               'maxLength': 64},
+                                                     'description': 'Worker ids allowed to '
+                                                                    'serve the request '
+                                                                    "(upstream's workers "
+                                                                    'list).',
+                                                     'default': []},
+                                         'worker_blacklist': {'type': 'boolean',
+                                                              'description': 'true turns '
+                                                                             '`workers` into a '
+                                                                             'list of workers '
+                                                                             'that may not '
+                                                                             'serve it.',
+                                                              'default': False},
+                                         'trusted_workers': {'type': 'boolean',
+                                                             'description': 'Only trusted '
+                                                                            'workers may serve '
+                                                                            'the request.',
+                                                             'default': False},
+                                         'validated_backends': {'type': 'boolean',
+                                                                'description': 'Only workers '
+                                                                               'running a '
+                                                                               'validated '
+                                                                               'backend may '
+                                                                               'serve the '
+                                                                               'request.',
+                                                                'default': True},
+                                         'slow_workers': {'type': 'boolean',
+                                                          'description': 'false keeps slow '
+                                                                         'workers away from '
+                                                                         'the request.',
+                                                          'default': True},
+                                         'extra_slow_workers': {'type': 'boolean',
+                                                                'description': 'true lets '
+                                                                               'workers marked '
+                                                                               'extra slow '
+                                                                               'serve the '
+                                                                               'request.',
+                                                                'default': False},
+                                         'dry_run': {'type': 'boolean',
+                                                     'description': 'true returns the kudos '
+                                                                    'quote without queueing '
+                                                                    'anything.',
+                                                     'default': False},
+                                         'webhook': {'type': ['string', 'null'],
+                                                     'maxLength': 1024,
+                                                     'pattern': '^https://',
+                                                     'description': 'An https URL the native '
+                                                                    'API calls once the '
+                                                                    'request is done.',
+                                                     'default': None}}},
+                'max_completion_tokens': {'type': ['integer', 'null'],
+                                          'minimum': 1,
+                                          'description': '[supported] Upper bound on generated '
+                                                         'tokens, reasoning included.'},
+                'max_tokens': {'type': ['integer', 'null'],
+                               'minimum': 1,
+                               'description': '[supported] Deprecated alias of '
+                                              'max_completion_tokens (used when that is '
+                                              'absent).'},
+                'temperature': {'type': ['number', 'null'],
+                                'minimum': 0,
+                                'maximum': 2,
+                                'description': '[supported] Sampling temperature.',
+                                'default': 1},
+                'top_p': {'type': ['number', 'null'],
+                          'minimum': 0,
+                          'maximum': 1,
+                          'description': '[supported] Nucleus sampling mass.',
+                          'default': 1},
+                'frequency_penalty': {'type': ['number', 'null'],
+                                      'minimum': -2,
+                                      'maximum': 2,
+                                      'description': '[supported] Penalty on tokens by their '
+                                                     'frequency so far.',
+                                      'default': 0},
+                'presence_penalty': {'type': ['number', 'null'],
+                                     'minimum': -2,
+                                     'maximum': 2,
+                                     'description': '[supported] Penalty on tokens that '
+                                                    'already appeared.',
+                                     'default': 0},
+                'seed': {'type': ['integer', 'null'],
+                         'minimum': -9223372036854775808,
+                         'maximum': 9223372036854775807,
+                         'description': '[supported] Sampling seed, for repeatable sampling on '
+                                        'one worker.',
+                         'default': None},
+                'stop': {'anyOf': [{'type': 'null'},
+                                   {'type': 'string', 'minLength': 1},
+                                   {'type': 'array',
+                                    'minItems': 1,
+                                    'maxItems': 4,
+                                    'items': {'type': 'string', 'minLength': 1}}],
+                         'description': '[supported] Up to 4 sequences where generation stops.',
+                         'default': None},
+                'stream': {'type': ['boolean', 'null'],
+                           'description': '[supported] Reply as server-sent events.',
+                           'default': False},
+                'stream_options': {'type': ['object', 'null'],
+                                   'additionalProperties': False,
+                                   'properties': {'include_usage': {'type': 'boolean'},
+                                                  'include_obfuscation': {'type': 'boolean'}},
+                                   'description': '[supported] Stream options; only with '
+                                                  'stream true. include_usage adds a usage '
+                                                  'chunk; include_obfuscation is accepted (the '
+                                                  'horde adds no obfuscation). Unknown keys '
+                                                  'refused.',
+                                   'default': None},
+                'reasoning_effort': {'anyOf': [{'type': 'null'},
+                                               {'enum': ['none',
+                                                         'minimal',
+                                                         'low',
+                                                         'medium',
+                                                         'high',
+                                                         'xhigh',
+                                                         'max']}],
+                                     'description': '[supported] Reasoning budget. A worker '
+                                                    'that declares reasoning receives medium '
+                                                    "(OpenAI's default) when the client "
+                                                    'omitted it.',
+                                     'default': 'medium'},
+                'tools': {'type': 'array',
+                          'minItems': 1,
+                          'maxItems': 128,
+                          'items': {'type': 'object'},
+                          'description': '[capability] Function tool definitions (custom tools '
+                                         'are refused).'},
+                'tool_choice': {'anyOf': [{'enum': ['none', 'auto', 'required']},
+                                          {'type': 'object'}],
+                                'description': '[supported] none, auto, required, or a named '
+                                               'function; only with tools. With tools, auto is '
+                                               'the default. none sends no tool definitions to '
+                                               'the worker; a named function goes to the '
+                                               'worker as that one function under required.'},
+                'parallel_tool_calls': {'type': ['boolean', 'null'],
+                                        'description': '[supported] Whether the reply may hold '
+                                                       'several tool calls; only with tools. '
+                                                       'Under strict with false, verification '
+                                                       'keeps only the first call, so routing '
+                                                       'requires no guarantee.',
+                                        'default': True},
+                'response_format': {'type': 'object',
+                                    'required': ['type'],
+                                    'description': '[capability] text, json_object, or '
+                                                   'json_schema (strict schemas must close '
+                                                   'every object).',
+                                    'default': {'type': 'text'}},
+                'n': {'type': ['integer', 'null'],
+                      'minimum': 1,
+                      'maximum': 128,
+                      'description': '[refused_unless_default] Number of choices.',
+                      'default': 1},
+                'logit_bias': {'type': ['object', 'null'],
+                               'additionalProperties': {'type': 'integer',
+                                                        'minimum': -100,
+                                                        'maximum': 100},
+                               'description': '[refused_unless_default] Per-token logit '
+                                              'offsets.',
+                               'default': None},
+                'logprobs': {'type': ['boolean', 'null'],
+                             'description': '[dropped_at_default] Return log probabilities of '
+                                            'the output tokens.',
+                             'default': False},
+                'top_logprobs': {'type': ['integer', 'null'],
+                                 'minimum': 0,
+                                 'maximum': 20,
+                                 'description': '[refused] How many most likely tokens to '
+                                                'return per position (needs logprobs).',
+                                 'default': None},
+                'store': {'type': ['boolean', 'null'],
+                          'description': '[dropped_at_default] Store the completion for '
+                                         "OpenAI's distillation and evals.",
+                          'default': False},
+                'metadata': {'type': ['object', 'null'],
+                             'additionalProperties': {'type': 'string'},
+                             'description': '[dropped_at_default] Tags for stored completions.',
+                             'default': None},
+                'service_tier': {'anyOf': [{'type': 'null'},
+                                           {'enum': ['auto',
+                                                     'default',
+                                                     'flex',
+                                                     'scale',
+                                                     'priority',
+                                                     'fast']}],
+                                 'description': "[dropped_at_default] OpenAI's processing "
+                                                'tier.',
+                                 'default': 'auto'},
+                'verbosity': {'anyOf': [{'type': 'null'}, {'enum': ['low', 'medium', 'high']}],
+                              'description': '[dropped_at_default] Verbosity of GPT-5 answers.',
+                              'default': 'medium'},
+                'modalities': {'type': ['array', 'null'],
+                               'items': {'enum': ['text', 'audio']},
+                               'description': '[dropped_at_default] Output modalities.',
+                               'default': ['text']},
+                'audio': {'type': ['object', 'null'],
+                          'description': '[refused] Audio output parameters.',
+                          'default': None},
+                'prediction': {'type': ['object', 'null'],
+                               'description': '[refused] Predicted output for speculative '
+                                              'decoding.',
+                               'default': None},
+                'web_search_options': {'type': ['object', 'null'],
+                                       'description': "[refused] OpenAI's built-in web search "
+                                                      'tool.',
+                                       'default': None},
+                'moderation': {'type': ['object', 'null'],
+                               'description': "[refused] OpenAI's moderation configuration.",
+                               'default': None},
+                'functions': {'type': ['array', 'null'],
+                              'description': '[refused] Deprecated function definitions.',
+                              'default': None},
+                'function_call': {'anyOf': [{'type': 'null'},
+                                            {'enum': ['none', 'auto']},
+                                            {'type': 'object'}],
+                                  'description': '[refused] Deprecated function choice.',
+                                  'default': None},
+                'prompt_cache_key': {'type': ['string', 'null'],
+                                     'description': "[refused] A key for OpenAI's prompt "
+                                                    'cache.',
+                                     'default': None},
+                'prompt_cache_options': {'type': ['object', 'null'],
+                                         'description': "[refused] OpenAI's prompt cache "
+                                                        'options.',
+                                         'default': None},
+                'prompt_cache_retention': {'anyOf': [{'type': 'null'},
+                                                     {'enum': ['in_memory', '24h']}],
+                                           'description': "[refused] OpenAI's prompt cache "
+                                                          'retention.',
+                                           'default': None},
+                'safety_identifier': {'type': ['string', 'null'],
+                                      'maxLength': 64,
+                                      'description': '[refused] An end-user identifier for '
+                                                     "OpenAI's abuse monitoring.",
+                                      'default': None},
+                'user': {'type': ['string', 'null'],
+                         'description': '[refused] Deprecated end-user identifier.',
+                         'default': None}}}
+_SCHEMA_CHAT_JOBS: dict[str, Any] = {'type': 'boolean',
+ 'description': 'The worker accepts chat jobs (an OpenAI messages array instead of a prompt).',
+ 'default': False}
+_SCHEMA_PROMPT_JOBS: dict[str, Any] = {'type': 'boolean',
+ 'description': 'The worker still accepts text jobs under its text limits; false makes a '
+                'chat-only worker.',
+ 'default': True}
+_SCHEMA_MODEL_ID: dict[str, Any] = {'type': 'string',
+ 'minLength': 1,
+ 'maxLength': 255,
+ 'pattern': '^[^:]+$',
+ 'description': 'The exact native name of the loaded model, as the backend serves it; required '
+                'when chat_jobs is true. A colon is reserved.'}
+_SCHEMA_CHAT_FEATURES: dict[str, Any] = {'type': 'array',
+ 'uniqueItems': True,
+ 'maxItems': 64,
+ 'items': {'enum': ['tools',
+                    'vision',
+                    'json_object',
+                    'json_schema',
+                    'reasoning',
+                    'seed',
+                    'penalties',
+                    'prompt_overflow_refused',
+                    'tool_choice_enforced',
+                    'json_output_enforced',
+                    'json_schema_enforced',
+                    'single_tool_call_enforced']},
+ 'description': "Capabilities and guarantees the worker's backend honours (names from "
+                'spec/workers/features.yaml).',
+ 'default': []}
+_SCHEMA_CHAT_LIMITS: dict[str, Any] = {'type': 'object',
+ 'description': 'Numeric limits (names from spec/workers/limits.yaml); a limit left out takes '
+                "its when_absent value, or the pop's own max_context_length / max_length.",
+ 'default': {},
+ 'additionalProperties': False,
+ 'properties': {'max_context_length': {'type': 'integer', 'minimum': 80},
+                'max_length': {'type': 'integer', 'minimum': 16},
+                'tools_max_temperature': {'type': 'number', 'minimum': 0},
+                'max_images': {'type': 'integer', 'minimum': 0},
+                'max_image_bytes': {'type': 'integer', 'minimum': 1},
+                'max_tools': {'type': 'integer', 'minimum': 1}}}
+_SCHEMA_IMAGE_TRANSPORTS: dict[str, Any] = {'type': 'array',
+ 'uniqueItems': True,
+ 'items': {'enum': ['url', 'base64', 'messages_url']},
+ 'description': 'How the worker receives images and large requests: url (a signed download URL '
+                'per image), base64 (image bytes inlined), messages_url (one signed URL to the '
+                'whole messages array of an offloaded request).',
+ 'default': ['base64']}
+_SCHEMA_WORKER_DECLARATION: dict[str, Any] = {'type': 'object',
+ 'properties': {'chat_jobs': _SCHEMA_CHAT_JOBS,
+                'prompt_jobs': _SCHEMA_PROMPT_JOBS,
+                'model_id': _SCHEMA_MODEL_ID,
+                'chat_features': _SCHEMA_CHAT_FEATURES,
+                'chat_limits': _SCHEMA_CHAT_LIMITS,
+                'image_transports': _SCHEMA_IMAGE_TRANSPORTS}}
+"""The schemas that recur below, each written once (``_SCHEMA_<name>``)."""
+
 HEADERS: dict[str, dict[str, dict[str, Any]]] = {'front': {'Authorization': {'schema': {'type': 'string',
                                         'pattern': '^Bearer .+$',
                                         'maxLength': 200},
@@ -158,878 +640,8 @@ DEFS: dict[str, dict[str, Any]] = {'front': {'ToolCall': {'type': 'object',
                          'properties': {'object': {'const': 'list'},
                                         'data': {'type': 'array',
                                                  'items': {'$ref': '#/$defs/Model'}}}},
-           'ChatRequest': {'type': 'object',
-                           'description': 'An OpenAI chat-completions body plus the horde '
-                                          'object and models.',
-                           'additionalProperties': False,
-                           'required': ['messages'],
-                           'anyOf': [{'required': ['model']}, {'required': ['models']}],
-                           'properties': {'messages': {'type': 'array',
-                                                       'minItems': 1,
-                                                       'maxItems': 2048,
-                                                       'items': {'oneOf': [{'type': 'object',
-                                                                            'description': 'Instructions '
-                                                                                           'for '
-                                                                                           'the '
-                                                                                           'model.',
-                                                                            'required': ['role',
-                                                                                         'content'],
-                                                                            'properties': {'role': {'const': 'system'},
-                                                                                           'content': {'anyOf': [{'type': 'string'},
-                                                                                                                 {'type': 'array',
-                                                                                                                  'minItems': 1,
-                                                                                                                  'items': {'anyOf': [{'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'text'],
-                                                                                                                                       'properties': {'type': {'const': 'text'},
-                                                                                                                                                      'text': {'type': 'string'}}}]}}]},
-                                                                                           'name': {'type': 'string'}}},
-                                                                           {'type': 'object',
-                                                                            'description': 'Instructions, '
-                                                                                           "OpenAI's "
-                                                                                           'newer '
-                                                                                           'name '
-                                                                                           'for '
-                                                                                           'system. '
-                                                                                           'Stored '
-                                                                                           'and '
-                                                                                           'sent '
-                                                                                           'to '
-                                                                                           'the '
-                                                                                           'worker '
-                                                                                           'as '
-                                                                                           'system, '
-                                                                                           'so '
-                                                                                           'templates '
-                                                                                           'that '
-                                                                                           'predate '
-                                                                                           'the '
-                                                                                           'role '
-                                                                                           'render '
-                                                                                           'it '
-                                                                                           '(its '
-                                                                                           'precedence '
-                                                                                           'over '
-                                                                                           'system '
-                                                                                           'is '
-                                                                                           'lost).',
-                                                                            'required': ['role',
-                                                                                         'content'],
-                                                                            'properties': {'role': {'const': 'developer'},
-                                                                                           'content': {'anyOf': [{'type': 'string'},
-                                                                                                                 {'type': 'array',
-                                                                                                                  'minItems': 1,
-                                                                                                                  'items': {'anyOf': [{'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'text'],
-                                                                                                                                       'properties': {'type': {'const': 'text'},
-                                                                                                                                                      'text': {'type': 'string'}}}]}}]},
-                                                                                           'name': {'type': 'string'}}},
-                                                                           {'type': 'object',
-                                                                            'description': 'The '
-                                                                                           "user's "
-                                                                                           'turn; '
-                                                                                           'text '
-                                                                                           'and '
-                                                                                           'image '
-                                                                                           'parts.',
-                                                                            'required': ['role',
-                                                                                         'content'],
-                                                                            'properties': {'role': {'const': 'user'},
-                                                                                           'content': {'anyOf': [{'type': 'string'},
-                                                                                                                 {'type': 'array',
-                                                                                                                  'minItems': 1,
-                                                                                                                  'items': {'anyOf': [{'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'text'],
-                                                                                                                                       'properties': {'type': {'const': 'text'},
-                                                                                                                                                      'text': {'type': 'string'}}},
-                                                                                                                                      {'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'image_url'],
-                                                                                                                                       'properties': {'type': {'const': 'image_url'},
-                                                                                                                                                      'image_url': {'type': 'object',
-                                                                                                                                                                    'required': ['url'],
-                                                                                                                                                                    'properties': {'url': {'type': 'string',
-                                                                                                                                                                                           'minLength': 1,
-                                                                                                                                                                                           'pattern': '^(https?:|data:image/)'},
-                                                                                                                                                                                   'detail': {'enum': ['auto',
-                                                                                                                                                                                                       'low',
-                                                                                                                                                                                                       'high']}}}}}]}}]},
-                                                                                           'name': {'type': 'string'}}},
-                                                                           {'type': 'object',
-                                                                            'description': 'An '
-                                                                                           'earlier '
-                                                                                           'reply. '
-                                                                                           'Content '
-                                                                                           'may '
-                                                                                           'be '
-                                                                                           'null '
-                                                                                           'when '
-                                                                                           'it '
-                                                                                           'holds '
-                                                                                           'tool_calls; '
-                                                                                           'tool_calls '
-                                                                                           'is '
-                                                                                           'allowed '
-                                                                                           'only '
-                                                                                           'on '
-                                                                                           'assistant '
-                                                                                           'messages '
-                                                                                           'and '
-                                                                                           'must '
-                                                                                           'be '
-                                                                                           'answered '
-                                                                                           'by '
-                                                                                           'tool '
-                                                                                           'messages '
-                                                                                           'right '
-                                                                                           'after '
-                                                                                           'it.',
-                                                                            'required': ['role'],
-                                                                            'properties': {'role': {'const': 'assistant'},
-                                                                                           'content': {'anyOf': [{'type': 'string'},
-                                                                                                                 {'type': 'array',
-                                                                                                                  'minItems': 1,
-                                                                                                                  'items': {'anyOf': [{'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'text'],
-                                                                                                                                       'properties': {'type': {'const': 'text'},
-                                                                                                                                                      'text': {'type': 'string'}}},
-                                                                                                                                      {'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'refusal'],
-                                                                                                                                       'properties': {'type': {'const': 'refusal'},
-                                                                                                                                                      'refusal': {'type': 'string'}}}]}},
-                                                                                                                 {'type': 'null'}]},
-                                                                                           'name': {'type': 'string'},
-                                                                                           'refusal': {'type': ['string',
-                                                                                                                'null']},
-                                                                                           'tool_calls': {'type': 'array'}}},
-                                                                           {'type': 'object',
-                                                                            'description': 'The '
-                                                                                           'result '
-                                                                                           'of '
-                                                                                           'one '
-                                                                                           'tool '
-                                                                                           'call, '
-                                                                                           'naming '
-                                                                                           'it '
-                                                                                           'by '
-                                                                                           'tool_call_id.',
-                                                                            'required': ['role',
-                                                                                         'content',
-                                                                                         'tool_call_id'],
-                                                                            'properties': {'role': {'const': 'tool'},
-                                                                                           'content': {'anyOf': [{'type': 'string'},
-                                                                                                                 {'type': 'array',
-                                                                                                                  'minItems': 1,
-                                                                                                                  'items': {'anyOf': [{'type': 'object',
-                                                                                                                                       'required': ['type',
-                                                                                                                                                    'text'],
-                                                                                                                                       'properties': {'type': {'const': 'text'},
-                                                                                                                                                      'text': {'type': 'string'}}}]}}]},
-                                                                                           'tool_call_id': {'type': 'string',
-                                                                                                            'minLength': 1}}}]},
-                                                       'description': '[supported] The '
-                                                                      'conversation (see '
-                                                                      'spec/chat/messages.yaml).'},
-                                          'model': {'type': 'string',
-                                                    'minLength': 1,
-                                                    'maxLength': 255,
-                                                    'description': '[supported] The exact '
-                                                                   'native model name; a colon '
-                                                                   'is reserved (404 '
-                                                                   'model_not_found).'},
-                                          'models': {'type': 'array',
-                                                     'minItems': 1,
-                                                     'maxItems': 16,
-                                                     'items': {'type': 'string',
-                                                               'minLength': 1,
-                                                               'maxLength': 255},
-                                                     'description': '[supported] Acceptable '
-                                                                    'models, as OpenRouter '
-                                                                    'takes them; any listed '
-                                                                    'model (or model) may '
-                                                                    'serve the request. A set: '
-                                                                    'its order does not '
-                                                                    'matter.'},
-                                          'horde': {'type': ['object', 'null'],
-                                                    'description': 'The horde extension '
-                                                                   'object; unknown keys are '
-                                                                   'refused.',
-                                                    'additionalProperties': False,
-                                                    'properties': {'conformance': {'enum': ['strict',
-                                                                                            'best_effort'],
-                                                                                   'description': 'strict '
-                                                                                                  '(the '
-                                                                                                  'default): '
-                                                                                                  'the '
-                                                                                                  'request '
-                                                                                                  'requires '
-                                                                                                  'the '
-                                                                                                  'guarantees '
-                                                                                                  'of '
-                                                                                                  'its '
-                                                                                                  'fields '
-                                                                                                  'and '
-                                                                                                  'the '
-                                                                                                  'reply '
-                                                                                                  'is '
-                                                                                                  'verified '
-                                                                                                  'against '
-                                                                                                  'the '
-                                                                                                  'contract. '
-                                                                                                  'best_effort: '
-                                                                                                  'no '
-                                                                                                  'guarantee '
-                                                                                                  'is '
-                                                                                                  'required; '
-                                                                                                  'limits '
-                                                                                                  'still '
-                                                                                                  'apply.',
-                                                                                   'default': 'strict'},
-                                                                   'availability_mode': {'enum': ['wait',
-                                                                                                  'fail_fast'],
-                                                                                         'description': 'wait '
-                                                                                                        '(the '
-                                                                                                        'default): '
-                                                                                                        'wait '
-                                                                                                        'for '
-                                                                                                        'a '
-                                                                                                        'worker '
-                                                                                                        'for '
-                                                                                                        'the '
-                                                                                                        "front's "
-                                                                                                        'whole '
-                                                                                                        'budget. '
-                                                                                                        'fail_fast: '
-                                                                                                        'the '
-                                                                                                        'front '
-                                                                                                        'refuses '
-                                                                                                        'at '
-                                                                                                        'the '
-                                                                                                        'first '
-                                                                                                        'status '
-                                                                                                        'read '
-                                                                                                        'with '
-                                                                                                        '503 '
-                                                                                                        'queue_unavailable '
-                                                                                                        'when '
-                                                                                                        'no '
-                                                                                                        'eligible '
-                                                                                                        'thread '
-                                                                                                        'is '
-                                                                                                        'online '
-                                                                                                        'or '
-                                                                                                        'the '
-                                                                                                        'estimated '
-                                                                                                        'wait '
-                                                                                                        'exceeds '
-                                                                                                        'the '
-                                                                                                        'budget '
-                                                                                                        'left.',
-                                                                                         'default': 'wait'},
-                                                                   'context_fit': {'enum': ['refuse',
-                                                                                            'truncate_oldest'],
-                                                                                   'description': 'refuse '
-                                                                                                  '(the '
-                                                                                                  'default): '
-                                                                                                  'a '
-                                                                                                  'conversation '
-                                                                                                  'too '
-                                                                                                  'long '
-                                                                                                  'for '
-                                                                                                  'every '
-                                                                                                  'served '
-                                                                                                  'context '
-                                                                                                  'is '
-                                                                                                  'refused. '
-                                                                                                  'truncate_oldest: '
-                                                                                                  'its '
-                                                                                                  'oldest '
-                                                                                                  'whole '
-                                                                                                  'turns '
-                                                                                                  'are '
-                                                                                                  'dropped, '
-                                                                                                  'keeping '
-                                                                                                  'every '
-                                                                                                  'system '
-                                                                                                  'and '
-                                                                                                  'developer '
-                                                                                                  'message '
-                                                                                                  'and '
-                                                                                                  'the '
-                                                                                                  'latest '
-                                                                                                  'user '
-                                                                                                  'turn; '
-                                                                                                  'moderation '
-                                                                                                  'screens '
-                                                                                                  'the '
-                                                                                                  'full '
-                                                                                                  'submission '
-                                                                                                  'first.',
-                                                                                   'default': 'refuse'},
-                                                                   'include_reasoning': {'type': 'boolean',
-                                                                                         'description': 'false: '
-                                                                                                        'the '
-                                                                                                        'front '
-                                                                                                        'leaves '
-                                                                                                        'reasoning_content '
-                                                                                                        'out '
-                                                                                                        'of '
-                                                                                                        'the '
-                                                                                                        'reply '
-                                                                                                        '(the '
-                                                                                                        'native '
-                                                                                                        'status '
-                                                                                                        'shows '
-                                                                                                        'it '
-                                                                                                        'either '
-                                                                                                        'way).',
-                                                                                         'default': True},
-                                                                   'max_kudos': {'type': ['number',
-                                                                                          'null'],
-                                                                                 'minimum': 0,
-                                                                                 'description': 'Refuse '
-                                                                                                'before '
-                                                                                                'anything '
-                                                                                                'is '
-                                                                                                'queued '
-                                                                                                'when '
-                                                                                                'the '
-                                                                                                'dry-run '
-                                                                                                'quote '
-                                                                                                '(at '
-                                                                                                'the '
-                                                                                                'full '
-                                                                                                'max_length) '
-                                                                                                'exceeds '
-                                                                                                'this '
-                                                                                                'many '
-                                                                                                'kudos.',
-                                                                                 'default': None},
-                                                                   'openai_guards': {'type': 'boolean',
-                                                                                     'description': 'true: '
-                                                                                                    'also '
-                                                                                                    'refuse '
-                                                                                                    'what '
-                                                                                                    'only '
-                                                                                                    "OpenAI's "
-                                                                                                    'backend '
-                                                                                                    'refuses, '
-                                                                                                    'such '
-                                                                                                    'as '
-                                                                                                    'a '
-                                                                                                    'json_object '
-                                                                                                    'request '
-                                                                                                    'whose '
-                                                                                                    'messages '
-                                                                                                    'never '
-                                                                                                    'mention '
-                                                                                                    'JSON.',
-                                                                                     'default': False},
-                                                                   'workers': {'type': 'array',
-                                                                               'maxItems': 20,
-                                                                               'uniqueItems': True,
-                                                                               'items': {'type': 'string',
-                                                                                         'minLength': 1,
-                                                                                         'maxLength': 64},
-                                                                               'description': 'Worker '
-                                                                                              'ids '
-                                                                                              'allowed '
-                                                                                              'to '
-                                                                                              'serve '
-                                                                                              'the '
-                                                                                              'request '
-                                                                                              "(upstream's "
-                                                                                              'workers '
-                                                                                              'list).',
-                                                                               'default': []},
-                                                                   'worker_blacklist': {'type': 'boolean',
-                                                                                        'description': 'true '
-                                                                                                       'turns '
-                                                                                                       '`workers` '
-                                                                                                       'into '
-                                                                                                       'a '
-                                                                                                       'list '
-                                                                                                       'of '
-                                                                                                       'workers '
-                                                                                                       'that '
-                                                                                                       'may '
-                                                                                                       'not '
-                                                                                                       'serve '
-                                                                                                       'it.',
-                                                                                        'default': False},
-                                                                   'trusted_workers': {'type': 'boolean',
-                                                                                       'description': 'Only '
-                                                                                                      'trusted '
-                                                                                                      'workers '
-                                                                                                      'may '
-                                                                                                      'serve '
-                                                                                                      'the '
-                                                                                                      'request.',
-                                                                                       'default': False},
-                                                                   'validated_backends': {'type': 'boolean',
-                                                                                          'description': 'Only '
-                                                                                                         'workers '
-                                                                                                         'running '
-                                                                                                         'a '
-                                                                                                         'validated '
-                                                                                                         'backend '
-                                                                                                         'may '
-                                                                                                         'serve '
-                                                                                                         'the '
-                                                                                                         'request.',
-                                                                                          'default': True},
-                                                                   'slow_workers': {'type': 'boolean',
-                                                                                    'description': 'false '
-                                                                                                   'keeps '
-                                                                                                   'slow '
-                                                                                                   'workers '
-                                                                                                   'away '
-                                                                                                   'from '
-                                                                                                   'the '
-                                                                                                   'request.',
-                                                                                    'default': True},
-                                                                   'extra_slow_workers': {'type': 'boolean',
-                                                                                          'description': 'true '
-                                                                                                         'lets '
-                                                                                                         'workers '
-                                                                                                         'marked '
-                                                                                                         'extra '
-                                                                                                         'slow '
-                                                                                                         'serve '
-                                                                                                         'the '
-                                                                                                         'request.',
-                                                                                          'default': False},
-                                                                   'dry_run': {'type': 'boolean',
-                                                                               'description': 'true '
-                                                                                              'returns '
-                                                                                              'the '
-                                                                                              'kudos '
-                                                                                              'quote '
-                                                                                              'without '
-                                                                                              'queueing '
-                                                                                              'anything.',
-                                                                               'default': False},
-                                                                   'webhook': {'type': ['string',
-                                                                                        'null'],
-                                                                               'maxLength': 1024,
-                                                                               'pattern': '^https://',
-                                                                               'description': 'An '
-                                                                                              'https '
-                                                                                              'URL '
-                                                                                              'the '
-                                                                                              'native '
-                                                                                              'API '
-                                                                                              'calls '
-                                                                                              'once '
-                                                                                              'the '
-                                                                                              'request '
-                                                                                              'is '
-                                                                                              'done.',
-                                                                               'default': None}}},
-                                          'max_completion_tokens': {'type': ['integer', 'null'],
-                                                                    'minimum': 1,
-                                                                    'description': '[supported] '
-                                                                                   'Upper '
-                                                                                   'bound on '
-                                                                                   'generated '
-                                                                                   'tokens, '
-                                                                                   'reasoning '
-                                                                                   'included.'},
-                                          'max_tokens': {'type': ['integer', 'null'],
-                                                         'minimum': 1,
-                                                         'description': '[supported] '
-                                                                        'Deprecated alias of '
-                                                                        'max_completion_tokens '
-                                                                        '(used when that is '
-                                                                        'absent).'},
-                                          'temperature': {'type': ['number', 'null'],
-                                                          'minimum': 0,
-                                                          'maximum': 2,
-                                                          'description': '[supported] Sampling '
-                                                                         'temperature.',
-                                                          'default': 1},
-                                          'top_p': {'type': ['number', 'null'],
-                                                    'minimum': 0,
-                                                    'maximum': 1,
-                                                    'description': '[supported] Nucleus '
-                                                                   'sampling mass.',
-                                                    'default': 1},
-                                          'frequency_penalty': {'type': ['number', 'null'],
-                                                                'minimum': -2,
-                                                                'maximum': 2,
-                                                                'description': '[supported] '
-                                                                               'Penalty on '
-                                                                               'tokens by '
-                                                                               'their '
-                                                                               'frequency so '
-                                                                               'far.',
-                                                                'default': 0},
-                                          'presence_penalty': {'type': ['number', 'null'],
-                                                               'minimum': -2,
-                                                               'maximum': 2,
-                                                               'description': '[supported] '
-                                                                              'Penalty on '
-                                                                              'tokens that '
-                                                                              'already '
-                                                                              'appeared.',
-                                                               'default': 0},
-                                          'seed': {'type': ['integer', 'null'],
-                                                   'minimum': -9223372036854775808,
-                                                   'maximum': 9223372036854775807,
-                                                   'description': '[supported] Sampling seed, '
-                                                                  'for repeatable sampling on '
-                                                                  'one worker.',
-                                                   'default': None},
-                                          'stop': {'anyOf': [{'type': 'null'},
-                                                             {'type': 'string', 'minLength': 1},
-                                                             {'type': 'array',
-                                                              'minItems': 1,
-                                                              'maxItems': 4,
-                                                              'items': {'type': 'string',
-                                                                        'minLength': 1}}],
-                                                   'description': '[supported] Up to 4 '
-                                                                  'sequences where generation '
-                                                                  'stops.',
-                                                   'default': None},
-                                          'stream': {'type': ['boolean', 'null'],
-                                                     'description': '[supported] Reply as '
-                                                                    'server-sent events.',
-                                                     'default': False},
-                                          'stream_options': {'type': ['object', 'null'],
-                                                             'additionalProperties': False,
-                                                             'properties': {'include_usage': {'type': 'boolean'},
-                                                                            'include_obfuscation': {'type': 'boolean'}},
-                                                             'description': '[supported] '
-                                                                            'Stream options; '
-                                                                            'only with stream '
-                                                                            'true. '
-                                                                            'include_usage '
-                                                                            'adds a usage '
-                                                                            'chunk; '
-                                                                            'include_obfuscation '
-                                                                            'is accepted (the '
-                                                                            'horde adds no '
-                                                                            'obfuscation). '
-                                                                            'Unknown keys '
-                                                                            'refused.',
-                                                             'default': None},
-                                          'reasoning_effort': {'anyOf': [{'type': 'null'},
-                                                                         {'enum': ['none',
-                                                                                   'minimal',
-                                                                                   'low',
-                                                                                   'medium',
-                                                                                   'high',
-                                                                                   'xhigh',
-                                                                                   'max']}],
-                                                               'description': '[supported] '
-                                                                              'Reasoning '
-                                                                              'budget. A '
-                                                                              'worker that '
-                                                                              'declares '
-                                                                              'reasoning '
-                                                                              'receives medium '
-                                                                              "(OpenAI's "
-                                                                              'default) when '
-                                                                              'the client '
-                                                                              'omitted it.',
-                                                               'default': 'medium'},
-                                          'tools': {'type': 'array',
-                                                    'minItems': 1,
-                                                    'maxItems': 128,
-                                                    'items': {'type': 'object'},
-                                                    'description': '[capability] Function tool '
-                                                                   'definitions (custom tools '
-                                                                   'are refused).'},
-                                          'tool_choice': {'anyOf': [{'enum': ['none',
-                                                                              'auto',
-                                                                              'required']},
-                                                                    {'type': 'object'}],
-                                                          'description': '[supported] none, '
-                                                                         'auto, required, or a '
-                                                                         'named function; only '
-                                                                         'with tools. With '
-                                                                         'tools, auto is the '
-                                                                         'default. none sends '
-                                                                         'no tool definitions '
-                                                                         'to the worker; a '
-                                                                         'named function goes '
-                                                                         'to the worker as '
-                                                                         'that one function '
-                                                                         'under required.'},
-                                          'parallel_tool_calls': {'type': ['boolean', 'null'],
-                                                                  'description': '[supported] '
-                                                                                 'Whether the '
-                                                                                 'reply may '
-                                                                                 'hold several '
-                                                                                 'tool calls; '
-                                                                                 'only with '
-                                                                                 'tools. Under '
-                                                                                 'strict with '
-                                                                                 'false, '
-                                                                                 'verification '
-                                                                                 'keeps only '
-                                                                                 'the first '
-                                                                                 'call, so '
-                                                                                 'routing '
-                                                                                 'requires no '
-                                                                                 'guarantee.',
-                                                                  'default': True},
-                                          'response_format': {'type': 'object',
-                                                              'required': ['type'],
-                                                              'description': '[capability] '
-                                                                             'text, '
-                                                                             'json_object, or '
-                                                                             'json_schema '
-                                                                             '(strict schemas '
-                                                                             'must close every '
-                                                                             'object).',
-                                                              'default': {'type': 'text'}},
-                                          'n': {'type': ['integer', 'null'],
-                                                'minimum': 1,
-                                                'maximum': 128,
-                                                'description': '[refused_unless_default] '
-                                                               'Number of choices.',
-                                                'default': 1},
-                                          'logit_bias': {'type': ['object', 'null'],
-                                                         'additionalProperties': {'type': 'integer',
-                                                                                  'minimum': -100,
-                                                                                  'maximum': 100},
-                                                         'description': '[refused_unless_default] '
-                                                                        'Per-token logit '
-                                                                        'offsets.',
-                                                         'default': None},
-                                          'logprobs': {'type': ['boolean', 'null'],
-                                                       'description': '[dropped_at_default] '
-                                                                      'Return log '
-                                                                      'probabilities of the '
-                                                                      'output tokens.',
-                                                       'default': False},
-                                          'top_logprobs': {'type': ['integer', 'null'],
-                                                           'minimum': 0,
-                                                           'maximum': 20,
-                                                           'description': '[refused] How many '
-                                                                          'most likely tokens '
-                                                                          'to return per '
-                                                                          'position (needs '
-                                                                          'logprobs).',
-                                                           'default': None},
-                                          'store': {'type': ['boolean', 'null'],
-                                                    'description': '[dropped_at_default] Store '
-                                                                   'the completion for '
-                                                                   "OpenAI's distillation and "
-                                                                   'evals.',
-                                                    'default': False},
-                                          'metadata': {'type': ['object', 'null'],
-                                                       'additionalProperties': {'type': 'string'},
-                                                       'description': '[dropped_at_default] '
-                                                                      'Tags for stored '
-                                                                      'completions.',
-                                                       'default': None},
-                                          'service_tier': {'anyOf': [{'type': 'null'},
-                                                                     {'enum': ['auto',
-                                                                               'default',
-                                                                               'flex',
-                                                                               'scale',
-                                                                               'priority',
-                                                                               'fast']}],
-                                                           'description': '[dropped_at_default] '
-                                                                          "OpenAI's processing "
-                                                                          'tier.',
-                                                           'default': 'auto'},
-                                          'verbosity': {'anyOf': [{'type': 'null'},
-                                                                  {'enum': ['low',
-                                                                            'medium',
-                                                                            'high']}],
-                                                        'description': '[dropped_at_default] '
-                                                                       'Verbosity of GPT-5 '
-                                                                       'answers.',
-                                                        'default': 'medium'},
-                                          'modalities': {'type': ['array', 'null'],
-                                                         'items': {'enum': ['text', 'audio']},
-                                                         'description': '[dropped_at_default] '
-                                                                        'Output modalities.',
-                                                         'default': ['text']},
-                                          'audio': {'type': ['object', 'null'],
-                                                    'description': '[refused] Audio output '
-                                                                   'parameters.',
-                                                    'default': None},
-                                          'prediction': {'type': ['object', 'null'],
-                                                         'description': '[refused] Predicted '
-                                                                        'output for '
-                                                                        'speculative decoding.',
-                                                         'default': None},
-                                          'web_search_options': {'type': ['object', 'null'],
-                                                                 'description': '[refused] '
-                                                                                "OpenAI's "
-                                                                                'built-in web '
-                                                                                'search tool.',
-                                                                 'default': None},
-                                          'moderation': {'type': ['object', 'null'],
-                                                         'description': "[refused] OpenAI's "
-                                                                        'moderation '
-                                                                        'configuration.',
-                                                         'default': None},
-                                          'functions': {'type': ['array', 'null'],
-                                                        'description': '[refused] Deprecated '
-                                                                       'function definitions.',
-                                                        'default': None},
-                                          'function_call': {'anyOf': [{'type': 'null'},
-                                                                      {'enum': ['none',
-                                                                                'auto']},
-                                                                      {'type': 'object'}],
-                                                            'description': '[refused] '
-                                                                           'Deprecated '
-                                                                           'function choice.',
-                                                            'default': None},
-                                          'prompt_cache_key': {'type': ['string', 'null'],
-                                                               'description': '[refused] A key '
-                                                                              "for OpenAI's "
-                                                                              'prompt cache.',
-                                                               'default': None},
-                                          'prompt_cache_options': {'type': ['object', 'null'],
-                                                                   'description': '[refused] '
-                                                                                  "OpenAI's "
-                                                                                  'prompt '
-                                                                                  'cache '
-                                                                                  'options.',
-                                                                   'default': None},
-                                          'prompt_cache_retention': {'anyOf': [{'type': 'null'},
-                                                                               {'enum': ['in_memory',
-                                                                                         '24h']}],
-                                                                     'description': '[refused] '
-                                                                                    "OpenAI's "
-                                                                                    'prompt '
-                                                                                    'cache '
-                                                                                    'retention.',
-                                                                     'default': None},
-                                          'safety_identifier': {'type': ['string', 'null'],
-                                                                'maxLength': 64,
-                                                                'description': '[refused] An '
-                                                                               'end-user '
-                                                                               'identifier for '
-                                                                               "OpenAI's abuse "
-                                                                               'monitoring.',
-                                                                'default': None},
-                                          'user': {'type': ['string', 'null'],
-                                                   'description': '[refused] Deprecated '
-                                                                  'end-user identifier.',
-                                                   'default': None}}},
-           'WorkerDeclaration': {'type': 'object',
-                                 'properties': {'chat_jobs': {'type': 'boolean',
-                                                              'description': 'The worker '
-                                                                             'accepts chat '
-                                                                             'jobs (an OpenAI '
-                                                                             'messages array '
-                                                                             'instead of a '
-                                                                             'prompt).',
-                                                              'default': False},
-                                                'prompt_jobs': {'type': 'boolean',
-                                                                'description': 'The worker '
-                                                                               'still accepts '
-                                                                               'text jobs '
-                                                                               'under its text '
-                                                                               'limits; false '
-                                                                               'makes a '
-                                                                               'chat-only '
-                                                                               'worker.',
-                                                                'default': True},
-                                                'model_id': {'type': 'string',
-                                                             'minLength': 1,
-                                                             'maxLength': 255,
-                                                             'pattern': '^[^:]+$',
-                                                             'description': 'The exact native '
-                                                                            'name of the '
-                                                                            'loaded model, as '
-                                                                            'the backend '
-                                                                            'serves it; '
-                                                                            'required when '
-                                                                            'chat_jobs is '
-                                                                            'true. A colon is '
-                                                                            'reserved.'},
-                                                'chat_features': {'type': 'array',
-                                                                  'uniqueItems': True,
-                                                                  'maxItems': 64,
-                                                                  'items': {'enum': ['tools',
-                                                                                     'vision',
-                                                                                     'json_object',
-                                                                                     'json_schema',
-                                                                                     'reasoning',
-                                                                                     'seed',
-                                                                                     'penalties',
-                                                                                     'prompt_overflow_refused',
-                                                                                     'tool_choice_enforced',
-                                                                                     'json_output_enforced',
-                                                                                     'json_schema_enforced',
-                                                                                     'single_tool_call_enforced']},
-                                                                  'description': 'Capabilities '
-                                                                                 'and '
-                                                                                 'guarantees '
-                                                                                 "the worker's "
-                                                                                 'backend '
-                                                                                 'honours '
-                                                                                 '(names from '
-                                                                                 'spec/workers/features.yaml).',
-                                                                  'default': []},
-                                                'chat_limits': {'type': 'object',
-                                                                'description': 'Numeric limits '
-                                                                               '(names from '
-                                                                               'spec/workers/limits.yaml); '
-                                                                               'a limit left '
-                                                                               'out takes its '
-                                                                               'when_absent '
-                                                                               'value, or the '
-                                                                               "pop's own "
-                                                                               'max_context_length '
-                                                                               '/ max_length.',
-                                                                'default': {},
-                                                                'additionalProperties': False,
-                                                                'properties': {'max_context_length': {'type': 'integer',
-                                                                                                      'minimum': 80},
-                                                                               'max_length': {'type': 'integer',
-                                                                                              'minimum': 16},
-                                                                               'tools_max_temperature': {'type': 'number',
-                                                                                                         'minimum': 0},
-                                                                               'max_images': {'type': 'integer',
-                                                                                              'minimum': 0},
-                                                                               'max_image_bytes': {'type': 'integer',
-                                                                                                   'minimum': 1},
-                                                                               'max_tools': {'type': 'integer',
-                                                                                             'minimum': 1}}},
-                                                'image_transports': {'type': 'array',
-                                                                     'uniqueItems': True,
-                                                                     'items': {'enum': ['url',
-                                                                                        'base64',
-                                                                                        'messages_url']},
-                                                                     'description': 'How the '
-                                                                                    'worker '
-                                                                                    'receives '
-                                                                                    'images '
-                                                                                    'and large '
-                                                                                    'requests: '
-                                                                                    'url (a '
-                                                                                    'signed '
-                                                                                    'download '
-                                                                                    'URL per '
-                                                                                    'image), '
-                                                                                    'base64 '
-                                                                                    '(image '
-                                                                                    'bytes '
-                                                                                    'inlined), '
-                                                                                    'messages_url '
-                                                                                    '(one '
-                                                                                    'signed '
-                                                                                    'URL to '
-                                                                                    'the whole '
-                                                                                    'messages '
-                                                                                    'array of '
-                                                                                    'an '
-                                                                                    'offloaded '
-                                                                                    'request).',
-                                                                     'default': ['base64']}}}},
+           'ChatRequest': _SCHEMA_CHAT_REQUEST,
+           'WorkerDeclaration': _SCHEMA_WORKER_DECLARATION},
  'native': {'TextParams': {'type': 'object',
                            'description': "Upstream's generation parameters of a text request.",
                            'properties': {'n': {'type': 'integer',
@@ -1480,892 +1092,8 @@ DEFS: dict[str, dict[str, Any]] = {'front': {'ToolCall': {'type': 'object',
                                     'concurrency': {'type': 'integer'},
                                     'trusted': {'type': 'boolean'},
                                     'worker_count': {'type': 'integer'}}},
-            'ChatRequest': {'type': 'object',
-                            'description': 'An OpenAI chat-completions body plus the horde '
-                                           'object and models.',
-                            'additionalProperties': False,
-                            'required': ['messages'],
-                            'anyOf': [{'required': ['model']}, {'required': ['models']}],
-                            'properties': {'messages': {'type': 'array',
-                                                        'minItems': 1,
-                                                        'maxItems': 2048,
-                                                        'items': {'oneOf': [{'type': 'object',
-                                                                             'description': 'Instructions '
-                                                                                            'for '
-                                                                                            'the '
-                                                                                            'model.',
-                                                                             'required': ['role',
-                                                                                          'content'],
-                                                                             'properties': {'role': {'const': 'system'},
-                                                                                            'content': {'anyOf': [{'type': 'string'},
-                                                                                                                  {'type': 'array',
-                                                                                                                   'minItems': 1,
-                                                                                                                   'items': {'anyOf': [{'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'text'],
-                                                                                                                                        'properties': {'type': {'const': 'text'},
-                                                                                                                                                       'text': {'type': 'string'}}}]}}]},
-                                                                                            'name': {'type': 'string'}}},
-                                                                            {'type': 'object',
-                                                                             'description': 'Instructions, '
-                                                                                            "OpenAI's "
-                                                                                            'newer '
-                                                                                            'name '
-                                                                                            'for '
-                                                                                            'system. '
-                                                                                            'Stored '
-                                                                                            'and '
-                                                                                            'sent '
-                                                                                            'to '
-                                                                                            'the '
-                                                                                            'worker '
-                                                                                            'as '
-                                                                                            'system, '
-                                                                                            'so '
-                                                                                            'templates '
-                                                                                            'that '
-                                                                                            'predate '
-                                                                                            'the '
-                                                                                            'role '
-                                                                                            'render '
-                                                                                            'it '
-                                                                                            '(its '
-                                                                                            'precedence '
-                                                                                            'over '
-                                                                                            'system '
-                                                                                            'is '
-                                                                                            'lost).',
-                                                                             'required': ['role',
-                                                                                          'content'],
-                                                                             'properties': {'role': {'const': 'developer'},
-                                                                                            'content': {'anyOf': [{'type': 'string'},
-                                                                                                                  {'type': 'array',
-                                                                                                                   'minItems': 1,
-                                                                                                                   'items': {'anyOf': [{'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'text'],
-                                                                                                                                        'properties': {'type': {'const': 'text'},
-                                                                                                                                                       'text': {'type': 'string'}}}]}}]},
-                                                                                            'name': {'type': 'string'}}},
-                                                                            {'type': 'object',
-                                                                             'description': 'The '
-                                                                                            "user's "
-                                                                                            'turn; '
-                                                                                            'text '
-                                                                                            'and '
-                                                                                            'image '
-                                                                                            'parts.',
-                                                                             'required': ['role',
-                                                                                          'content'],
-                                                                             'properties': {'role': {'const': 'user'},
-                                                                                            'content': {'anyOf': [{'type': 'string'},
-                                                                                                                  {'type': 'array',
-                                                                                                                   'minItems': 1,
-                                                                                                                   'items': {'anyOf': [{'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'text'],
-                                                                                                                                        'properties': {'type': {'const': 'text'},
-                                                                                                                                                       'text': {'type': 'string'}}},
-                                                                                                                                       {'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'image_url'],
-                                                                                                                                        'properties': {'type': {'const': 'image_url'},
-                                                                                                                                                       'image_url': {'type': 'object',
-                                                                                                                                                                     'required': ['url'],
-                                                                                                                                                                     'properties': {'url': {'type': 'string',
-                                                                                                                                                                                            'minLength': 1,
-                                                                                                                                                                                            'pattern': '^(https?:|data:image/)'},
-                                                                                                                                                                                    'detail': {'enum': ['auto',
-                                                                                                                                                                                                        'low',
-                                                                                                                                                                                                        'high']}}}}}]}}]},
-                                                                                            'name': {'type': 'string'}}},
-                                                                            {'type': 'object',
-                                                                             'description': 'An '
-                                                                                            'earlier '
-                                                                                            'reply. '
-                                                                                            'Content '
-                                                                                            'may '
-                                                                                            'be '
-                                                                                            'null '
-                                                                                            'when '
-                                                                                            'it '
-                                                                                            'holds '
-                                                                                            'tool_calls; '
-                                                                                            'tool_calls '
-                                                                                            'is '
-                                                                                            'allowed '
-                                                                                            'only '
-                                                                                            'on '
-                                                                                            'assistant '
-                                                                                            'messages '
-                                                                                            'and '
-                                                                                            'must '
-                                                                                            'be '
-                                                                                            'answered '
-                                                                                            'by '
-                                                                                            'tool '
-                                                                                            'messages '
-                                                                                            'right '
-                                                                                            'after '
-                                                                                            'it.',
-                                                                             'required': ['role'],
-                                                                             'properties': {'role': {'const': 'assistant'},
-                                                                                            'content': {'anyOf': [{'type': 'string'},
-                                                                                                                  {'type': 'array',
-                                                                                                                   'minItems': 1,
-                                                                                                                   'items': {'anyOf': [{'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'text'],
-                                                                                                                                        'properties': {'type': {'const': 'text'},
-                                                                                                                                                       'text': {'type': 'string'}}},
-                                                                                                                                       {'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'refusal'],
-                                                                                                                                        'properties': {'type': {'const': 'refusal'},
-                                                                                                                                                       'refusal': {'type': 'string'}}}]}},
-                                                                                                                  {'type': 'null'}]},
-                                                                                            'name': {'type': 'string'},
-                                                                                            'refusal': {'type': ['string',
-                                                                                                                 'null']},
-                                                                                            'tool_calls': {'type': 'array'}}},
-                                                                            {'type': 'object',
-                                                                             'description': 'The '
-                                                                                            'result '
-                                                                                            'of '
-                                                                                            'one '
-                                                                                            'tool '
-                                                                                            'call, '
-                                                                                            'naming '
-                                                                                            'it '
-                                                                                            'by '
-                                                                                            'tool_call_id.',
-                                                                             'required': ['role',
-                                                                                          'content',
-                                                                                          'tool_call_id'],
-                                                                             'properties': {'role': {'const': 'tool'},
-                                                                                            'content': {'anyOf': [{'type': 'string'},
-                                                                                                                  {'type': 'array',
-                                                                                                                   'minItems': 1,
-                                                                                                                   'items': {'anyOf': [{'type': 'object',
-                                                                                                                                        'required': ['type',
-                                                                                                                                                     'text'],
-                                                                                                                                        'properties': {'type': {'const': 'text'},
-                                                                                                                                                       'text': {'type': 'string'}}}]}}]},
-                                                                                            'tool_call_id': {'type': 'string',
-                                                                                                             'minLength': 1}}}]},
-                                                        'description': '[supported] The '
-                                                                       'conversation (see '
-                                                                       'spec/chat/messages.yaml).'},
-                                           'model': {'type': 'string',
-                                                     'minLength': 1,
-                                                     'maxLength': 255,
-                                                     'description': '[supported] The exact '
-                                                                    'native model name; a '
-                                                                    'colon is reserved (404 '
-                                                                    'model_not_found).'},
-                                           'models': {'type': 'array',
-                                                      'minItems': 1,
-                                                      'maxItems': 16,
-                                                      'items': {'type': 'string',
-                                                                'minLength': 1,
-                                                                'maxLength': 255},
-                                                      'description': '[supported] Acceptable '
-                                                                     'models, as OpenRouter '
-                                                                     'takes them; any listed '
-                                                                     'model (or model) may '
-                                                                     'serve the request. A '
-                                                                     'set: its order does not '
-                                                                     'matter.'},
-                                           'horde': {'type': ['object', 'null'],
-                                                     'description': 'The horde extension '
-                                                                    'object; unknown keys are '
-                                                                    'refused.',
-                                                     'additionalProperties': False,
-                                                     'properties': {'conformance': {'enum': ['strict',
-                                                                                             'best_effort'],
-                                                                                    'description': 'strict '
-                                                                                                   '(the '
-                                                                                                   'default): '
-                                                                                                   'the '
-                                                                                                   'request '
-                                                                                                   'requires '
-                                                                                                   'the '
-                                                                                                   'guarantees '
-                                                                                                   'of '
-                                                                                                   'its '
-                                                                                                   'fields '
-                                                                                                   'and '
-                                                                                                   'the '
-                                                                                                   'reply '
-                                                                                                   'is '
-                                                                                                   'verified '
-                                                                                                   'against '
-                                                                                                   'the '
-                                                                                                   'contract. '
-                                                                                                   'best_effort: '
-                                                                                                   'no '
-                                                                                                   'guarantee '
-                                                                                                   'is '
-                                                                                                   'required; '
-                                                                                                   'limits '
-                                                                                                   'still '
-                                                                                                   'apply.',
-                                                                                    'default': 'strict'},
-                                                                    'availability_mode': {'enum': ['wait',
-                                                                                                   'fail_fast'],
-                                                                                          'description': 'wait '
-                                                                                                         '(the '
-                                                                                                         'default): '
-                                                                                                         'wait '
-                                                                                                         'for '
-                                                                                                         'a '
-                                                                                                         'worker '
-                                                                                                         'for '
-                                                                                                         'the '
-                                                                                                         "front's "
-                                                                                                         'whole '
-                                                                                                         'budget. '
-                                                                                                         'fail_fast: '
-                                                                                                         'the '
-                                                                                                         'front '
-                                                                                                         'refuses '
-                                                                                                         'at '
-                                                                                                         'the '
-                                                                                                         'first '
-                                                                                                         'status '
-                                                                                                         'read '
-                                                                                                         'with '
-                                                                                                         '503 '
-                                                                                                         'queue_unavailable '
-                                                                                                         'when '
-                                                                                                         'no '
-                                                                                                         'eligible '
-                                                                                                         'thread '
-                                                                                                         'is '
-                                                                                                         'online '
-                                                                                                         'or '
-                                                                                                         'the '
-                                                                                                         'estimated '
-                                                                                                         'wait '
-                                                                                                         'exceeds '
-                                                                                                         'the '
-                                                                                                         'budget '
-                                                                                                         'left.',
-                                                                                          'default': 'wait'},
-                                                                    'context_fit': {'enum': ['refuse',
-                                                                                             'truncate_oldest'],
-                                                                                    'description': 'refuse '
-                                                                                                   '(the '
-                                                                                                   'default): '
-                                                                                                   'a '
-                                                                                                   'conversation '
-                                                                                                   'too '
-                                                                                                   'long '
-                                                                                                   'for '
-                                                                                                   'every '
-                                                                                                   'served '
-                                                                                                   'context '
-                                                                                                   'is '
-                                                                                                   'refused. '
-                                                                                                   'truncate_oldest: '
-                                                                                                   'its '
-                                                                                                   'oldest '
-                                                                                                   'whole '
-                                                                                                   'turns '
-                                                                                                   'are '
-                                                                                                   'dropped, '
-                                                                                                   'keeping '
-                                                                                                   'every '
-                                                                                                   'system '
-                                                                                                   'and '
-                                                                                                   'developer '
-                                                                                                   'message '
-                                                                                                   'and '
-                                                                                                   'the '
-                                                                                                   'latest '
-                                                                                                   'user '
-                                                                                                   'turn; '
-                                                                                                   'moderation '
-                                                                                                   'screens '
-                                                                                                   'the '
-                                                                                                   'full '
-                                                                                                   'submission '
-                                                                                                   'first.',
-                                                                                    'default': 'refuse'},
-                                                                    'include_reasoning': {'type': 'boolean',
-                                                                                          'description': 'false: '
-                                                                                                         'the '
-                                                                                                         'front '
-                                                                                                         'leaves '
-                                                                                                         'reasoning_content '
-                                                                                                         'out '
-                                                                                                         'of '
-                                                                                                         'the '
-                                                                                                         'reply '
-                                                                                                         '(the '
-                                                                                                         'native '
-                                                                                                         'status '
-                                                                                                         'shows '
-                                                                                                         'it '
-                                                                                                         'either '
-                                                                                                         'way).',
-                                                                                          'default': True},
-                                                                    'max_kudos': {'type': ['number',
-                                                                                           'null'],
-                                                                                  'minimum': 0,
-                                                                                  'description': 'Refuse '
-                                                                                                 'before '
-                                                                                                 'anything '
-                                                                                                 'is '
-                                                                                                 'queued '
-                                                                                                 'when '
-                                                                                                 'the '
-                                                                                                 'dry-run '
-                                                                                                 'quote '
-                                                                                                 '(at '
-                                                                                                 'the '
-                                                                                                 'full '
-                                                                                                 'max_length) '
-                                                                                                 'exceeds '
-                                                                                                 'this '
-                                                                                                 'many '
-                                                                                                 'kudos.',
-                                                                                  'default': None},
-                                                                    'openai_guards': {'type': 'boolean',
-                                                                                      'description': 'true: '
-                                                                                                     'also '
-                                                                                                     'refuse '
-                                                                                                     'what '
-                                                                                                     'only '
-                                                                                                     "OpenAI's "
-                                                                                                     'backend '
-                                                                                                     'refuses, '
-                                                                                                     'such '
-                                                                                                     'as '
-                                                                                                     'a '
-                                                                                                     'json_object '
-                                                                                                     'request '
-                                                                                                     'whose '
-                                                                                                     'messages '
-                                                                                                     'never '
-                                                                                                     'mention '
-                                                                                                     'JSON.',
-                                                                                      'default': False},
-                                                                    'workers': {'type': 'array',
-                                                                                'maxItems': 20,
-                                                                                'uniqueItems': True,
-                                                                                'items': {'type': 'string',
-                                                                                          'minLength': 1,
-                                                                                          'maxLength': 64},
-                                                                                'description': 'Worker '
-                                                                                               'ids '
-                                                                                               'allowed '
-                                                                                               'to '
-                                                                                               'serve '
-                                                                                               'the '
-                                                                                               'request '
-                                                                                               "(upstream's "
-                                                                                               'workers '
-                                                                                               'list).',
-                                                                                'default': []},
-                                                                    'worker_blacklist': {'type': 'boolean',
-                                                                                         'description': 'true '
-                                                                                                        'turns '
-                                                                                                        '`workers` '
-                                                                                                        'into '
-                                                                                                        'a '
-                                                                                                        'list '
-                                                                                                        'of '
-                                                                                                        'workers '
-                                                                                                        'that '
-                                                                                                        'may '
-                                                                                                        'not '
-                                                                                                        'serve '
-                                                                                                        'it.',
-                                                                                         'default': False},
-                                                                    'trusted_workers': {'type': 'boolean',
-                                                                                        'description': 'Only '
-                                                                                                       'trusted '
-                                                                                                       'workers '
-                                                                                                       'may '
-                                                                                                       'serve '
-                                                                                                       'the '
-                                                                                                       'request.',
-                                                                                        'default': False},
-                                                                    'validated_backends': {'type': 'boolean',
-                                                                                           'description': 'Only '
-                                                                                                          'workers '
-                                                                                                          'running '
-                                                                                                          'a '
-                                                                                                          'validated '
-                                                                                                          'backend '
-                                                                                                          'may '
-                                                                                                          'serve '
-                                                                                                          'the '
-                                                                                                          'request.',
-                                                                                           'default': True},
-                                                                    'slow_workers': {'type': 'boolean',
-                                                                                     'description': 'false '
-                                                                                                    'keeps '
-                                                                                                    'slow '
-                                                                                                    'workers '
-                                                                                                    'away '
-                                                                                                    'from '
-                                                                                                    'the '
-                                                                                                    'request.',
-                                                                                     'default': True},
-                                                                    'extra_slow_workers': {'type': 'boolean',
-                                                                                           'description': 'true '
-                                                                                                          'lets '
-                                                                                                          'workers '
-                                                                                                          'marked '
-                                                                                                          'extra '
-                                                                                                          'slow '
-                                                                                                          'serve '
-                                                                                                          'the '
-                                                                                                          'request.',
-                                                                                           'default': False},
-                                                                    'dry_run': {'type': 'boolean',
-                                                                                'description': 'true '
-                                                                                               'returns '
-                                                                                               'the '
-                                                                                               'kudos '
-                                                                                               'quote '
-                                                                                               'without '
-                                                                                               'queueing '
-                                                                                               'anything.',
-                                                                                'default': False},
-                                                                    'webhook': {'type': ['string',
-                                                                                         'null'],
-                                                                                'maxLength': 1024,
-                                                                                'pattern': '^https://',
-                                                                                'description': 'An '
-                                                                                               'https '
-                                                                                               'URL '
-                                                                                               'the '
-                                                                                               'native '
-                                                                                               'API '
-                                                                                               'calls '
-                                                                                               'once '
-                                                                                               'the '
-                                                                                               'request '
-                                                                                               'is '
-                                                                                               'done.',
-                                                                                'default': None}}},
-                                           'max_completion_tokens': {'type': ['integer',
-                                                                              'null'],
-                                                                     'minimum': 1,
-                                                                     'description': '[supported] '
-                                                                                    'Upper '
-                                                                                    'bound on '
-                                                                                    'generated '
-                                                                                    'tokens, '
-                                                                                    'reasoning '
-                                                                                    'included.'},
-                                           'max_tokens': {'type': ['integer', 'null'],
-                                                          'minimum': 1,
-                                                          'description': '[supported] '
-                                                                         'Deprecated alias of '
-                                                                         'max_completion_tokens '
-                                                                         '(used when that is '
-                                                                         'absent).'},
-                                           'temperature': {'type': ['number', 'null'],
-                                                           'minimum': 0,
-                                                           'maximum': 2,
-                                                           'description': '[supported] '
-                                                                          'Sampling '
-                                                                          'temperature.',
-                                                           'default': 1},
-                                           'top_p': {'type': ['number', 'null'],
-                                                     'minimum': 0,
-                                                     'maximum': 1,
-                                                     'description': '[supported] Nucleus '
-                                                                    'sampling mass.',
-                                                     'default': 1},
-                                           'frequency_penalty': {'type': ['number', 'null'],
-                                                                 'minimum': -2,
-                                                                 'maximum': 2,
-                                                                 'description': '[supported] '
-                                                                                'Penalty on '
-                                                                                'tokens by '
-                                                                                'their '
-                                                                                'frequency so '
-                                                                                'far.',
-                                                                 'default': 0},
-                                           'presence_penalty': {'type': ['number', 'null'],
-                                                                'minimum': -2,
-                                                                'maximum': 2,
-                                                                'description': '[supported] '
-                                                                               'Penalty on '
-                                                                               'tokens that '
-                                                                               'already '
-                                                                               'appeared.',
-                                                                'default': 0},
-                                           'seed': {'type': ['integer', 'null'],
-                                                    'minimum': -9223372036854775808,
-                                                    'maximum': 9223372036854775807,
-                                                    'description': '[supported] Sampling seed, '
-                                                                   'for repeatable sampling on '
-                                                                   'one worker.',
-                                                    'default': None},
-                                           'stop': {'anyOf': [{'type': 'null'},
-                                                              {'type': 'string',
-                                                               'minLength': 1},
-                                                              {'type': 'array',
-                                                               'minItems': 1,
-                                                               'maxItems': 4,
-                                                               'items': {'type': 'string',
-                                                                         'minLength': 1}}],
-                                                    'description': '[supported] Up to 4 '
-                                                                   'sequences where generation '
-                                                                   'stops.',
-                                                    'default': None},
-                                           'stream': {'type': ['boolean', 'null'],
-                                                      'description': '[supported] Reply as '
-                                                                     'server-sent events.',
-                                                      'default': False},
-                                           'stream_options': {'type': ['object', 'null'],
-                                                              'additionalProperties': False,
-                                                              'properties': {'include_usage': {'type': 'boolean'},
-                                                                             'include_obfuscation': {'type': 'boolean'}},
-                                                              'description': '[supported] '
-                                                                             'Stream options; '
-                                                                             'only with stream '
-                                                                             'true. '
-                                                                             'include_usage '
-                                                                             'adds a usage '
-                                                                             'chunk; '
-                                                                             'include_obfuscation '
-                                                                             'is accepted (the '
-                                                                             'horde adds no '
-                                                                             'obfuscation). '
-                                                                             'Unknown keys '
-                                                                             'refused.',
-                                                              'default': None},
-                                           'reasoning_effort': {'anyOf': [{'type': 'null'},
-                                                                          {'enum': ['none',
-                                                                                    'minimal',
-                                                                                    'low',
-                                                                                    'medium',
-                                                                                    'high',
-                                                                                    'xhigh',
-                                                                                    'max']}],
-                                                                'description': '[supported] '
-                                                                               'Reasoning '
-                                                                               'budget. A '
-                                                                               'worker that '
-                                                                               'declares '
-                                                                               'reasoning '
-                                                                               'receives '
-                                                                               'medium '
-                                                                               "(OpenAI's "
-                                                                               'default) when '
-                                                                               'the client '
-                                                                               'omitted it.',
-                                                                'default': 'medium'},
-                                           'tools': {'type': 'array',
-                                                     'minItems': 1,
-                                                     'maxItems': 128,
-                                                     'items': {'type': 'object'},
-                                                     'description': '[capability] Function '
-                                                                    'tool definitions (custom '
-                                                                    'tools are refused).'},
-                                           'tool_choice': {'anyOf': [{'enum': ['none',
-                                                                               'auto',
-                                                                               'required']},
-                                                                     {'type': 'object'}],
-                                                           'description': '[supported] none, '
-                                                                          'auto, required, or '
-                                                                          'a named function; '
-                                                                          'only with tools. '
-                                                                          'With tools, auto is '
-                                                                          'the default. none '
-                                                                          'sends no tool '
-                                                                          'definitions to the '
-                                                                          'worker; a named '
-                                                                          'function goes to '
-                                                                          'the worker as that '
-                                                                          'one function under '
-                                                                          'required.'},
-                                           'parallel_tool_calls': {'type': ['boolean', 'null'],
-                                                                   'description': '[supported] '
-                                                                                  'Whether the '
-                                                                                  'reply may '
-                                                                                  'hold '
-                                                                                  'several '
-                                                                                  'tool calls; '
-                                                                                  'only with '
-                                                                                  'tools. '
-                                                                                  'Under '
-                                                                                  'strict with '
-                                                                                  'false, '
-                                                                                  'verification '
-                                                                                  'keeps only '
-                                                                                  'the first '
-                                                                                  'call, so '
-                                                                                  'routing '
-                                                                                  'requires no '
-                                                                                  'guarantee.',
-                                                                   'default': True},
-                                           'response_format': {'type': 'object',
-                                                               'required': ['type'],
-                                                               'description': '[capability] '
-                                                                              'text, '
-                                                                              'json_object, or '
-                                                                              'json_schema '
-                                                                              '(strict schemas '
-                                                                              'must close '
-                                                                              'every object).',
-                                                               'default': {'type': 'text'}},
-                                           'n': {'type': ['integer', 'null'],
-                                                 'minimum': 1,
-                                                 'maximum': 128,
-                                                 'description': '[refused_unless_default] '
-                                                                'Number of choices.',
-                                                 'default': 1},
-                                           'logit_bias': {'type': ['object', 'null'],
-                                                          'additionalProperties': {'type': 'integer',
-                                                                                   'minimum': -100,
-                                                                                   'maximum': 100},
-                                                          'description': '[refused_unless_default] '
-                                                                         'Per-token logit '
-                                                                         'offsets.',
-                                                          'default': None},
-                                           'logprobs': {'type': ['boolean', 'null'],
-                                                        'description': '[dropped_at_default] '
-                                                                       'Return log '
-                                                                       'probabilities of the '
-                                                                       'output tokens.',
-                                                        'default': False},
-                                           'top_logprobs': {'type': ['integer', 'null'],
-                                                            'minimum': 0,
-                                                            'maximum': 20,
-                                                            'description': '[refused] How many '
-                                                                           'most likely tokens '
-                                                                           'to return per '
-                                                                           'position (needs '
-                                                                           'logprobs).',
-                                                            'default': None},
-                                           'store': {'type': ['boolean', 'null'],
-                                                     'description': '[dropped_at_default] '
-                                                                    'Store the completion for '
-                                                                    "OpenAI's distillation and "
-                                                                    'evals.',
-                                                     'default': False},
-                                           'metadata': {'type': ['object', 'null'],
-                                                        'additionalProperties': {'type': 'string'},
-                                                        'description': '[dropped_at_default] '
-                                                                       'Tags for stored '
-                                                                       'completions.',
-                                                        'default': None},
-                                           'service_tier': {'anyOf': [{'type': 'null'},
-                                                                      {'enum': ['auto',
-                                                                                'default',
-                                                                                'flex',
-                                                                                'scale',
-                                                                                'priority',
-                                                                                'fast']}],
-                                                            'description': '[dropped_at_default] '
-                                                                           "OpenAI's "
-                                                                           'processing tier.',
-                                                            'default': 'auto'},
-                                           'verbosity': {'anyOf': [{'type': 'null'},
-                                                                   {'enum': ['low',
-                                                                             'medium',
-                                                                             'high']}],
-                                                         'description': '[dropped_at_default] '
-                                                                        'Verbosity of GPT-5 '
-                                                                        'answers.',
-                                                         'default': 'medium'},
-                                           'modalities': {'type': ['array', 'null'],
-                                                          'items': {'enum': ['text', 'audio']},
-                                                          'description': '[dropped_at_default] '
-                                                                         'Output modalities.',
-                                                          'default': ['text']},
-                                           'audio': {'type': ['object', 'null'],
-                                                     'description': '[refused] Audio output '
-                                                                    'parameters.',
-                                                     'default': None},
-                                           'prediction': {'type': ['object', 'null'],
-                                                          'description': '[refused] Predicted '
-                                                                         'output for '
-                                                                         'speculative '
-                                                                         'decoding.',
-                                                          'default': None},
-                                           'web_search_options': {'type': ['object', 'null'],
-                                                                  'description': '[refused] '
-                                                                                 "OpenAI's "
-                                                                                 'built-in web '
-                                                                                 'search tool.',
-                                                                  'default': None},
-                                           'moderation': {'type': ['object', 'null'],
-                                                          'description': "[refused] OpenAI's "
-                                                                         'moderation '
-                                                                         'configuration.',
-                                                          'default': None},
-                                           'functions': {'type': ['array', 'null'],
-                                                         'description': '[refused] Deprecated '
-                                                                        'function definitions.',
-                                                         'default': None},
-                                           'function_call': {'anyOf': [{'type': 'null'},
-                                                                       {'enum': ['none',
-                                                                                 'auto']},
-                                                                       {'type': 'object'}],
-                                                             'description': '[refused] '
-                                                                            'Deprecated '
-                                                                            'function choice.',
-                                                             'default': None},
-                                           'prompt_cache_key': {'type': ['string', 'null'],
-                                                                'description': '[refused] A '
-                                                                               'key for '
-                                                                               "OpenAI's "
-                                                                               'prompt cache.',
-                                                                'default': None},
-                                           'prompt_cache_options': {'type': ['object', 'null'],
-                                                                    'description': '[refused] '
-                                                                                   "OpenAI's "
-                                                                                   'prompt '
-                                                                                   'cache '
-                                                                                   'options.',
-                                                                    'default': None},
-                                           'prompt_cache_retention': {'anyOf': [{'type': 'null'},
-                                                                                {'enum': ['in_memory',
-                                                                                          '24h']}],
-                                                                      'description': '[refused] '
-                                                                                     "OpenAI's "
-                                                                                     'prompt '
-                                                                                     'cache '
-                                                                                     'retention.',
-                                                                      'default': None},
-                                           'safety_identifier': {'type': ['string', 'null'],
-                                                                 'maxLength': 64,
-                                                                 'description': '[refused] An '
-                                                                                'end-user '
-                                                                                'identifier '
-                                                                                "for OpenAI's "
-                                                                                'abuse '
-                                                                                'monitoring.',
-                                                                 'default': None},
-                                           'user': {'type': ['string', 'null'],
-                                                    'description': '[refused] Deprecated '
-                                                                   'end-user identifier.',
-                                                    'default': None}}},
-            'WorkerDeclaration': {'type': 'object',
-                                  'properties': {'chat_jobs': {'type': 'boolean',
-                                                               'description': 'The worker '
-                                                                              'accepts chat '
-                                                                              'jobs (an OpenAI '
-                                                                              'messages array '
-                                                                              'instead of a '
-                                                                              'prompt).',
-                                                               'default': False},
-                                                 'prompt_jobs': {'type': 'boolean',
-                                                                 'description': 'The worker '
-                                                                                'still accepts '
-                                                                                'text jobs '
-                                                                                'under its '
-                                                                                'text limits; '
-                                                                                'false makes a '
-                                                                                'chat-only '
-                                                                                'worker.',
-                                                                 'default': True},
-                                                 'model_id': {'type': 'string',
-                                                              'minLength': 1,
-                                                              'maxLength': 255,
-                                                              'pattern': '^[^:]+$',
-                                                              'description': 'The exact native '
-                                                                             'name of the '
-                                                                             'loaded model, as '
-                                                                             'the backend '
-                                                                             'serves it; '
-                                                                             'required when '
-                                                                             'chat_jobs is '
-                                                                             'true. A colon is '
-                                                                             'reserved.'},
-                                                 'chat_features': {'type': 'array',
-                                                                   'uniqueItems': True,
-                                                                   'maxItems': 64,
-                                                                   'items': {'enum': ['tools',
-                                                                                      'vision',
-                                                                                      'json_object',
-                                                                                      'json_schema',
-                                                                                      'reasoning',
-                                                                                      'seed',
-                                                                                      'penalties',
-                                                                                      'prompt_overflow_refused',
-                                                                                      'tool_choice_enforced',
-                                                                                      'json_output_enforced',
-                                                                                      'json_schema_enforced',
-                                                                                      'single_tool_call_enforced']},
-                                                                   'description': 'Capabilities '
-                                                                                  'and '
-                                                                                  'guarantees '
-                                                                                  'the '
-                                                                                  "worker's "
-                                                                                  'backend '
-                                                                                  'honours '
-                                                                                  '(names from '
-                                                                                  'spec/workers/features.yaml).',
-                                                                   'default': []},
-                                                 'chat_limits': {'type': 'object',
-                                                                 'description': 'Numeric '
-                                                                                'limits (names '
-                                                                                'from '
-                                                                                'spec/workers/limits.yaml); '
-                                                                                'a limit left '
-                                                                                'out takes its '
-                                                                                'when_absent '
-                                                                                'value, or the '
-                                                                                "pop's own "
-                                                                                'max_context_length '
-                                                                                '/ max_length.',
-                                                                 'default': {},
-                                                                 'additionalProperties': False,
-                                                                 'properties': {'max_context_length': {'type': 'integer',
-                                                                                                       'minimum': 80},
-                                                                                'max_length': {'type': 'integer',
-                                                                                               'minimum': 16},
-                                                                                'tools_max_temperature': {'type': 'number',
-                                                                                                          'minimum': 0},
-                                                                                'max_images': {'type': 'integer',
-                                                                                               'minimum': 0},
-                                                                                'max_image_bytes': {'type': 'integer',
-                                                                                                    'minimum': 1},
-                                                                                'max_tools': {'type': 'integer',
-                                                                                              'minimum': 1}}},
-                                                 'image_transports': {'type': 'array',
-                                                                      'uniqueItems': True,
-                                                                      'items': {'enum': ['url',
-                                                                                         'base64',
-                                                                                         'messages_url']},
-                                                                      'description': 'How the '
-                                                                                     'worker '
-                                                                                     'receives '
-                                                                                     'images '
-                                                                                     'and '
-                                                                                     'large '
-                                                                                     'requests: '
-                                                                                     'url (a '
-                                                                                     'signed '
-                                                                                     'download '
-                                                                                     'URL per '
-                                                                                     'image), '
-                                                                                     'base64 '
-                                                                                     '(image '
-                                                                                     'bytes '
-                                                                                     'inlined), '
-                                                                                     'messages_url '
-                                                                                     '(one '
-                                                                                     'signed '
-                                                                                     'URL to '
-                                                                                     'the '
-                                                                                     'whole '
-                                                                                     'messages '
-                                                                                     'array of '
-                                                                                     'an '
-                                                                                     'offloaded '
-                                                                                     'request).',
-                                                                      'default': ['base64']}}}}}
+            'ChatRequest': _SCHEMA_CHAT_REQUEST,
+            'WorkerDeclaration': _SCHEMA_WORKER_DECLARATION}}
 """Per surface: the named schemas body schemas refer to as ``#/$defs/NAME``."""
 
 ROUTES: dict[str, Route] = {
@@ -2488,65 +1216,12 @@ ROUTES: dict[str, Route] = {
                 'max_length': {'type': 'integer', 'minimum': 1, 'default': 512},
                 'max_context_length': {'type': 'integer', 'minimum': 1, 'default': 2048},
                 'softprompts': {'type': 'array', 'items': {'type': 'string'}},
-                'chat_jobs': {'type': 'boolean',
-                              'description': 'The worker accepts chat jobs (an OpenAI messages '
-                                             'array instead of a prompt).',
-                              'default': False},
-                'prompt_jobs': {'type': 'boolean',
-                                'description': 'The worker still accepts text jobs under its '
-                                               'text limits; false makes a chat-only worker.',
-                                'default': True},
-                'model_id': {'type': 'string',
-                             'minLength': 1,
-                             'maxLength': 255,
-                             'pattern': '^[^:]+$',
-                             'description': 'The exact native name of the loaded model, as the '
-                                            'backend serves it; required when chat_jobs is '
-                                            'true. A colon is reserved.'},
-                'chat_features': {'type': 'array',
-                                  'uniqueItems': True,
-                                  'maxItems': 64,
-                                  'items': {'enum': ['tools',
-                                                     'vision',
-                                                     'json_object',
-                                                     'json_schema',
-                                                     'reasoning',
-                                                     'seed',
-                                                     'penalties',
-                                                     'prompt_overflow_refused',
-                                                     'tool_choice_enforced',
-                                                     'json_output_enforced',
-                                                     'json_schema_enforced',
-                                                     'single_tool_call_enforced']},
-                                  'description': "Capabilities and guarantees the worker's "
-                                                 'backend honours (names from '
-                                                 'spec/workers/features.yaml).',
-                                  'default': []},
-                'chat_limits': {'type': 'object',
-                                'description': 'Numeric limits (names from '
-                                               'spec/workers/limits.yaml); a limit left out '
-                                               "takes its when_absent value, or the pop's own "
-                                               'max_context_length / max_length.',
-                                'default': {},
-                                'additionalProperties': False,
-                                'properties': {'max_context_length': {'type': 'integer',
-                                                                      'minimum': 80},
-                                               'max_length': {'type': 'integer', 'minimum': 16},
-                                               'tools_max_temperature': {'type': 'number',
-                                                                         'minimum': 0},
-                                               'max_images': {'type': 'integer', 'minimum': 0},
-                                               'max_image_bytes': {'type': 'integer',
-                                                                   'minimum': 1},
-                                               'max_tools': {'type': 'integer', 'minimum': 1}}},
-                'image_transports': {'type': 'array',
-                                     'uniqueItems': True,
-                                     'items': {'enum': ['url', 'base64', 'messages_url']},
-                                     'description': 'How the worker receives images and large '
-                                                    'requests: url (a signed download URL per '
-                                                    'image), base64 (image bytes inlined), '
-                                                    'messages_url (one signed URL to the whole '
-                                                    'messages array of an offloaded request).',
-                                     'default': ['base64']}}},
+                'chat_jobs': _SCHEMA_CHAT_JOBS,
+                'prompt_jobs': _SCHEMA_PROMPT_JOBS,
+                'model_id': _SCHEMA_MODEL_ID,
+                'chat_features': _SCHEMA_CHAT_FEATURES,
+                'chat_limits': _SCHEMA_CHAT_LIMITS,
+                'image_transports': _SCHEMA_IMAGE_TRANSPORTS}},
         invalid_body='InvalidPayload',
         errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'WorkerMaintenance', 'InvalidChatDeclaration', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
     ),

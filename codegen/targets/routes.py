@@ -8,6 +8,7 @@ from typing import Any
 
 from codegen.api import external_schemas, load_apis, rewrite_refs
 from codegen.render import render
+from codegen.shared_literals import hoist
 from codegen.spec import Spec
 from codegen.targets.errors import collect as collect_errors
 
@@ -50,19 +51,30 @@ def build(spec: Spec) -> list:
                     "path_params": {
                         n: rewrite_refs(p["schema"], DEFS) for n, p in r.path_params.items()
                     },
-                    "body": _literal(rewrite_refs(r.body, DEFS)) if r.body is not None else None,
+                    "body": rewrite_refs(r.body, DEFS) if r.body is not None else None,
                     "invalid_body": r.invalid_body,
                     "errors": r.errors,
                 }
             )
+    # Each schema is written once: a schema recurring across surfaces, routes and headers
+    # (the chat request on both surfaces, the declaration inside the pop body, ...) is a
+    # module constant the places it stood refer to.
+    trees = {"HEADERS": headers, "DEFS": defs}
+    trees |= {f"BODY_{r['operation_id']}": r["body"] for r in routes if r["body"] is not None}
+    named = {name: schema for by_name in defs.values() for name, schema in by_name.items()}
+    shared, trees = hoist(trees, preferred=named)
+    for r in routes:
+        if r["body"] is not None:
+            r["body"] = _literal(trees[f"BODY_{r['operation_id']}"])
     sources = [a.file for a in apis.values()] + spec.sources(*error_files)
     out = render(
         "routes.py.j2",
         [*sorted(sources), "codegen/api.py", "codegen/chat_schema.py"],
         "routes.py",
         routes=routes,
-        headers=_literal(headers),
-        defs=_literal(defs),
+        schemas=[(name, _literal(value)) for name, value in shared],
+        headers=_literal(trees["HEADERS"]),
+        defs=_literal(trees["DEFS"]),
         constants=constants,
         base_paths=base_paths,
     )
