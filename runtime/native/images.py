@@ -21,7 +21,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from generated.chat import LIMITS
 from generated.chat.messages import image_parts
-from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES
+from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES, PARAM_MESSAGES
 from generated.errors import ImageValidationFailed
 from generated.storage import (
     IMAGE_URL_KEY,
@@ -95,7 +95,7 @@ def take_in_images(
     if len(located) > policy.max_images:
         raise ImageValidationFailed(
             reason=f"{len(located)} image parts; at most {policy.max_images} are accepted",
-            param="messages",
+            param=PARAM_MESSAGES,
         )
     out = copy.deepcopy(messages)
     stored: list[StoredImage] = []
