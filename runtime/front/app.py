@@ -1,10 +1,10 @@
 """The front's Starlette application: routes, shared state, lifespan.
 
 ``create_front_app(config, channel_of)`` builds the app; its lifespan opens one
-``httpx.AsyncClient`` to the native API, one Redis connection pool and the signal hub, and
-closes them. ``FrontState`` is what every handler shares (it is ``app.state.front``).
-Native cancels run as background tasks the state keeps until they finish, so a cancel
-outlives the request task that asked for it.
+``httpx.AsyncClient`` to the native API, one Redis connection pool (signals and the relay
+of progress streams) and the signal hub, and closes them. ``FrontState`` is what every
+handler shares (it is ``app.state.front``). Native cancels run as background tasks the
+state keeps until they finish, so a cancel outlives the request task that asked for it.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ class FrontState:
     native: NativeClient
     hub: SignalHub
     admission: Admission
+    redis: Redis
     started: int = field(default_factory=lambda: int(time.time()))
     cancels: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -96,7 +97,7 @@ def create_front_app(
                 max_in_flight=IN_FLIGHT,
             )
             admission = Admission(config.per_source_cap, config.global_cap)
-            state = FrontState(config, native, hub, admission)
+            state = FrontState(config, native, hub, admission, redis)
             app.state.front = state
             try:
                 yield

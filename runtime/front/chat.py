@@ -6,6 +6,8 @@ admission slot and the signal subscription held until the last byte of a stream,
 one watcher notice a client that left: the wait (or the stream) is then cancelled and so is
 the Horde request. Errors before a stream opens are plain HTTP errors in OpenAI's envelope;
 once submitted they carry x-should-retry: false; after a stream's headers, one error event.
+A plain streamed request relays the worker's progress as it arrives (stream_events); while
+a stream waits, comment lines keep it alive and say the queue position.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from runtime.front.admission import ClientGone, api_key_of, checked_request, rea
 from runtime.front.errors import error_event, error_response
 from runtime.front.native_client import SubmitLost, new_operation_key
 from runtime.front.responses import completion
-from runtime.front.sse import DONE, SSE_HEADERS, chunk_stream, encode, whole_reply
+from runtime.front.sse import DONE, SSE_HEADERS, chunk_stream, encode
+from runtime.front.stream_events import keep_alive, queue_note, reply_events
 from runtime.front.waiter import ReplyWait, needs_cancel
 
 if TYPE_CHECKING:
@@ -147,8 +150,11 @@ class _Life:
     async def _stream(self, wait: ReplyWait, request_id: str, request: dict[str, Any]) -> None:
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         self.headers_sent = True
-        async for chunk in chunk_stream(whole_reply(wait.reply), request_id, request):
-            await self._event(encode(chunk))
+        events = reply_events(self.state.redis, wait, request_id, request)
+        chunks = (encode(chunk) async for chunk in chunk_stream(events, request_id, request))
+        interval = self.state.config.keepalive_interval
+        async for data in keep_alive(chunks, interval, lambda: queue_note(wait.status)):
+            await self._event(data)
         await self._event(DONE, more=False)
 
     async def _event(self, data: bytes, *, more: bool = True) -> None:

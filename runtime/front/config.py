@@ -10,6 +10,7 @@ come from the environment through ``FrontConfig.from_env`` (variables in the tab
 | HORDE_FRONT_DEADLINE | 540 | seconds a request may wait for its reply (408 after) |
 | HORDE_FRONT_GRACE | 20 | seconds is_possible may stay false (503 no_eligible_worker after) |
 | HORDE_FRONT_POLL | 10 | fallback status poll period while waiting, in seconds |
+| HORDE_FRONT_KEEPALIVE | 5 | seconds of silence on a stream before a keep-alive comment |
 | HORDE_FRONT_PER_SOURCE | 64 | open requests per client address |
 | HORDE_FRONT_GLOBAL | 20000 | open requests on this process |
 | HORDE_FRONT_MAX_BODY_BYTES | derived | body cap (text + the spec's image caps, as data URLs) |
@@ -48,6 +49,7 @@ class FrontConfig:
     deadline: float = 540.0
     grace: float = 20.0
     poll_interval: float = 10.0
+    keepalive_interval: float = 5.0
     queue_info_wait: float = 2.0
     submit_timeout: float = 30.0 + MAX_INTAKE_SECONDS  # the native API fetches image URLs
     read_timeout: float = 10.0
@@ -75,6 +77,7 @@ class FrontConfig:
             deadline=_float(env, "HORDE_FRONT_DEADLINE", 540.0),
             grace=_float(env, "HORDE_FRONT_GRACE", 20.0),
             poll_interval=_float(env, "HORDE_FRONT_POLL", 10.0),
+            keepalive_interval=_float(env, "HORDE_FRONT_KEEPALIVE", 5.0),
             per_source_cap=int(_float(env, "HORDE_FRONT_PER_SOURCE", 64)),
             global_cap=int(_float(env, "HORDE_FRONT_GLOBAL", 20000)),
             max_body_bytes=int(_float(env, "HORDE_FRONT_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)),

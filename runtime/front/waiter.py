@@ -33,6 +33,7 @@ from generated.errors import (
     NoWorkerSupportsFeatures,
     NoWorkerSupportsLimit,
     QueueUnavailable,
+    StreamDiverged,
 )
 from runtime.front.native_client import NativeClient, RequestGone
 from runtime.front.responses import Reply
@@ -42,7 +43,8 @@ FAIL_FAST = "fail_fast"
 QUEUE_INFO_RECHECK = 0.25
 POLL_JITTER = (0.8, 1.2)
 """Waits opened together (a burst of clients) do not poll the native API in step."""
-NEEDS_NO_CANCEL = (ChatRequestFaulted,)
+NEEDS_NO_CANCEL = (ChatRequestFaulted, StreamDiverged)
+"""A fault, or a reply that arrived (and diverged from the relayed text), ends the request."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""What a streamed request sends, before and between its chunks.
+
+* ``reply_events(redis, wait, request_id, request)`` picks the request's ``ReplyEvents``
+  source: a plain streamed request (``generated.streaming.streams_deltas``) relays the
+  worker's progress (``progress_stream.delta_events``), its deltas named with the model
+  known so far (``stream_model``); every other request streams the whole reply.
+* ``keep_alive(items, interval, note)`` passes the encoded chunks through and, whenever
+  nothing was sent for ``interval`` seconds, sends an SSE comment line with ``note()``:
+  the request's queue position and estimated wait from the last status the wait read, so
+  a client (or a proxy) waiting for a worker keeps its connection and learns why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from redis.asyncio import Redis
+
+from generated.chat.names import PARAM_MODEL, PARAM_MODELS
+from generated.streaming import streams_deltas
+from runtime.front.progress_stream import delta_events
+from runtime.front.sse import Delta, ReplyEvents, comment, whole_reply
+from runtime.front.waiter import ReplyWait
+
+
+def stream_model(status: dict[str, Any] | None, request: dict[str, Any]) -> str:
+    """The model to name in chunks before the reply: the first generation's in the last
+    status read, else the request's model (a one-entry models list counts)."""
+    for generation in (status or {}).get("generations") or []:
+        if isinstance(generation, dict) and generation.get("model"):
+            return str(generation["model"])
+    if request.get(PARAM_MODEL):
+        return str(request[PARAM_MODEL])
+    models = request.get(PARAM_MODELS) or []
+    return str(models[0]) if len(models) == 1 else ""
+
+
+async def _named(events: ReplyEvents, model_of: Callable[[], str]) -> ReplyEvents:
+    source = events.__aiter__()
+    try:
+        async for event in source:
+            if isinstance(event, Delta) and not event.model:
+                event = Delta(event.text, model_of())
+            yield event
+    finally:
+        await source.aclose()
+
+
+def reply_events(
+    redis: Redis, wait: ReplyWait, request_id: str, request: dict[str, Any]
+) -> ReplyEvents:
+    """The events of one streamed request: relayed deltas then the reply, or the reply."""
+    if not streams_deltas(request):
+        return whole_reply(wait.reply)
+    relayed = delta_events(redis, request_id, wait.reply)
+    return _named(relayed, lambda: stream_model(wait.status, request))
+
+
+def queue_note(status: dict[str, Any] | None) -> str:
+    """The keep-alive comment's text for the last status read."""
+    if status is None:
+        return "waiting for the Horde"
+    if status.get("processing"):
+        return "a worker is generating the reply"
+    position = int(status.get("queue_position") or 0)
+    wait_time = int(status.get("wait_time") or 0)
+    return f"queued: position {position}, estimated wait {wait_time} s"
+
+
+async def keep_alive(
+    items: AsyncIterator[bytes], interval: float, note: Callable[[], str]
+) -> AsyncIterator[bytes]:
+    """``items`` as they come, with a comment line after every ``interval`` s of silence."""
+    source = items.__aiter__()
+    pending: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(source))
+            done, _ = await asyncio.wait({pending}, timeout=interval)
+            if not done:
+                yield comment(note())
+                continue
+            arrived, pending = pending, None
+            try:
+                item = arrived.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                await pending
+        closer = getattr(source, "aclose", None)
+        if closer is not None:
+            await closer()
