@@ -3,10 +3,12 @@
     with DroppingProxy(upstream_port, drop=b"POST /api/v2/generate/chat/async", times=1) as p:
         ...  # send to p.url: the first matching request reaches upstream, its answer is lost
 
-A connection whose request starts with ``drop`` (while ``times`` lasts) is forwarded
-upstream whole; the upstream's answer is read and discarded and both sides are closed, so
-the client sees its connection reset after the server acted, the "lost response" case.
-Everything else is piped both ways. ``dropped`` counts the lost answers.
+Every request is checked, the later ones on a kept-alive connection too (a client such as
+the worker's httpx client sends its pops, posts and submits on one connection): a request
+that starts with ``drop`` (while ``times`` lasts) is forwarded upstream; the upstream's
+answer is discarded and both sides are closed, so the client sees its connection reset
+after the server acted, the "lost response" case. Everything else is piped both ways.
+``dropped`` counts the lost answers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class DroppingProxy:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
 
     @property
     def url(self) -> str:
@@ -43,30 +46,56 @@ class DroppingProxy:
         self._ready.set()
         self._loop.run_forever()
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, OSError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        with contextlib.suppress(ConnectionError, OSError):
-            writer.close()
-
     async def _handle(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        first = await client_r.read(65536)
-        if first.startswith(self.drop) and self.dropped < self.times:
-            self.dropped += 1
-            up_w.write(first)
-            await up_w.drain()
-            upstream = asyncio.create_task(self._pipe(client_r, up_w))
-            with contextlib.suppress(ConnectionError, OSError, TimeoutError):
-                await asyncio.wait_for(up_r.read(65536), 30)  # the answer, lost
-            upstream.cancel()
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await self._relay(client_r, client_w)
+        finally:
+            self._connections.discard(task)
             client_w.transport.abort()
-            up_w.close()
-            return
-        up_w.write(first)
-        await asyncio.gather(self._pipe(client_r, up_w), self._pipe(up_r, client_w))
+
+    async def _relay(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        losing = asyncio.Event()  # a request to drop went upstream: its answer is lost
+
+        async def requests() -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await client_r.read(65536):
+                    if data.startswith(self.drop) and self.dropped < self.times:
+                        self.dropped += 1
+                        losing.set()
+                    up_w.write(data)
+                    await up_w.drain()
+            if not losing.is_set():  # the client is done: so is the upstream connection
+                with contextlib.suppress(ConnectionError, OSError):
+                    up_w.close()
+
+        async def answers() -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await up_r.read(65536):
+                    if losing.is_set():  # HTTP/1.1 without pipelining: this answers it
+                        return
+                    client_w.write(data)
+                    await client_w.drain()
+
+        forward = asyncio.create_task(requests())
+        try:
+            await answers()
+        finally:
+            forward.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await forward
+            up_w.transport.abort()
+
+    async def _close(self) -> None:
+        """Stop listening and cut every open connection (nothing left to the loop's close)."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -79,8 +108,7 @@ class DroppingProxy:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._server is not None:
-            self._loop.call_soon_threadsafe(self._server.close)
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
