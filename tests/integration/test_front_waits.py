@@ -1,108 +1,181 @@
-"""The front's own logic against a scripted native double (real HTTP, real Redis).
+"""The front's waits against the real native API (tests/conftest.py), each situation made
+for real: a worker that is paused (the deadline), a request only trusted workers may take
+(never possible, no thread for fail_fast), a worker that faults every job, a worker that
+reports csam (done without an answer), a worker that re-declares between the submit and
+the front's first status read (declaration and limits gaps), a submit whose response is
+lost (a proxy resets the connection after the native API answered), and a front listening
+on a second, separate Redis server (every completion signal lost, the fallback poll
+completes it).
 
-Each test drives the front with the official openai SDK (or httpx where the SDK would
-hide what is checked) and asserts the outcome, the headers, what the native side received
-(submits, cancels, status reads), and that every body is valid under OpenAI's schema. The
-end-to-end flows through the real native API and a worker are in tests/e2e/.
+The front reaches the native API through a recording DroppingProxy, so a test reads what
+the native side received (headers, bodies, status reads); the rest is read from Postgres.
+Each test drives the front with the official openai SDK (or httpx where the SDK would hide
+what is checked), and every body is validated against OpenAI's schema.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shutil
+import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
-from generated.signals import chat_channel
+from generated.chat.names import GUARANTEE_PROMPT_OVERFLOW_REFUSED
+from runtime.native.models import OperationKey, WaitingPrompt
+from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
-from tests.doubles.native_chat_double import NativeChatDouble
+from runtime.stores.embedded_redis import EmbeddedRedis
+from tests.conftest import SERVICE_PASSKEY, MadeUser
+from tests.integration.native_flow import ledger
+from tests.support.chat_worker import ChatTestWorker, Respond
+from tests.support.dropping_proxy import DroppingProxy, split
 from tests.support.front import running_front
 from tests.support.openai_schema import assert_chunk, assert_completion, assert_error
 
 pytestmark = pytest.mark.integration
 
-PASSKEY = "front-test-passkey"
+MODEL = "waits-model"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 FAST = {"poll_interval": 0.3, "grace": 1.0, "deadline": 3.0, "queue_info_wait": 0.5}
+SUBMIT = b"POST /api/v2/generate/chat/async"
+STATUS = b"GET /api/v2/generate/chat/status/"
+TRUSTED_ONLY = {"horde": {"trusted_workers": True}}  # the test worker's owner is not trusted
+USAGE = {"prompt_tokens": 11, "completion_tokens": 3}
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 
 @pytest.fixture
-def native(horde_stores: EmbeddedStores) -> Iterator[NativeChatDouble]:
-    with NativeChatDouble(horde_stores.redis_url, chat_channel) as double:
-        yield double
+def proxy(native_service: NativeService, native_db: Any) -> Iterator[DroppingProxy]:
+    with DroppingProxy(native_service.port) as recording:
+        yield recording
+
+
+def front_on(stores: EmbeddedStores, roots: list[str], **config: Any) -> Any:
+    options = {**FAST, "submit_timeout": 5.0, **config}
+    return running_front(stores.redis_url, roots, service_passkey=SERVICE_PASSKEY, **options)
 
 
 @pytest.fixture
-def front_url(horde_stores: EmbeddedStores, native: NativeChatDouble) -> Iterator[str]:
-    with running_front(
-        horde_stores.redis_url,
-        [native.root],
-        service_passkey=PASSKEY,
-        submit_timeout=1.0,
-        **FAST,
-    ) as front:
+def front_url(horde_stores: EmbeddedStores, proxy: DroppingProxy) -> Iterator[str]:
+    with front_on(horde_stores, [proxy.url]) as front:
         yield front.url
 
 
 @pytest.fixture
-def client(front_url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=front_url + "/v1", api_key="key-1", max_retries=2) as sdk:
+def requester(make_user: Callable[..., MadeUser]) -> MadeUser:
+    return make_user("requester", kudos=10_000)
+
+
+@pytest.fixture
+def owner(make_user: Callable[..., MadeUser]) -> MadeUser:
+    return make_user("worker-owner")
+
+
+@pytest.fixture
+def client(front_url: str, requester: MadeUser) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=front_url + "/v1", api_key=requester.api_key, max_retries=2) as sdk:
         yield sdk
 
 
-def answer_later(native: NativeChatDouble, **finish: Any) -> threading.Thread:
-    def run() -> None:
-        native.finish(native.wait_for_submit(), **finish)
+@pytest.fixture
+def serve(native_url: str, owner: MadeUser) -> Callable[..., ChatTestWorker]:
+    """``serve(respond, **options)``: a test worker of the owner for MODEL (enter it)."""
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+    def make(respond: Respond | None = None, **options: Any) -> ChatTestWorker:
+        if respond is not None:
+            options["respond"] = respond
+        return ChatTestWorker(native_url, owner.api_key, model=MODEL, **options)
+
+    return make
+
+
+def replying(**fields: Any) -> Respond:
+    return lambda job: {"finish_reason": "stop", **fields}
+
+
+def rows(sessions: sessionmaker[Session]) -> list[WaitingPrompt]:
+    with sessions() as session:
+        found = session.scalars(
+            select(WaitingPrompt).where(WaitingPrompt.is_chat.is_(True)).order_by("created")
+        ).all()
+        for row in found:
+            _ = row.chat_request  # deferred: load it before the session closes
+        return list(found)
+
+
+def until(condition: Callable[[], Any], what: str, seconds: float = 10) -> Any:
+    pause = threading.Event()
+    for _ in range(int(seconds / 0.05)):
+        value = condition()
+        if value:
+            return value
+        pause.wait(0.05)
+    raise AssertionError(f"{what} did not happen within {seconds} s")
+
+
+def refused(call: Callable[[], Any]) -> openai.APIStatusError:
+    with pytest.raises(openai.APIStatusError) as info:
+        call()
+    assert_error(info.value.response.json())
+    return info.value
 
 
 def test_plain_completion_forwards_key_passkey_source_and_operation_key(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: sessionmaker[Session],
+    requester: MadeUser,
 ) -> None:
-    answer_later(native, content="Hello there.")
-    raw = client.chat.completions.with_raw_response.create(
-        model="double-model", messages=MESSAGES, logprobs=False, store=False
-    )
+    with serve(replying(content="Hello there.", usage=USAGE)):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=MESSAGES, logprobs=False, store=False
+        )
     body = json.loads(raw.content)
     assert_completion(body)
-    assert body["id"] == "chatcmpl-req1"
+    (row,) = rows(native_db)
+    assert body["id"] == f"chatcmpl-{row.id}"
     assert body["choices"][0]["message"]["content"] == "Hello there."
+    (charge,) = [-delta for reason, delta in ledger(native_db, requester.id) if reason == "charge"]
     assert body["x_horde"] == {
-        "request_id": "req1",
-        "kudos": 7.0,
+        "request_id": str(row.id),
+        "kudos": float(charge),
         "charge_basis": "output_estimate",
         "estimated_usage": False,
     }
     assert body["usage"] == {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
-    (submit,) = native.submits
-    assert submit.headers["apikey"] == "key-1"
-    assert submit.headers["x-horde-service-passkey"] == PASSKEY
-    assert submit.headers["x-forwarded-for"] == "127.0.0.1"
-    assert len(submit.headers["x-operation-key"]) >= 16
-    sent = json.loads(submit.body)
-    assert "logprobs" not in sent and "store" not in sent  # the front's default no-ops
-    assert native.cancels == []
+    (submit,) = proxy.sent(SUBMIT)
+    headers, sent = split(submit)
+    assert headers["apikey"] == requester.api_key and row.user_id == requester.id
+    assert headers["x-horde-service-passkey"] == SERVICE_PASSKEY
+    assert headers["x-forwarded-for"] == "127.0.0.1" == row.ipaddr
+    assert len(headers["x-operation-key"]) >= 16
+    stored = json.loads(sent)
+    assert "logprobs" not in stored and "store" not in stored  # the front's default no-ops
+    assert not row.cancelled
 
 
 def test_async_sdk_and_missing_counts_are_estimated(
-    native: NativeChatDouble, front_url: str
+    serve: Callable[..., ChatTestWorker], front_url: str, requester: MadeUser
 ) -> None:
-    answer_later(native, content="abcdef", usage={}, reasoning_content="think")
-
     async def call() -> Any:
-        client = openai.AsyncOpenAI(base_url=front_url + "/v1", api_key="k")
-        async with client:
-            return await client.chat.completions.create(model="m", messages=MESSAGES)
+        sdk = openai.AsyncOpenAI(base_url=front_url + "/v1", api_key=requester.api_key)
+        async with sdk:
+            return await sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
 
-    completion = asyncio.run(call())
+    with serve(replying(content="abcdef", usage={}, reasoning_content="think")):
+        completion = asyncio.run(call())
     assert_completion(completion.model_dump(exclude_unset=True))
     extra = completion.model_extra or {}
     assert extra["x_horde"]["estimated_usage"] is True
@@ -112,33 +185,36 @@ def test_async_sdk_and_missing_counts_are_estimated(
 
 
 def test_include_reasoning_false_leaves_reasoning_out(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker], client: openai.OpenAI
 ) -> None:
-    answer_later(native, reasoning_content="secret thoughts")
-    completion = client.chat.completions.create(
-        model="m", messages=MESSAGES, extra_body={"horde": {"include_reasoning": False}}
-    )
+    with serve(replying(content="Hi.", reasoning_content="secret thoughts")):
+        completion = client.chat.completions.create(
+            model=MODEL, messages=MESSAGES, extra_body={"horde": {"include_reasoning": False}}
+        )
     assert "reasoning_content" not in (completion.choices[0].message.model_extra or {})
 
 
 def test_whole_reply_stream_with_tool_calls_and_usage(
-    native: NativeChatDouble, front_url: str
+    serve: Callable[..., ChatTestWorker], front_url: str, requester: MadeUser, native_db: Any
 ) -> None:
     call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    answer_later(native, content=None, tool_calls=[call], finish_reason="tool_calls")
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    with httpx.stream(
-        "POST",
-        front_url + "/v1/chat/completions",
-        json={
-            "model": "m",
-            "messages": MESSAGES,
-            "tools": tools,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        },
-        timeout=10,
-    ) as response:
+    respond = replying(content=None, tool_calls=[call], finish_reason="tool_calls", usage=USAGE)
+    with (
+        serve(respond),
+        httpx.stream(
+            "POST",
+            front_url + "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {requester.api_key}"},
+            json={
+                "model": MODEL,
+                "messages": MESSAGES,
+                "tools": [TOOL],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+            timeout=10,
+        ) as response,
+    ):
         assert response.status_code == 200
         lines = [line for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "data: [DONE]"
@@ -150,189 +226,291 @@ def test_whole_reply_stream_with_tool_calls_and_usage(
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 14
     assert all(c["usage"] is None for c in chunks[:-1])
-    assert {c["id"] for c in chunks} == {"chatcmpl-req1"}
+    (row,) = rows(native_db)
+    assert {c["id"] for c in chunks} == {f"chatcmpl-{row.id}"}
 
 
 def test_sdk_stream_accumulates_the_whole_reply(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker], client: openai.OpenAI
 ) -> None:
-    answer_later(native, content="Streamed whole.")
-    stream = client.chat.completions.create(model="m", messages=MESSAGES, stream=True)
-    text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    with serve(replying(content="Streamed whole.")):
+        stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
     assert text == "Streamed whole."
 
 
-def refused(call: Any) -> openai.APIStatusError:
-    with pytest.raises(openai.APIStatusError) as info:
-        call()
-    assert_error(info.value.response.json())
-    return info.value
-
-
 def test_deadline_is_408_not_retried_and_cancels(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: Any,
 ) -> None:
-    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+    with serve() as worker:
+        worker.pause()  # online, but it never takes the job
+        error = refused(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES))
     assert error.status_code == 408
     assert error.body["code"] == "deadline_exceeded"  # type: ignore[index]
     assert error.response.headers["x-should-retry"] == "false"
-    assert len(native.submits) == 1  # the SDK did not retry a submitted request
-    assert native.cancels == ["req1"]
+    assert len(proxy.sent(SUBMIT)) == 1  # the SDK did not retry a submitted request
+    assert [row.cancelled for row in rows(native_db)] == [True]
 
 
 def test_grace_without_a_possible_worker_is_503_and_cancels(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: Any,
 ) -> None:
-    native.initial = {"is_possible": False}
-    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+    with serve():
+        error = refused(
+            lambda: client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, extra_body=TRUSTED_ONLY
+            )
+        )
     assert isinstance(error, openai.InternalServerError)
     assert (error.status_code, error.body["code"]) == (503, "no_eligible_worker")  # type: ignore[index]
     assert error.response.headers["x-should-retry"] == "false"
-    assert len(native.submits) == 1 and native.cancels == ["req1"]
+    assert len(proxy.sent(SUBMIT)) == 1
+    assert [row.cancelled for row in rows(native_db)] == [True]
 
 
-def test_faulted_is_502_and_not_cancelled(native: NativeChatDouble, client: openai.OpenAI) -> None:
-    def fault() -> None:
-        native.update(native.wait_for_submit(), faulted=True)
-
-    threading.Thread(target=fault, daemon=True).start()
-    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+def test_faulted_is_502_and_not_cancelled(
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: Any,
+) -> None:
+    with serve(lambda job: {"state": "faulted"}) as worker:  # past the request's fault limit
+        error = refused(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES))
     assert (error.status_code, error.body["code"]) == (502, "ChatRequestFaulted")  # type: ignore[index]
-    assert len(native.submits) == 1 and native.cancels == []
+    assert len(proxy.sent(SUBMIT)) == 1 and len(worker.jobs) == 3
+    (row,) = rows(native_db)
+    assert row.faulted and not row.cancelled
 
 
 def test_done_without_a_generation_is_502_and_cancels(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker], client: openai.OpenAI, native_db: Any
 ) -> None:
-    def end() -> None:
-        native.update(native.wait_for_submit(), done=True)
-
-    threading.Thread(target=end, daemon=True).start()
-    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+    with serve(replying(content="withheld", state="csam")):  # landed, never shown
+        error = refused(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES))
     assert (error.status_code, error.body["code"]) == (502, "no_generation")  # type: ignore[index]
-    assert native.cancels == ["req1"]
+    assert [row.cancelled for row in rows(native_db)] == [True]
+
+
+def redeclare_at_first_read(worker: ChatTestWorker, **declaration: Any) -> Callable[[bytes], None]:
+    """A proxy hook: before the first status read reaches the native API, the worker (the
+    only one serving MODEL) pops again with ``declaration`` (features, limits)."""
+    done = threading.Event()
+
+    def hook(request: bytes) -> None:
+        if request.startswith(STATUS) and not done.is_set():
+            done.set()
+            for name, value in declaration.items():
+                setattr(worker, name, value)
+            assert worker.pop_once().get("id") is None
+
+    return hook
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_declaration_gap_is_404_before_any_stream(
-    native: NativeChatDouble, client: openai.OpenAI, stream: bool
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: Any,
+    stream: bool,
 ) -> None:
-    native.initial = {"missing_features": ["tools", "tool_choice_enforced"]}
-    error = refused(
-        lambda: client.chat.completions.create(model="m", messages=MESSAGES, stream=stream)
-    )
+    with serve() as worker:  # declares everything at the submit
+        worker.pause()
+        proxy.on_request = redeclare_at_first_read(
+            worker, features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED]
+        )
+        error = refused(
+            lambda: client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, tools=[TOOL], tool_choice="required", stream=stream
+            )
+        )
     assert isinstance(error, openai.NotFoundError)
     assert error.body["code"] == "no_worker_supports_features"  # type: ignore[index]
     assert "tool_choice_enforced" in error.message
-    assert native.cancels == ["req1"]
+    assert [row.cancelled for row in rows(native_db)] == [True]
 
 
-def test_limits_gap_is_400(native: NativeChatDouble, client: openai.OpenAI) -> None:
-    native.initial = {
-        "exceeded_limits": [{"limit": "max_context_length", "value": 9000, "maximum": 4096}]
-    }
-    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+def test_limits_gap_is_400(
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: Any,
+) -> None:
+    with serve() as worker:
+        worker.pause()
+        proxy.on_request = redeclare_at_first_read(worker, limits={"max_length": 16})
+        error = refused(
+            lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=300)
+        )
     assert isinstance(error, openai.BadRequestError)
     assert error.body["code"] == "no_worker_supports_limit"  # type: ignore[index]
     assert error.response.headers["x-should-retry"] == "false"
+    assert [row.cancelled for row in rows(native_db)] == [True]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_fail_fast_without_threads_is_queue_unavailable(
-    native: NativeChatDouble, client: openai.OpenAI, stream: bool
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: Any,
+    stream: bool,
 ) -> None:
-    native.initial = {"eligible_threads": 0}
-    error = refused(
-        lambda: client.chat.completions.create(
-            model="m",
-            messages=MESSAGES,
-            stream=stream,
-            extra_body={"horde": {"availability_mode": "fail_fast"}},
+    horde = {**TRUSTED_ONLY["horde"], "availability_mode": "fail_fast"}
+    with serve():
+        error = refused(
+            lambda: client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, stream=stream, extra_body={"horde": horde}
+            )
         )
-    )
     assert (error.status_code, error.body["code"]) == (503, "queue_unavailable")  # type: ignore[index]
     assert int(error.response.headers["retry-after"]) > 0
     assert error.response.headers["x-should-retry"] == "false"
-    assert native.cancels == ["req1"] and len(native.submits) == 1
+    assert len(proxy.sent(SUBMIT)) == 1
+    assert [row.cancelled for row in rows(native_db)] == [True]
 
 
 def test_fail_fast_refuses_a_wait_over_the_budget(
-    native: NativeChatDouble, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker], client: openai.OpenAI
 ) -> None:
-    native.initial = {"wait_time": 3600, "queue_position": 40}
-    error = refused(
-        lambda: client.chat.completions.create(
-            model="m", messages=MESSAGES, extra_body={"horde": {"availability_mode": "fail_fast"}}
+    with serve() as worker:
+        worker.pause()  # one thread at the assumed rate: 512 tokens take far over 3 s
+        error = refused(
+            lambda: client.chat.completions.create(
+                model=MODEL,
+                messages=MESSAGES,
+                max_tokens=512,
+                extra_body={"horde": {"availability_mode": "fail_fast"}},
+            )
         )
-    )
     assert error.body["code"] == "queue_unavailable"  # type: ignore[index]
-    assert "3600" in error.message
+    found = re.search(r"estimated wait of (\d+) s", error.message)
+    assert found is not None and int(found.group(1)) > FAST["deadline"], error.message
 
 
 def test_lost_submit_response_is_recovered_with_the_same_key(
-    native: NativeChatDouble, client: openai.OpenAI
+    horde_stores: EmbeddedStores,
+    native_service: NativeService,
+    serve: Callable[..., ChatTestWorker],
+    requester: MadeUser,
+    native_db: Any,
 ) -> None:
-    native.lose_submit_responses = 1
-    answer_later(native)
-    completion = client.chat.completions.create(model="m", messages=MESSAGES)
-    assert completion.id == "chatcmpl-req1"
-    first, second = native.submits
-    assert first.body == second.body
-    assert first.headers["x-operation-key"] == second.headers["x-operation-key"]
-    assert [s.created for s in native.submits] == [True, False]
+    with (
+        DroppingProxy(native_service.port, drop=SUBMIT) as lossy,
+        front_on(horde_stores, [lossy.url, lossy.url]) as front,
+        serve(),
+        openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key) as sdk,
+    ):
+        completion = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+    (row,) = rows(native_db)  # the repeat was answered with the request already queued
+    assert completion.id == f"chatcmpl-{row.id}"
+    assert lossy.dropped == 1
+    first, second = (split(request) for request in lossy.sent(SUBMIT))
+    assert first[1] and first[1] == second[1]  # the identical body
+    assert first[0]["x-operation-key"] == second[0]["x-operation-key"]
+    with native_db() as session:
+        assert len(session.scalars(select(OperationKey)).all()) == 1
 
 
 def test_submit_lost_every_time_is_502_and_not_retried(
-    native: NativeChatDouble, client: openai.OpenAI
+    horde_stores: EmbeddedStores,
+    native_service: NativeService,
+    serve: Callable[..., ChatTestWorker],
+    requester: MadeUser,
+    native_db: Any,
 ) -> None:
-    native.lose_submit_responses = 10
-    error = refused(lambda: client.chat.completions.create(model="m", messages=MESSAGES))
+    with (
+        DroppingProxy(native_service.port, drop=SUBMIT, times=10) as lossy,
+        front_on(horde_stores, [lossy.url]) as front,
+        serve() as worker,
+        openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key) as sdk,
+    ):
+        worker.pause()
+        error = refused(lambda: sdk.chat.completions.create(model=MODEL, messages=MESSAGES))
     assert (error.status_code, error.code) == (502, "horde_unavailable")
     assert error.response.headers["x-should-retry"] == "false"  # the Horde may hold it
-    assert len({s.headers["x-operation-key"] for s in native.submits}) == 1
-    assert [s.created for s in native.submits] == [True, False, False]  # one request at most
+    submits = [split(request) for request in lossy.sent(SUBMIT)]
+    assert len(submits) == 3 and len({h["x-operation-key"] for h, _ in submits}) == 1
+    assert len(rows(native_db)) == 1  # one request at most
+
+
+@pytest.fixture
+def deaf_redis() -> Iterator[EmbeddedRedis]:
+    """A second, separate Redis server: nothing the native API publishes reaches it."""
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-deaf-redis-"))
+    server = EmbeddedRedis.start(data_dir)
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_lost_signal_still_completes_through_the_poll(
-    native: NativeChatDouble, client: openai.OpenAI
+    deaf_redis: EmbeddedRedis,
+    proxy: DroppingProxy,
+    serve: Callable[..., ChatTestWorker],
+    requester: MadeUser,
 ) -> None:
-    def answer_unsignalled() -> None:
-        request_id = native.wait_for_submit()
-        native.wait_for_read(request_id)  # the front is waiting now
-        native.finish(request_id, content="Found by polling.", signal=False)
+    def answer_once_waited(job: dict[str, Any]) -> dict[str, Any]:
+        until(lambda: proxy.sent(STATUS), "the front's first status read")  # it waits now
+        return {"content": "Found by polling."}
 
-    threading.Thread(target=answer_unsignalled, daemon=True).start()
-    completion = client.chat.completions.create(model="m", messages=MESSAGES)
+    with (
+        running_front(
+            deaf_redis.url, [proxy.url], service_passkey=SERVICE_PASSKEY, **FAST
+        ) as front,
+        serve(answer_once_waited),
+        openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key) as sdk,
+    ):
+        completion = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert completion.choices[0].message.content == "Found by polling."
-    assert native.status_reads["req1"] >= 2
+    assert len(proxy.sent(STATUS)) >= 2
 
 
-def test_client_disconnect_cancels(native: NativeChatDouble, front_url: str) -> None:
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(
-            front_url + "/v1/chat/completions",
-            json={"model": "m", "messages": MESSAGES},
-            timeout=httpx.Timeout(10, read=0.8),
-        )
-    native.wait_for_submit()
-    assert native.wait_for_cancels() == ["req1"]
+def test_client_disconnect_cancels(
+    serve: Callable[..., ChatTestWorker], front_url: str, requester: MadeUser, native_db: Any
+) -> None:
+    with serve() as worker:
+        worker.pause()
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(
+                front_url + "/v1/chat/completions",
+                headers={"Authorization": f"Bearer {requester.api_key}"},
+                json={"model": MODEL, "messages": MESSAGES},
+                timeout=httpx.Timeout(10, read=0.8),
+            )
+        until(lambda: [r.cancelled for r in rows(native_db)] == [True], "the cancel")
 
 
 def test_error_after_stream_headers_is_one_error_event_then_done(
-    native: NativeChatDouble, front_url: str, client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker],
+    front_url: str,
+    client: openai.OpenAI,
+    requester: MadeUser,
+    native_db: Any,
 ) -> None:
-    with httpx.stream(
-        "POST",
-        front_url + "/v1/chat/completions",
-        json={"model": "m", "messages": MESSAGES, "stream": True},
-        timeout=10,
-    ) as response:
-        assert response.status_code == 200
-        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
-    assert lines[-1] == "data: [DONE]" and len(lines) == 2
-    event = json.loads(lines[0][len("data: ") :])
-    assert_error(event)
-    assert "choices" not in event and event["error"]["code"] == "deadline_exceeded"
-    assert native.cancels == ["req1"]
-    with pytest.raises(openai.APIError, match="deadline"):
-        list(client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    with serve() as worker:
+        worker.pause()
+        with httpx.stream(
+            "POST",
+            front_url + "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {requester.api_key}"},
+            json={"model": MODEL, "messages": MESSAGES, "stream": True},
+            timeout=10,
+        ) as response:
+            assert response.status_code == 200
+            lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]" and len(lines) == 2
+        event = json.loads(lines[0][len("data: ") :])
+        assert_error(event)
+        assert "choices" not in event and event["error"]["code"] == "deadline_exceeded"
+        assert [row.cancelled for row in rows(native_db)] == [True]
+        with pytest.raises(openai.APIError, match="deadline"):
+            list(client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))

@@ -9,6 +9,13 @@ that starts with ``drop`` (while ``times`` lasts) is forwarded upstream; the ups
 answer is discarded and both sides are closed, so the client sees its connection reset
 after the server acted, the "lost response" case. Everything else is piped both ways.
 ``dropped`` counts the lost answers.
+
+Without ``drop`` nothing is lost. ``requests`` keeps every request's bytes (request line,
+headers and body) in arrival order, ``sent(prefix)`` those that start with ``prefix``, and
+``split(request)`` parts one into its headers (lowercased names) and body.
+``on_request(data)``, when given, runs on each request's first read before it is forwarded,
+in the proxy's thread: a test changes the world there (a worker re-declaring, say) before
+the native API reads the request.
 """
 
 from __future__ import annotations
@@ -16,16 +23,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self
 
 
 class DroppingProxy:
-    def __init__(self, upstream_port: int, *, drop: bytes, times: int = 1) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        drop: bytes | None = None,
+        times: int = 1,
+        on_request: Callable[[bytes], None] | None = None,
+    ) -> None:
         self.upstream_port = upstream_port
         self.drop = drop
         self.times = times
+        self.on_request = on_request
         self.dropped = 0
+        self.requests: list[bytes] = []
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -62,8 +79,16 @@ class DroppingProxy:
 
         async def requests() -> None:
             with contextlib.suppress(ConnectionError, OSError):
+                index: int | None = None  # this connection's request being read
                 while data := await client_r.read(65536):
-                    if data.startswith(self.drop) and self.dropped < self.times:
+                    if _starts_request(data):
+                        index = len(self.requests)
+                        self.requests.append(data)
+                        if self.on_request is not None:
+                            self.on_request(data)
+                    elif index is not None:  # the rest of its body
+                        self.requests[index] += data
+                    if self.drop and data.startswith(self.drop) and self.dropped < self.times:
                         self.dropped += 1
                         losing.set()
                     up_w.write(data)
@@ -97,6 +122,10 @@ class DroppingProxy:
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
 
+    def sent(self, prefix: bytes) -> list[bytes]:
+        """The requests that start with ``prefix`` (e.g. b"POST /api/v2/generate/chat/async")."""
+        return [data for data in list(self.requests) if data.startswith(prefix)]
+
     def __enter__(self) -> Self:
         self._thread.start()
         self._ready.wait(10)
@@ -112,3 +141,21 @@ class DroppingProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
+
+
+def split(request: bytes) -> tuple[dict[str, str], bytes]:
+    """(headers with lowercased names, body) of one recorded request."""
+    head, _, body = request.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")[1:]
+    headers = {}
+    for line in lines:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return headers, body
+
+
+_METHODS = (b"GET ", b"POST ", b"PUT ", b"PATCH ", b"DELETE ", b"HEAD ", b"OPTIONS ")
+
+
+def _starts_request(data: bytes) -> bool:
+    return data.startswith(_METHODS) and b" HTTP/1." in data.split(b"\r\n", 1)[0]
