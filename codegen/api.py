@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from codegen.chat_schema import chat_request_schema, worker_declaration_schema
+from codegen.chat_tables import REPLY_FILE
 from codegen.errors import SpecError, SpecErrors
 from codegen.spec import Spec
 from codegen.targets.errors import ERRORS_SCHEMA
@@ -235,6 +236,36 @@ def _check(api: Api, raw: dict[str, Any], errors: dict[str, dict]) -> list[SpecE
     return problems
 
 
+def _finish_reason_enums(node: Any, at: str) -> list[tuple[str, Any]]:
+    """Every ``finish_reason`` property's enum under ``node``, with where it stands."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        prop = node.get("properties", {}).get("finish_reason")
+        if isinstance(prop, dict) and "enum" in prop:
+            found.append((f"{at}.properties.finish_reason.enum", prop["enum"]))
+        for key, value in node.items():
+            found += _finish_reason_enums(value, f"{at}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _finish_reason_enums(value, f"{at}[{i}]")
+    return found
+
+
+def _check_finish_reasons(file: str, raw: dict[str, Any], spec: Spec) -> list[SpecError]:
+    """A finish_reason enum spelled in an API file must list spec/chat/reply.yaml's reasons."""
+    reasons = list(spec[REPLY_FILE]["finish_reasons"])
+    return [
+        SpecError(
+            file,
+            at,
+            f"finish_reason enum {enum} differs from spec/{REPLY_FILE}",
+            f"use {reasons} (or change finish_reasons in spec/{REPLY_FILE})",
+        )
+        for at, enum in _finish_reason_enums(raw["schemas"], "schemas")
+        if list(enum) != reasons
+    ]
+
+
 def load_apis(spec: Spec) -> dict[str, Api]:
     """Every API file by surface; raises SpecErrors on a broken reference."""
     errors, _ = collect_errors(spec)
@@ -253,6 +284,7 @@ def load_apis(spec: Spec) -> dict[str, Api]:
             routes=routes,
         )
         problems += _check(api, data, errors)
+        problems += _check_finish_reasons(api.file, data, spec)
         if api.surface in apis:
             problems.append(
                 SpecError(api.file, "surface", f"a second {api.surface} file", "one per surface")

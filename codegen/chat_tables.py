@@ -16,6 +16,7 @@ HORDE_FILE = "chat/horde.yaml"
 FEATURES_FILE = "workers/features.yaml"
 LIMITS_FILE = "workers/limits.yaml"
 DECLARATION_FILE = "workers/declaration.yaml"
+REPLY_FILE = "chat/reply.yaml"
 ALL_FILES = (
     PARAMETERS_FILE,
     MESSAGES_FILE,
@@ -142,3 +143,11 @@ def declaration(spec: Spec) -> dict[str, dict[str, Any]]:
         }
         for key, d in spec[DECLARATION_FILE]["declaration"].items()
     }
+
+
+def reply_keys(spec: Spec) -> list[str]:
+    return list(spec[REPLY_FILE]["keys"])
+
+
+def finish_reasons(spec: Spec) -> list[str]:
+    return list(spec[REPLY_FILE]["finish_reasons"])

@@ -1,4 +1,4 @@
-"""spec/chat/ + spec/workers/ -> generated/chat/ (validator, requirements, sampling, tables)."""
+"""spec/chat/ + spec/workers/ -> generated/chat/ (validator, sampling, tables, names, ...)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,12 @@ def build(spec: Spec) -> list[Output]:
         "limits": list(chat_tables.limits(spec)),
         "declaration": list(chat_tables.declaration(spec)),
         "roles": list(chat_tables.messages(spec)["roles"]),
+        "response_format_types": list(chat_tables.messages(spec)["response_format_types"]),
+        "reply_keys": chat_tables.reply_keys(spec),
+        "finish_reasons": chat_tables.finish_reasons(spec),
     }
-    outputs.append(render("chat/names.py.j2", sources, "chat/names.py", **names))
+    names_sources = spec.sources(*chat_tables.ALL_FILES, chat_tables.REPLY_FILE)
+    outputs.append(render("chat/names.py.j2", names_sources, "chat/names.py", **names))
     for module in LOGIC_MODULES:
         outputs.append(render(f"chat/{module}.py.j2", sources, f"chat/{module}.py"))
     return outputs

@@ -119,3 +119,33 @@ def test_a_dangling_schema_reference_is_refused(spec_copy: Path) -> None:
     (err,) = info.value.errors
     assert err.file == "spec/api/native.yaml"
     assert "SubmitOutputs" in err.problem and "SubmitOutput" in err.suggestion
+
+
+def test_a_finish_reason_enum_apart_from_the_reply_spec_is_refused(spec_copy: Path) -> None:
+    _edit(
+        spec_copy / "chat" / "reply.yaml",
+        "  content_filter: Content was left out by a filter.\n",
+        "  content_filter: Content was left out by a filter.\n  eos: The end of sequence.\n",
+    )
+    with pytest.raises(SpecErrors) as info:
+        openapi.build(load_spec(spec_copy))
+    places = {(e.file, e.path) for e in info.value.errors}
+    assert (
+        "spec/api/native.yaml",
+        "schemas.SubmitInput.properties.finish_reason.enum",
+    ) in places
+    assert all("eos" in e.suggestion for e in info.value.errors)
+    assert {f for f, _ in places} == {"spec/api/native.yaml", "spec/api/front.yaml"}
+
+
+def test_an_exempt_finish_reason_must_be_a_defined_one(spec_copy: Path) -> None:
+    _edit(
+        spec_copy / "chat" / "verification.yaml",
+        "content_exempt_finish_reasons: [length, content_filter]",
+        "content_exempt_finish_reasons: [length, content_filtered]",
+    )
+    with pytest.raises(SpecErrors) as info:
+        load_spec(spec_copy)
+    (err,) = info.value.errors
+    assert err.file == "spec/chat/verification.yaml"
+    assert "content_filter" in err.suggestion
