@@ -14,15 +14,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from generated.chat import CHARS_PER_TOKEN_ESTIMATE, horde_option
-from generated.chat.names import HORDE_INCLUDE_REASONING, PARAM_MESSAGES
+from generated.chat.names import (
+    FINISH_CONTENT_FILTER,
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+    HORDE_INCLUDE_REASONING,
+    PARAM_MESSAGES,
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+    REPLY_USAGE,
+    ROLE_ASSISTANT,
+)
 
 COMPLETION_ID_PREFIX = "chatcmpl-"
 OBJECT_COMPLETION = "chat.completion"
 OBJECT_CHUNK = "chat.completion.chunk"
-ROLE = "assistant"
-FINISH_TOOL_CALLS = "tool_calls"
-FINISH_STOP = "stop"
-FINISH_CONTENT_FILTER = "content_filter"
 ANSWERING_STATES = ("ok", "censored")
 
 
@@ -33,12 +41,12 @@ def estimate_tokens(chars: int) -> int:
 def _message_chars(messages: list[dict[str, Any]]) -> int:
     total = 0
     for message in messages:
-        content = message.get("content")
+        content = message.get(REPLY_CONTENT)
         if isinstance(content, str):
             total += len(content)
         elif isinstance(content, list):
             total += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
-        for call in message.get("tool_calls") or []:
+        for call in message.get(REPLY_TOOL_CALLS) or []:
             function = call.get("function", {})
             total += len(function.get("name", "")) + len(function.get("arguments", ""))
     return total
@@ -70,18 +78,18 @@ class Reply:
 
     @classmethod
     def _of(cls, request_id: str, status: dict[str, Any], gen: dict[str, Any]) -> Reply:
-        calls = [dict(c) for c in gen.get("tool_calls") or []]
-        finish = gen.get("finish_reason") or (FINISH_TOOL_CALLS if calls else FINISH_STOP)
+        calls = [dict(c) for c in gen.get(REPLY_TOOL_CALLS) or []]
+        finish = gen.get(REPLY_FINISH_REASON) or (FINISH_TOOL_CALLS if calls else FINISH_STOP)
         if gen.get("state") == "censored":
             finish = FINISH_CONTENT_FILTER
         return cls(
             request_id=request_id,
             model=str(gen.get("model") or ""),
-            content=gen.get("content"),
-            reasoning_content=gen.get("reasoning_content"),
+            content=gen.get(REPLY_CONTENT),
+            reasoning_content=gen.get(REPLY_REASONING_CONTENT),
             tool_calls=calls,
             finish_reason=finish,
-            reported=dict(gen.get("usage") or {}),
+            reported=dict(gen.get(REPLY_USAGE) or {}),
             kudos=float(gen.get("kudos", status.get("kudos", 0)) or 0),
             charge_basis=str(gen.get("charge_basis") or status.get("charge_basis") or ""),
         )
@@ -137,11 +145,15 @@ def shows_reasoning(request: dict[str, Any]) -> bool:
 
 def completion(reply: Reply, request: dict[str, Any], created: int | None = None) -> dict[str, Any]:
     """The ``chat.completion`` object of a finished request."""
-    message: dict[str, Any] = {"role": ROLE, "content": reply.content, "refusal": None}
+    message: dict[str, Any] = {
+        "role": ROLE_ASSISTANT,
+        REPLY_CONTENT: reply.content,
+        "refusal": None,
+    }
     if reply.reasoning_content is not None and shows_reasoning(request):
-        message["reasoning_content"] = reply.reasoning_content
+        message[REPLY_REASONING_CONTENT] = reply.reasoning_content
     if reply.tool_calls:
-        message["tool_calls"] = reply.tool_calls
+        message[REPLY_TOOL_CALLS] = reply.tool_calls
     counts, estimated = usage(reply, request)
     return {
         "id": completion_id(reply.request_id),
@@ -149,8 +161,13 @@ def completion(reply: Reply, request: dict[str, Any], created: int | None = None
         "created": int(time.time()) if created is None else created,
         "model": reply.model,
         "choices": [
-            {"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}
+            {
+                "index": 0,
+                "message": message,
+                REPLY_FINISH_REASON: reply.finish_reason,
+                "logprobs": None,
+            }
         ],
-        "usage": counts,
+        REPLY_USAGE: counts,
         "x_horde": x_horde(reply, estimated),
     }

@@ -20,11 +20,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from generated.chat.names import PARAM_STREAM_OPTIONS
+from generated.chat.names import (
+    PARAM_STREAM_OPTIONS,
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+    REPLY_USAGE,
+    ROLE_ASSISTANT,
+)
 from generated.errors import StreamDiverged
 from runtime.front.responses import (
     OBJECT_CHUNK,
-    ROLE,
     Reply,
     completion_id,
     shows_reasoning,
@@ -90,18 +97,20 @@ class ChunkMaker:
             "object": OBJECT_CHUNK,
             "created": self.created,
             "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            "choices": [
+                {"index": 0, "delta": delta, REPLY_FINISH_REASON: finish, "logprobs": None}
+            ],
         }
         if self.include_usage:
-            body["usage"] = None
+            body[REPLY_USAGE] = None
         return body
 
     def role(self) -> dict[str, Any]:
-        return self.chunk({"role": ROLE, "content": ""})
+        return self.chunk({"role": ROLE_ASSISTANT, REPLY_CONTENT: ""})
 
     def tool_calls(self, reply: Reply) -> dict[str, Any]:
         calls = [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]
-        return self.chunk({"tool_calls": calls})
+        return self.chunk({REPLY_TOOL_CALLS: calls})
 
     def finish(self, reply: Reply) -> dict[str, Any]:
         body = self.chunk({}, reply.finish_reason)
@@ -117,7 +126,7 @@ class ChunkMaker:
             "created": self.created,
             "model": self.model,
             "choices": [],
-            "usage": counts,
+            REPLY_USAGE: counts,
             "x_horde": x_horde(reply, estimated),
         }
 
@@ -136,7 +145,7 @@ async def chunk_stream(
                 started = True
                 yield maker.role()
             relayed += event.text
-            yield maker.chunk({"content": event.text})
+            yield maker.chunk({REPLY_CONTENT: event.text})
             continue
         reply = event.reply
         maker.model = reply.model
@@ -147,9 +156,9 @@ async def chunk_stream(
             raise StreamDiverged()
         delta: dict[str, Any] = {}
         if content[len(relayed) :] or not relayed:
-            delta["content"] = content[len(relayed) :] if reply.content is not None else None
+            delta[REPLY_CONTENT] = content[len(relayed) :] if reply.content is not None else None
         if reply.reasoning_content is not None and shows_reasoning(request):
-            delta["reasoning_content"] = reply.reasoning_content
+            delta[REPLY_REASONING_CONTENT] = reply.reasoning_content
         if delta:
             yield maker.chunk(delta)
         if reply.tool_calls:

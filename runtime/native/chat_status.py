@@ -18,6 +18,13 @@ from sqlalchemy import ColumnElement, and_, false, or_
 from sqlalchemy.orm import Session
 
 from generated.chat import CHARGE_BASIS, pool_gap
+from generated.chat.names import (
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+    REPLY_USAGE,
+)
 from runtime.native.chat_fit import chat_queue_filters, chat_worker_fits, serving_declarations
 from runtime.native.fit import queue_filters
 from runtime.native.models import Generation, WaitingPrompt, Worker
@@ -72,11 +79,11 @@ def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:
         "worker_name": worker_name,
         "model": gen.model,
         "state": gen.state or "ok",
-        "content": reply.get("content"),
-        "reasoning_content": reply.get("reasoning_content"),
-        "tool_calls": list(reply.get("tool_calls") or []),
-        "finish_reason": reply.get("finish_reason"),
-        "usage": gen.reported_usage or {},
+        REPLY_CONTENT: reply.get(REPLY_CONTENT),
+        REPLY_REASONING_CONTENT: reply.get(REPLY_REASONING_CONTENT),
+        REPLY_TOOL_CALLS: list(reply.get(REPLY_TOOL_CALLS) or []),
+        REPLY_FINISH_REASON: reply.get(REPLY_FINISH_REASON),
+        REPLY_USAGE: gen.reported_usage or {},
         "kudos": float(gen.charge),
         "charge_basis": gen.charge_basis or CHARGE_BASIS,
         "seed": gen.seed,

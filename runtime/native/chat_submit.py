@@ -23,6 +23,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.chat import CHARGE_BASIS, output_estimate, reply_text, verify_chat_reply
+from generated.chat.names import (
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+)
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
@@ -32,8 +40,8 @@ from runtime.native.models import Generation, User, WaitingPrompt
 from runtime.native.policy import Policy
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
-REPLY_KEYS = ("content", "reasoning_content", "tool_calls", "finish_reason")
-STOP, TOOL_CALLS = "stop", "tool_calls"
+# The reply as stored; the reported usage is kept apart (reported_usage).
+REPLY_KEYS = (REPLY_CONTENT, REPLY_REASONING_CONTENT, REPLY_TOOL_CALLS, REPLY_FINISH_REASON)
 
 
 @dataclass(frozen=True)
@@ -125,9 +133,9 @@ def submit_chat_job(
         outcome.refusal = refusal
         return outcome
     reply = {key: reply.get(key) for key in REPLY_KEYS}
-    reply["tool_calls"] = list(reply["tool_calls"] or [])
-    if not reply["finish_reason"]:
-        reply["finish_reason"] = TOOL_CALLS if reply["tool_calls"] else STOP
+    reply[REPLY_TOOL_CALLS] = list(reply[REPLY_TOOL_CALLS] or [])
+    if not reply[REPLY_FINISH_REASON]:
+        reply[REPLY_FINISH_REASON] = FINISH_TOOL_CALLS if reply[REPLY_TOOL_CALLS] else FINISH_STOP
     tokens = output_estimate(reply, wp.max_length)
     stored = {
         "generation": reply_text(reply),

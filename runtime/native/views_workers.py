@@ -23,6 +23,7 @@ from typing import Any
 from flask import Response, jsonify, request
 
 from generated.chat import chat_job_payload, parse_worker_declaration
+from generated.chat.names import REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION
@@ -164,7 +165,7 @@ def _chat_submit(body: dict[str, Any]) -> Response:
         generation_id=body["id"],
         state=body["state"],
         reply={key: body.get(key) for key in REPLY_KEYS},
-        usage=body.get("usage"),
+        usage=body.get(REPLY_USAGE),
         seed=int64(body.get("seed"), "seed"),
         gen_metadata=body.get("gen_metadata") or [],
     )
