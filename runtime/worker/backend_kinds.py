@@ -26,11 +26,11 @@ from generated.chat.names import (
     PARAM_STREAM,
     PARAM_TOOL_CHOICE,
     PARAM_TOOLS,
+    RESPONSE_FORMAT_JSON_OBJECT,
+    RESPONSE_FORMAT_JSON_SCHEMA,
 )
 
 # OpenAI wire values (the backend's protocol, not horde contract names).
-WIRE_JSON_OBJECT = "json_object"
-WIRE_JSON_SCHEMA = "json_schema"
 WIRE_REQUIRED = "required"
 WIRE_FUNCTION = "function"
 WIRE_TEXT = "text"
@@ -96,9 +96,9 @@ def backend_messages(kind: BackendKind, messages: list[dict[str, Any]]) -> list[
 def _response_format(kind: BackendKind, value: Any) -> Any:
     if not isinstance(value, dict):
         return value
-    if kind.json_schema_as_json_object and value.get("type") == WIRE_JSON_SCHEMA:
-        schema = (value.get(WIRE_JSON_SCHEMA) or {}).get("schema") or {}
-        return {"type": WIRE_JSON_OBJECT, "schema": schema}
+    if kind.json_schema_as_json_object and value.get("type") == RESPONSE_FORMAT_JSON_SCHEMA:
+        schema = (value.get(RESPONSE_FORMAT_JSON_SCHEMA) or {}).get("schema") or {}
+        return {"type": RESPONSE_FORMAT_JSON_OBJECT, "schema": schema}
     return value
 
 

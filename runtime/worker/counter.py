@@ -18,16 +18,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from generated.chat.names import (
+    PARAM_MAX_TOKENS,
+    PARAM_MESSAGES,
+    PARAM_MODEL,
+    PARAM_TEMPERATURE,
+    PARAM_TOOLS,
+    REPLY_USAGE,
+    ROLE_ASSISTANT,
+    ROLE_SYSTEM,
+    ROLE_USER,
+)
 from runtime.worker.backend import BackendClient
 
 # A probe conversation with several turns, a system prompt and text outside ASCII.
 PROBE_MESSAGES: list[dict[str, Any]] = [
-    {"role": "system", "content": "You are terse."},
-    {"role": "user", "content": "Wie spät ist es? 日本語で 🙂"},
-    {"role": "assistant", "content": "Keine Ahnung."},
-    {"role": "user", "content": "Then tell me who you are."},
+    {"role": ROLE_SYSTEM, "content": "You are terse."},
+    {"role": ROLE_USER, "content": "Wie spät ist es? 日本語で 🙂"},
+    {"role": ROLE_ASSISTANT, "content": "Keine Ahnung."},
+    {"role": ROLE_USER, "content": "Then tell me who you are."},
 ]
-MINIMAL_MESSAGES: list[dict[str, Any]] = [{"role": "user", "content": "."}]
+MINIMAL_MESSAGES: list[dict[str, Any]] = [{"role": ROLE_USER, "content": "."}]
 
 
 class PromptCounter(Protocol):
@@ -102,7 +113,7 @@ class LlamaCppCounter:
         self.client = client
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
-        body: dict[str, Any] = {"messages": messages, **({"tools": tools} if tools else {})}
+        body: dict[str, Any] = {PARAM_MESSAGES: messages, **({PARAM_TOOLS: tools} if tools else {})}
         prompt = self.client.request_json("POST", "/apply-template", body)["prompt"]
         tokens = self.client.request_json(
             "POST", "/tokenize", {"content": prompt, "add_special": True}
@@ -120,10 +131,10 @@ class VllmCounter:
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         body: dict[str, Any] = {
-            "model": self.model,
-            "messages": messages,
+            PARAM_MODEL: self.model,
+            PARAM_MESSAGES: messages,
             "add_generation_prompt": True,
-            **({"tools": tools} if tools else {}),
+            **({PARAM_TOOLS: tools} if tools else {}),
         }
         return int(self.client.request_json("POST", "/tokenize", body)["count"])
 
@@ -159,8 +170,8 @@ def prompt_tokens_of(
     client: BackendClient, model: str, messages: list[dict[str, Any]]
 ) -> int | None:
     """The backend's own usage.prompt_tokens for a conversation (None when unreported)."""
-    body = {"model": model, "messages": messages, "max_tokens": 1, "temperature": 0}
-    usage = client.chat(body).get("usage") or {}
+    body = {PARAM_MODEL: model, PARAM_MESSAGES: messages, PARAM_MAX_TOKENS: 1, PARAM_TEMPERATURE: 0}
+    usage = client.chat(body).get(REPLY_USAGE) or {}
     value = usage.get("prompt_tokens")
     return value if isinstance(value, int) else None
 

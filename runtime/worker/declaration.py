@@ -56,6 +56,8 @@ from generated.chat.names import (
     PARAM_TEMPERATURE,
     PARAM_TOOL_CHOICE,
     PARAM_TOOLS,
+    RESPONSE_FORMAT_JSON_OBJECT,
+    RESPONSE_FORMAT_JSON_SCHEMA,
 )
 from generated.errors import HordeError
 from runtime.worker.backend import BackendClient
@@ -63,8 +65,6 @@ from runtime.worker.backend_kinds import (
     LLAMA_CPP,
     LLAMA_CPP_PYTHON,
     VLLM,
-    WIRE_JSON_OBJECT,
-    WIRE_JSON_SCHEMA,
     WIRE_REQUIRED,
     BackendKind,
     backend_messages,
@@ -198,11 +198,16 @@ def probe_features(client: BackendClient, kind: BackendKind, model: str) -> list
         two = ask({PARAM_TOOLS: PROBE_TOOLS, PARAM_TOOL_CHOICE: WIRE_REQUIRED})
         if _calls_named(two, [t["function"]["name"] for t in PROBE_TOOLS]):
             found.append(GUARANTEE_TOOL_CHOICE_ENFORCED)
-    as_object = ask({PARAM_RESPONSE_FORMAT: {"type": WIRE_JSON_OBJECT}})
+    as_object = ask({PARAM_RESPONSE_FORMAT: {"type": RESPONSE_FORMAT_JSON_OBJECT}})
     object_ok = as_object is not None and _json(as_object.content) is not None
     schema_format = {"name": "flag", "schema": FLAG_SCHEMA, "strict": True}
     as_schema = ask(
-        {PARAM_RESPONSE_FORMAT: {"type": WIRE_JSON_SCHEMA, WIRE_JSON_SCHEMA: schema_format}}
+        {
+            PARAM_RESPONSE_FORMAT: {
+                "type": RESPONSE_FORMAT_JSON_SCHEMA,
+                RESPONSE_FORMAT_JSON_SCHEMA: schema_format,
+            }
+        }
     )
     schema_ok = as_schema is not None and jsonschema.Draft202012Validator(FLAG_SCHEMA).is_valid(
         _json(as_schema.content)

@@ -34,6 +34,11 @@ from generated.chat.names import (
     PARAM_TEMPERATURE,
     PARAM_TOOLS,
     PARAM_TOP_P,
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+    REPLY_USAGE,
 )
 from generated.errors import BackendInvalidReply, HordeError, PromptOverflow, UnservableJob
 from runtime.worker.backend import BackendClient
@@ -179,9 +184,9 @@ def submission(job_id: str, reply: ChatReply) -> dict[str, Any]:
     return {
         "id": job_id,
         "state": STATE_OK,
-        "content": reply.content,
-        "reasoning_content": reply.reasoning_content,
-        "tool_calls": reply.tool_calls,
-        "finish_reason": reply.finish_reason,
-        "usage": reply.usage,
+        REPLY_CONTENT: reply.content,
+        REPLY_REASONING_CONTENT: reply.reasoning_content,
+        REPLY_TOOL_CALLS: reply.tool_calls,
+        REPLY_FINISH_REASON: reply.finish_reason,
+        REPLY_USAGE: reply.usage,
     }

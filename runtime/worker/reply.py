@@ -14,12 +14,21 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from generated.chat.names import (
+    FINISH_REASONS,
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+    REPLY_USAGE,
+)
 from generated.errors import BackendInvalidReply
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
-# What some backends report instead of OpenAI's finish reasons.
-FINISH_ALIASES = {"function_call": "tool_calls", "eos": "stop", "eos_token": "stop"}
+# What some backends report instead of OpenAI's finish reasons (FINISH_REASONS).
+FINISH_ALIASES = {"function_call": FINISH_TOOL_CALLS, "eos": FINISH_STOP, "eos_token": FINISH_STOP}
 
 
 @dataclass
@@ -77,25 +86,25 @@ def parse_chat_completion(body: dict[str, Any]) -> ChatReply:
         raise BackendInvalidReply(detail="the completion has no choice")
     choice = choices[0]
     message = choice.get("message") or {}
-    content = message.get("content")
+    content = message.get(REPLY_CONTENT)
     if content is not None and not isinstance(content, str):
         raise BackendInvalidReply(detail="the content is not a string")
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    reasoning = message.get(REPLY_REASONING_CONTENT) or message.get("reasoning")
     if reasoning is None:
         content, reasoning = split_reasoning(content)
-    raw_calls = message.get("tool_calls") or []
+    raw_calls = message.get(REPLY_TOOL_CALLS) or []
     if not raw_calls and isinstance(message.get("function_call"), dict):
         raw_calls = [{"function": message["function_call"]}]
     tool_calls = [_tool_call(raw) for raw in raw_calls]
-    finish = choice.get("finish_reason")
+    finish = choice.get(REPLY_FINISH_REASON)
     finish = FINISH_ALIASES.get(finish, finish)
     if finish not in FINISH_REASONS:
         raise BackendInvalidReply(detail=f"finish_reason {finish!r}")
-    if tool_calls and finish == "stop":
-        finish = "tool_calls"
+    if tool_calls and finish == FINISH_STOP:
+        finish = FINISH_TOOL_CALLS
     if tool_calls and content == "":
         content = None
-    return ChatReply(content, reasoning or None, tool_calls, finish, _usage(body.get("usage")))
+    return ChatReply(content, reasoning or None, tool_calls, finish, _usage(body.get(REPLY_USAGE)))
 
 
 class StreamAccumulator:
@@ -110,17 +119,17 @@ class StreamAccumulator:
 
     def add(self, chunk: dict[str, Any]) -> str:
         """Fold one chunk in; returns the content text it added."""
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
+        if isinstance(chunk.get(REPLY_USAGE), dict):
+            self.usage = chunk[REPLY_USAGE]
         choices = chunk.get("choices") or []
         if not choices:
             return ""
         choice = choices[0]
         delta = choice.get("delta") or {}
-        text = delta.get("content") or ""
+        text = delta.get(REPLY_CONTENT) or ""
         self.content.append(text)
-        self.reasoning.append(delta.get("reasoning_content") or delta.get("reasoning") or "")
-        for part in delta.get("tool_calls") or []:
+        self.reasoning.append(delta.get(REPLY_REASONING_CONTENT) or delta.get("reasoning") or "")
+        for part in delta.get(REPLY_TOOL_CALLS) or []:
             call = self.calls.setdefault(
                 int(part.get("index", 0)), {"function": {"name": "", "arguments": ""}}
             )
@@ -129,17 +138,17 @@ class StreamAccumulator:
             function = part.get("function") or {}
             call["function"]["name"] += function.get("name") or ""
             call["function"]["arguments"] += function.get("arguments") or ""
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
+        if choice.get(REPLY_FINISH_REASON):
+            self.finish_reason = choice[REPLY_FINISH_REASON]
         return text
 
     def completion(self) -> dict[str, Any]:
         if self.finish_reason is None:
             raise BackendInvalidReply(detail="the stream ended without a finish_reason")
-        message: dict[str, Any] = {"content": "".join(self.content) or None}
+        message: dict[str, Any] = {REPLY_CONTENT: "".join(self.content) or None}
         if any(self.reasoning):
-            message["reasoning_content"] = "".join(self.reasoning)
+            message[REPLY_REASONING_CONTENT] = "".join(self.reasoning)
         if self.calls:
-            message["tool_calls"] = [self.calls[i] for i in sorted(self.calls)]
-        choice = {"message": message, "finish_reason": self.finish_reason}
-        return {"choices": [choice], "usage": self.usage}
+            message[REPLY_TOOL_CALLS] = [self.calls[i] for i in sorted(self.calls)]
+        choice = {"message": message, REPLY_FINISH_REASON: self.finish_reason}
+        return {"choices": [choice], REPLY_USAGE: self.usage}
