@@ -1,58 +1,76 @@
-"""The chat front's figures, side by side in one run (printed, never pass/fail).
+"""The chat front's figures on the real stack, side by side in one run (printed, never
+pass/fail): the embedded Postgres and Redis, the native API (bench/native_stack.py), the front
+as its own process (``python -m runtime.front``) and one worker answering over the native
+HTTP pop/submit routes (bench/front_stack.py). Loopback only; everything stops at the end.
+The native API has no service passkey here, so the front forwards no client address.
 
-1. Added latency: a request through the front (POST /v1/chat/completions) against the two
-   native calls a direct client makes (POST chat async, GET chat status), both served by the
-   same native double that answers at once, so the difference is the front's own cost
-   (admission, validation, operation key, signal subscription, status read, response).
-2. Submit-to-reply: the delay from a worker's submit (the double stores the reply and
-   publishes the completion signal) to the client holding the reply.
-3. Memory per open wait: the front's RSS (a separate process) with WAITS requests waiting
-   at once, over its RSS when idle; then how long all of them take to be answered once
-   their replies land (signals only: the fallback poll is set to 60 s).
-
-The native side is tests/doubles/native_chat_double.py (a real HTTP server and real Redis
-pub/sub) so the figures are the front's, not Postgres'.
+1. Added latency, SAMPLES pairs, both legs with the same httpx client and the same worker,
+   which starts popping back to back when the client starts (so both legs carry the same
+   pop-finding delay and the same native submit):
+   - native direct: POST chat async (with an operation key), then one GET chat status as
+     soon as the worker's submit returned: a poll with perfect timing, the fastest a
+     native client can learn of its reply (polling back to back instead competes with the
+     worker for the native API on the same CPUs, and made the direct leg slower than the
+     front, so the difference would not be the front's cost);
+   - through the front: one POST /v1/chat/completions (admission, validation, the native
+     submit, the signal subscription, the status reads, the OpenAI response).
+   The added latency is the front's percentile minus the direct one: the front's own cost
+   (its HTTP hop, admission, validation, subscription, wake-up and response).
+2. Worker submit -> client has the reply: the worker holds each popped job until the front's
+   wait is open (subscribed, then SETTLE for its first status read); from sending the submit
+   (the native API verifies, stores, charges and publishes) to the client holding the reply.
+3. Memory per open wait: WAITS concurrent requests held open by a child process (the worker
+   answers none until measured; the front's caps and the user's native concurrency raised;
+   fallback poll 60 s), counted by their Redis subscriptions; the front's RSS then over its
+   RSS before, divided by WAITS. Then the worker answers them all and every reply is checked.
 """
 
 from __future__ import annotations
 
-import asyncio
+import logging
+import multiprocessing
 import os
-import shutil
-import statistics
-import subprocess
+import secrets
 import sys
-import tempfile
-import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import psutil
+from redis import Redis
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from generated.signals import chat_channel  # noqa: E402
-from runtime.stores.embedded_redis import EmbeddedRedis  # noqa: E402
-from tests.doubles.native_chat_double import NativeChatDouble  # noqa: E402
+from bench.front_stack import (
+    BenchWorker,
+    bench_users,
+    hold_open_waits,
+    start_front,
+    stop_front,
+)
+from bench.native_stack import native_service
+from generated.signals import chat_channel
 
-SAMPLES = 300
-WAITS = int(os.environ.get("BENCH_FRONT_WAITS", "3000"))
-BODY = {"model": "double-model", "messages": [{"role": "user", "content": "Say hello"}]}
-GENERATION = {
-    "worker_id": "w1",
-    "worker_name": "bench",
-    "model": "double-model",
-    "state": "ok",
-    "content": "Hello.",
-    "tool_calls": [],
-    "finish_reason": "stop",
-    "kudos": 1.0,
-    "charge_basis": "output_estimate",
-    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "reasoning_tokens": None},
-}
+SAMPLES = int(os.environ.get("BENCH_FRONT_SAMPLES", "300"))
+WARMUP = 20
+WAITS = int(os.environ.get("BENCH_FRONT_WAITS", "2500"))
+MODEL = "bench-front-7B"
+BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello"}]}
+SETTLE = 0.03
+"""After the front subscribed: time for its first status read, so the wait is open."""
+TIMEOUT = 30.0
+OPEN_TIMEOUT = 600.0
+"""Bounds the memory leg's opening and its draining (thousands of native submits, pops)."""
+ALL_CHANNELS = chat_channel("*")
+
+
+class Memory(NamedTuple):
+    idle: int
+    waiting: int
+    opened: float
+    drained: float
 
 
 def pct(values: list[float], p: float) -> float:
@@ -60,133 +78,171 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
 
 
-def start_front(redis_url: str, native_root: str) -> tuple[subprocess.Popen[str], str]:
-    env = {
-        **os.environ,
-        "HORDE_REDIS_URL": redis_url,
-        "HORDE_FRONT_NATIVE_ROOTS": native_root,
-        "HORDE_FRONT_PORT": "0",
-        "HORDE_FRONT_PER_SOURCE": str(WAITS * 2),
-        "HORDE_FRONT_GLOBAL": str(WAITS * 2),
-        "HORDE_FRONT_POLL": "60",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "runtime.front"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline().strip()
-    if not line.startswith("chat front: "):
-        process.kill()
-        raise RuntimeError(f"the front did not start: {line!r}")
-    return process, line.removeprefix("chat front: ").removesuffix("/v1")
+def until(condition: Callable[[], object], timeout: float, what: str, step: float = 0.001) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(step)
 
 
-def added_latency(native: NativeChatDouble, front: str) -> tuple[list[float], list[float]]:
-    native.initial = {"done": True, "finished": 1, "waiting": 0, "generations": [GENERATION]}
+def direct_request(native: httpx.Client, worker: BenchWorker) -> None:
+    key = {"X-Operation-Key": secrets.token_urlsafe(24)}
+    accepted = native.post("/generate/chat/async", json=BODY, headers=key)
+    request_id = accepted.raise_for_status().json()["id"]
+    if not worker.answered.acquire(timeout=TIMEOUT):
+        raise TimeoutError(f"request {request_id} not answered")
+    status = native.get(f"/generate/chat/status/{request_id}").raise_for_status().json()
+    if not status["done"]:
+        raise RuntimeError(f"request {request_id} not done after its submit: {status}")
+
+
+def front_request(front: httpx.Client) -> dict[str, object]:
+    response = front.post("/chat/completions", json=BODY)
+    if response.status_code != 200:
+        raise RuntimeError(f"front answered {response.status_code}: {response.text}")
+    return dict(response.json())
+
+
+def added_latency(
+    native: httpx.Client, front: httpx.Client, worker: BenchWorker
+) -> tuple[list[float], list[float]]:
     direct: list[float] = []
     through: list[float] = []
-    with httpx.Client(timeout=30) as client:
-        for i in range(SAMPLES + 20):
-            t0 = time.perf_counter()
-            accepted = client.post(
-                native.root + "/api/v2/generate/chat/async",
-                json=BODY,
-                headers={"apikey": "k", "X-Operation-Key": f"direct-{i}"},
-            ).json()
-            client.get(native.root + f"/api/v2/generate/chat/status/{accepted['id']}").json()
-            t1 = time.perf_counter()
-            response = client.post(front + "/v1/chat/completions", json=BODY)
-            t2 = time.perf_counter()
-            assert response.status_code == 200, response.text
-            if i >= 20:  # warm-up
-                direct.append(t1 - t0)
-                through.append(t2 - t1)
-    native.initial = {}
+    for i in range(WARMUP + SAMPLES):
+        t0 = time.perf_counter()
+        worker.want()
+        direct_request(native, worker)
+        t1 = time.perf_counter()
+        worker.want()
+        front_request(front)
+        t2 = time.perf_counter()
+        worker.answered.acquire(timeout=TIMEOUT)  # the front leg's (outside the timings)
+        if i >= WARMUP:
+            direct.append(t1 - t0)
+            through.append(t2 - t1)
     return direct, through
 
 
-def submit_to_reply(native: NativeChatDouble, front: str) -> list[float]:
+def submit_to_reply(front: httpx.Client, worker: BenchWorker, redis: Redis) -> list[float]:
     delays: list[float] = []
-    with httpx.Client(timeout=30) as client:
-        for _ in range(SAMPLES):
-            arrived: dict[str, float] = {}
-
-            def call(into: dict[str, float] = arrived) -> None:
-                client.post(front + "/v1/chat/completions", json=BODY).raise_for_status()
-                into["t"] = time.perf_counter()
-
-            expected = sum(1 for s in native.submits if s.created) + 1
-            thread = threading.Thread(target=call)
-            thread.start()
-            request_id = native.wait_for_submit(count=expected)
-            native.wait_for_read(request_id)
-            t0 = time.perf_counter()
-            native.finish(request_id)
-            thread.join()
-            delays.append(arrived["t"] - t0)
+    for _ in range(SAMPLES):
+        until(lambda: not redis.pubsub_channels(ALL_CHANNELS), TIMEOUT, "the last wait's end")
+        worker.want()
+        front_request(front)
+        arrived = time.perf_counter()
+        delays.append(arrived - worker.submit_started[-1])
     return delays
 
 
-async def open_waits(
-    native: NativeChatDouble, front: str, process: psutil.Process
-) -> tuple[float, float]:
-    limits = httpx.Limits(max_connections=WAITS + 10, max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        idle = process.memory_info().rss
-        before = len(native.request_ids())
-        tasks = [asyncio.create_task(client.post(front + "/v1/chat/completions", json=BODY))]
-        tasks += [
-            asyncio.create_task(client.post(front + "/v1/chat/completions", json=BODY))
-            for _ in range(WAITS - 1)
-        ]
-        while native.read_count() < before + WAITS:  # every request is waiting now
-            await asyncio.sleep(0.2)
-        waiting = process.memory_info().rss
+def hold_until_waiting(redis: Redis) -> Callable[[dict[str, Any]], None]:
+    def hold(job: dict[str, Any]) -> None:
+        until(lambda: redis.pubsub_channels(ALL_CHANNELS), TIMEOUT, "the front's subscription")
+        time.sleep(SETTLE)
+
+    return hold
+
+
+def open_waits(front: str, key: str, worker: BenchWorker, redis: Redis, pid: int) -> Memory:
+    front_process = psutil.Process(pid)
+    idle = front_process.memory_info().rss
+    spawn = multiprocessing.get_context("spawn")
+    results: Any = spawn.Queue()
+    url = f"{front}/v1/chat/completions"
+    args = (url, key, BODY, WAITS, OPEN_TIMEOUT, results)
+    client = spawn.Process(target=hold_open_waits, args=args, name="bench-waits", daemon=True)
+    started = time.perf_counter()
+    client.start()
+    try:
+        until(
+            lambda: not client.is_alive() or len(redis.pubsub_channels(ALL_CHANNELS)) >= WAITS,
+            OPEN_TIMEOUT,
+            "every wait to open",
+            step=0.2,
+        )
+        if not client.is_alive():
+            raise RuntimeError(f"the waiting client ended early: {results.get(timeout=5)}")
+        opened = time.perf_counter() - started
+        waiting = settled_rss(front_process)
         released = time.perf_counter()
-        for rid in native.request_ids()[before:]:
-            native.finish(rid)
-        responses = await asyncio.gather(*tasks)
+        worker.want(WAITS)
+        statuses = results.get(timeout=OPEN_TIMEOUT)
         drained = time.perf_counter() - released
-        assert all(r.status_code == 200 for r in responses)
-    return (waiting - idle) / WAITS, drained
+    finally:
+        client.join(timeout=30)
+        if client.is_alive():
+            client.kill()
+            client.join(timeout=10)
+    if not isinstance(statuses, list) or set(statuses) != {200}:
+        raise RuntimeError(f"not every wait was answered with 200: {statuses!r:.300}")
+    return Memory(idle, waiting, opened, drained)
+
+
+def settled_rss(process: psutil.Process) -> int:
+    """The RSS once it stopped growing (the last first status reads), at most 20 s."""
+    rss = process.memory_info().rss
+    for _ in range(40):
+        time.sleep(0.5)
+        now = process.memory_info().rss
+        if abs(now - rss) < rss * 0.002:
+            return now
+        rss = now
+    return rss
+
+
+def print_latency(direct: list[float], through: list[float], delays: list[float]) -> None:
+    cpus = os.cpu_count()
+    print(f"chat front on the real stack ({SAMPLES} samples per leg, loopback, {cpus} CPUs)")
+    print(f"{'':48} {'p50 ms':>9} {'p99 ms':>9}")
+    added = [pct(through, p) - pct(direct, p) for p in (50, 99)]
+    rows = [
+        ("native direct: submit, status read once answered", pct(direct, 50), pct(direct, 99)),
+        ("through the front: POST /v1/chat/completions", pct(through, 50), pct(through, 99)),
+        ("front added latency (front - direct)", added[0], added[1]),
+        ("worker submit sent -> client has the reply", pct(delays, 50), pct(delays, 99)),
+    ]
+    for label, p50, p99 in rows:
+        print(f"{label:48} {p50:9.2f} {p99:9.2f}", flush=True)
+
+
+def print_memory(memory: Memory) -> None:
+    mib = 1024 * 1024
+    per_wait = (memory.waiting - memory.idle) / WAITS / 1024
+    print(f"memory per open wait ({WAITS} concurrent waits, one front process): {per_wait:.1f} KiB")
+    print(
+        f"  front RSS {memory.idle / mib:.1f} MiB idle -> {memory.waiting / mib:.1f} MiB waiting;"
+        f" all open {memory.opened:.1f} s after the client started;"
+        f" all answered by the one worker in {memory.drained:.1f} s"
+    )
 
 
 def main() -> None:
-    sys.setswitchinterval(0.0002)  # the double and the client threads share this process
-    data = Path(tempfile.mkdtemp(prefix="bench-front-"))
-    redis = EmbeddedRedis.start(data / "redis")
-    process = None
-    try:
-        with NativeChatDouble(redis.url, chat_channel) as native:
-            process, front = start_front(redis.url, native.root)
-            direct, through = added_latency(native, front)
-            delays = submit_to_reply(native, front)
-            per_wait, drained = asyncio.run(open_waits(native, front, psutil.Process(process.pid)))
-            added = [t - d for t, d in zip(through, direct, strict=True)]
-            rows: list[tuple[str, Any, Any]] = [
-                ("native direct (async + status), ms", pct(direct, 50), pct(direct, 99)),
-                ("through the front, ms", pct(through, 50), pct(through, 99)),
-                ("front added latency, ms", pct(added, 50), pct(added, 99)),
-                ("worker submit -> client reply, ms", pct(delays, 50), pct(delays, 99)),
-            ]
-            print(f"chat front ({SAMPLES} sequential samples each; native = scripted double)")
-            print(f"{'':40} {'p50':>9} {'p99':>9}")
-            for label, p50, p99 in rows:
-                print(f"{label:40} {p50:9.2f} {p99:9.2f}")
-            ratio = statistics.median(through) / statistics.median(direct)
-            print(f"ratio front/direct (p50): {ratio:.2f}")
-            print(f"memory per open wait ({WAITS} concurrent waits): {per_wait / 1024:.1f} KiB")
-            print(f"{WAITS} waits answered by their signals (poll 60 s) in {drained:.2f} s")
-    finally:
-        if process is not None:
-            process.terminate()
-            process.wait(timeout=20)
-        redis.stop()
-        shutil.rmtree(data, ignore_errors=True)
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # busy threads, as expected
+    with native_service() as service:
+        requester, owner = bench_users(service)
+        redis = service.context.redis
+        redis_url = str(service.context.settings.redis_url)
+        process, front_url = start_front(redis_url, service.url, cap=WAITS * 2, poll=60)
+        try:
+            native = httpx.Client(
+                base_url=f"{service.url}/api/v2", headers={"apikey": requester}, timeout=TIMEOUT
+            )
+            front = httpx.Client(
+                base_url=f"{front_url}/v1",
+                headers={"Authorization": f"Bearer {requester}"},
+                timeout=TIMEOUT,
+            )
+            with native, front, BenchWorker(service.url, owner, MODEL) as worker:
+                direct, through = added_latency(native, front, worker)
+                worker.hold = hold_until_waiting(redis)
+                delays = submit_to_reply(front, worker, redis)
+                worker.hold = None
+                print_latency(direct, through, delays)
+                print_memory(open_waits(front_url, requester, worker, redis, process.pid))
+            if worker.errors:
+                raise RuntimeError(f"the worker failed: {worker.errors[:3]}")
+        finally:
+            stop_front(process)
 
 
 if __name__ == "__main__":
