@@ -25,6 +25,10 @@ from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
 WAITRESS_THREADS = 45
+# Open connections waitress accepts before it stops accepting: the front's pool to this API
+# (runtime.front.app.IN_FLIGHT, 100) plus every worker's and direct client's connections must
+# fit, or new connections wait until some pooled idle connection happens to close.
+WAITRESS_CONNECTION_LIMIT = 2000
 
 
 @dataclass
@@ -69,6 +73,9 @@ class NativeService:
             host=host or settings.native_host,
             port=settings.native_port if port is None else port,
             threads=WAITRESS_THREADS,
+            connection_limit=WAITRESS_CONNECTION_LIMIT,
+            # poll(), not select(): select() fails once descriptors pass FD_SETSIZE (1024).
+            asyncore_use_poll=True,
             # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
             # the service passkey (runtime.native.service_passkey); remote_addr stays the peer.
             clear_untrusted_proxy_headers=False,
