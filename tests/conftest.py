@@ -51,6 +51,7 @@ from runtime.native.schema import upgrade
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
+from tests.support.native import running_native_with_objects
 
 
 @pytest.fixture(scope="session")
@@ -75,25 +76,13 @@ MODERATION_PATTERNS = (r"\bforbidden-word\b",)
 
 @pytest.fixture(scope="session")
 def native_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
-    objects_dir = Path(tempfile.mkdtemp(prefix="horde-objects-"))  # the filesystem store
-    service = NativeService.start(
-        Settings(
-            rate_limit_scale=1000,
-            data_dir=objects_dir,
-            service_passkey=SERVICE_PASSKEY,
-            moderation_patterns=MODERATION_PATTERNS,
-        ),
-        database_url=horde_stores.database_url,
-        redis_url=horde_stores.redis_url,
-        host="127.0.0.1",
-        port=0,
-        sweep=False,
-    )
-    try:
+    with running_native_with_objects(
+        horde_stores,
+        "horde-objects-",  # the filesystem store
+        service_passkey=SERVICE_PASSKEY,
+        moderation_patterns=MODERATION_PATTERNS,
+    ) as service:
         yield service
-    finally:
-        service.stop()
-        shutil.rmtree(objects_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from tests.integration.native_flow import ledger
 from tests.support.chat_worker import ChatTestWorker
 from tests.support.dropping_proxy import DroppingProxy
 from tests.support.front import running_front
+from tests.support.native import running_native
 from tests.support.openai_schema import (
     assert_chunk,
     assert_completion,
@@ -56,18 +57,10 @@ WEATHER = {
 @pytest.fixture(scope="session")
 def trusted_native(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
     """A second native replica on the same stores, configured with the front's passkey."""
-    service = NativeService.start(
-        Settings(rate_limit_scale=1000, service_passkey=PASSKEY),
-        database_url=horde_stores.database_url,
-        redis_url=horde_stores.redis_url,
-        host="127.0.0.1",
-        port=0,
-        sweep=False,
-    )
-    try:
+    with running_native(
+        horde_stores, Settings(rate_limit_scale=1000, service_passkey=PASSKEY)
+    ) as service:
         yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from __future__ import annotations
 import base64
 import io
 import random
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +20,6 @@ from typing import Any, Self
 
 from PIL import Image
 
-from runtime.config import Settings
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.objects_fs import FilesystemObjectStore
@@ -35,6 +32,7 @@ from runtime.worker.job import JobRunner
 from runtime.worker.loop import WorkerLoop
 from tests.conftest import SERVICE_PASSKEY
 from tests.doubles.openai_backend import OpenAIBackendDouble
+from tests.support.native import running_native_with_objects
 
 CONTEXT = 16384
 
@@ -88,25 +86,13 @@ def stored_files(store: FilesystemObjectStore) -> list[Path]:
 @contextmanager
 def native_with_objects(stores: EmbeddedStores, *, offload_bytes: int) -> Iterator[NativeService]:
     """A native API on the test database with its own filesystem store and threshold."""
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-images-"))
-    service = NativeService.start(
-        Settings(
-            rate_limit_scale=1000,
-            data_dir=data_dir,
-            service_passkey=SERVICE_PASSKEY,
-            messages_offload_bytes=offload_bytes,
-        ),
-        database_url=stores.database_url,
-        redis_url=stores.redis_url,
-        host="127.0.0.1",
-        port=0,
-        sweep=False,
-    )
-    try:
+    with running_native_with_objects(
+        stores,
+        "horde-images-",
+        service_passkey=SERVICE_PASSKEY,
+        messages_offload_bytes=offload_bytes,
+    ) as service:
         yield service
-    finally:
-        service.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 class RecordingHorde(HordeClient):

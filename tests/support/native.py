@@ -1,0 +1,54 @@
+"""A native API started for a test on the embedded stores: a free 127.0.0.1 port, no
+background sweeper, stopped (and its temporary object store removed) on exit.
+
+    with running_native(stores, Settings(rate_limit_scale=1000)) as native:
+        ...  # native.url
+    with running_native_with_objects(stores, "horde-objects-", service_passkey=...) as native:
+        ...  # rate limits x1000, a filesystem object store in a fresh temp dir
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from runtime.config import Settings
+from runtime.native.server import NativeService
+from runtime.stores.embedded import EmbeddedStores
+
+
+@contextmanager
+def running_native(stores: EmbeddedStores, settings: Settings) -> Iterator[NativeService]:
+    """The native API with ``settings`` on ``stores``, stopped on exit."""
+    service = NativeService.start(
+        settings,
+        database_url=stores.database_url,
+        redis_url=stores.redis_url,
+        host="127.0.0.1",
+        port=0,
+        sweep=False,
+    )
+    try:
+        yield service
+    finally:
+        service.stop()
+
+
+@contextmanager
+def running_native_with_objects(
+    stores: EmbeddedStores, objects_prefix: str, **settings: Any
+) -> Iterator[NativeService]:
+    """The native API with rate limits x1000 and its filesystem object store in a new temp
+    dir named ``objects_prefix...`` (removed on exit); ``settings`` are further Settings."""
+    objects_dir = Path(tempfile.mkdtemp(prefix=objects_prefix))
+    try:
+        with running_native(
+            stores, Settings(rate_limit_scale=1000, data_dir=objects_dir, **settings)
+        ) as service:
+            yield service
+    finally:
+        shutil.rmtree(objects_dir, ignore_errors=True)
