@@ -23,30 +23,19 @@ from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.cli import RunningWorker
 from runtime.worker.config import WorkerConfig
 from runtime.worker.llama_server import LlamaServer
-from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
+from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
+from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
 
 pytestmark = pytest.mark.e2e
 
 CONTEXT = 2048
 QUESTION = [{"role": "user", "content": "Who are you?"}]
-UNIT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-            "required": ["unit"],
-            "additionalProperties": False,
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
 def demo_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "demo.gguf")
+    return build_demo_gguf(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -32,31 +32,20 @@ from runtime.worker.declaration import Probed, probe
 from runtime.worker.horde import HordeClient
 from runtime.worker.job import Job, JobRunner
 from runtime.worker.llama_server import LlamaServer
-from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
+from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.integration.chat_flow import chat_async, chat_status
 from tests.integration.native_flow import status, submit_text
+from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
 
 pytestmark = pytest.mark.integration
 
 CONTEXT = 1024
-UNIT_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-            "required": ["unit"],
-            "additionalProperties": False,
-        },
-    },
-}
 
 
 @pytest.fixture(scope="module")
 def demo_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "demo.gguf")
+    return build_demo_gguf(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
