@@ -25,6 +25,8 @@ Per test:
     An ``httpx.Client`` with ``base_url=native_url`` on that clean database.
 ``make_user``
     ``make_user(name="user", kudos=0, concurrency=30, trusted=False) -> MadeUser(id, api_key)``.
+``requester`` / ``owner``
+    ``make_user("requester", kudos=10_000)`` / ``make_user("worker-owner")``.
 
 Chat tables and routes added later are emptied by the same truncate (it walks the
 models' metadata), so new fixtures can build on these.
@@ -137,3 +139,15 @@ def make_user(native_db: sessionmaker[Session]) -> Callable[..., MadeUser]:
             return MadeUser(id=user.id, api_key=api_key)
 
     return make
+
+
+@pytest.fixture
+def requester(make_user: Callable[..., MadeUser]) -> MadeUser:
+    """A user with 10,000 kudos, the one sending chat requests."""
+    return make_user("requester", kudos=10_000)
+
+
+@pytest.fixture
+def owner(make_user: Callable[..., MadeUser]) -> MadeUser:
+    """A user without kudos, the one whose workers serve."""
+    return make_user("worker-owner")

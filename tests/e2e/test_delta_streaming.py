@@ -72,16 +72,6 @@ def front(
 
 
 @pytest.fixture
-def requester(make_user: Callable[..., MadeUser]) -> MadeUser:
-    return make_user("requester", kudos=10_000)
-
-
-@pytest.fixture
-def owner(make_user: Callable[..., MadeUser]) -> MadeUser:
-    return make_user("worker-owner")
-
-
-@pytest.fixture
 def sdk(front: str, requester: MadeUser) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=front + "/v1", api_key=requester.api_key, max_retries=0) as c:
         yield c

@@ -83,11 +83,6 @@ def front(
 
 
 @pytest.fixture
-def requester(make_user: Callable[..., MadeUser]) -> MadeUser:
-    return make_user("requester", kudos=10_000)
-
-
-@pytest.fixture
 def worker_key(make_user: Callable[..., MadeUser]) -> str:
     return make_user("worker-owner").api_key
 

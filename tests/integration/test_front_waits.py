@@ -73,16 +73,6 @@ def front_url(horde_stores: EmbeddedStores, proxy: DroppingProxy) -> Iterator[st
 
 
 @pytest.fixture
-def requester(make_user: Callable[..., MadeUser]) -> MadeUser:
-    return make_user("requester", kudos=10_000)
-
-
-@pytest.fixture
-def owner(make_user: Callable[..., MadeUser]) -> MadeUser:
-    return make_user("worker-owner")
-
-
-@pytest.fixture
 def client(front_url: str, requester: MadeUser) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=front_url + "/v1", api_key=requester.api_key, max_retries=2) as sdk:
         yield sdk
