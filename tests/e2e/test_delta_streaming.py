@@ -142,6 +142,17 @@ def content_of(chunk: dict[str, Any]) -> str:
     return str(choices[0]["delta"].get("content") or "") if choices else ""
 
 
+def text_of(chunks: list[dict[str, Any]]) -> str:
+    """The content the chunks carry, joined."""
+    return "".join(content_of(c) for c in chunks)
+
+
+def streamed(sdk: openai.OpenAI) -> list[dict[str, Any]]:
+    """Every chunk of one streamed chat request for MESSAGES, as dicts."""
+    stream = sdk.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    return [c.to_dict() for c in stream]
+
+
 def delta_entries(redis: Redis, request_id: str) -> list[dict[str, str]]:
     entries = redis.xrange(S.stream_key(request_id))  # type: ignore[union-attr]
     return [fields for _id, fields in entries if fields[S.ENTRY_KIND] == S.KIND_DELTA]
@@ -183,7 +194,7 @@ def test_text_arrives_in_chunks_before_the_job_is_submitted(
                 if status["finished"] == 0 and status["processing"] == 1:
                     unsubmitted.append(text)
     request_id = request_id_of(chunks[0])
-    assert "".join(content_of(c) for c in chunks) == "".join(pieces)
+    assert text_of(chunks) == "".join(pieces)
     assert len(unsubmitted) >= 3, unsubmitted  # several chunks while the worker generated
     assert len(delta_entries(redis, request_id)) >= 2  # posted about once a second
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
@@ -211,8 +222,7 @@ def test_pacing_spreads_one_post_over_several_chunks(
     ]
     reply = Reply(content="".join(pieces), chunks=pieces, chunk_delay=1.2)
     with real_worker(native_service.url, owner, backend, native_client, reply):
-        stream = sdk.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
-        received = [c.to_dict() for c in stream]
+        received = streamed(sdk)
     for chunk in received:
         assert_chunk(chunk)
     texts = [content_of(c) for c in received if content_of(c)]
@@ -238,10 +248,9 @@ def test_a_lost_acknowledgement_resyncs_without_repeating_text(
         DroppingProxy(native_service.port, drop=drop, times=1) as proxy,
         real_worker(proxy.url, owner, backend, native_client, reply),
     ):
-        stream = sdk.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
-        received = [c.to_dict() for c in stream]
+        received = streamed(sdk)
     assert proxy.dropped == 1  # the first post landed, its acknowledgement was lost
-    assert "".join(content_of(c) for c in received) == "".join(pieces)
+    assert text_of(received) == "".join(pieces)
     entries = delta_entries(redis, request_id_of(received[0]))
     assert [int(e[S.ENTRY_SEQ]) for e in entries] == list(range(len(entries)))
     assert len(entries) >= 2  # the retry of seq 0 got 409 and went on as seq 1
@@ -262,12 +271,11 @@ def test_posts_stop_at_the_cap_and_the_reply_still_arrives_whole(
     content = "".join(pieces)
     reply = Reply(content=content, chunks=pieces, chunk_delay=0.1)
     with real_worker(native_service.url, owner, backend, native_client, reply):
-        stream = sdk.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
-        received = [c.to_dict() for c in stream]
+        received = streamed(sdk)
     request_id = request_id_of(received[0])
     posted = posted_text(redis, request_id)
     assert 0 < len(posted) <= S.GENERATION_CHARS < len(content)  # a post went over: 413
-    assert "".join(content_of(c) for c in received) == content  # the submit completed it
+    assert text_of(received) == content  # the submit completed it
     assert received[-1]["choices"][0]["finish_reason"] == "stop"
     assert chat_status(native_client, request_id)["generations"][0]["content"] == content
 
@@ -377,5 +385,5 @@ def test_keep_alive_comments_say_the_queue_position_while_queued(
     assert len(queued) >= 3
     assert set(comments) - set(queued) <= {": a worker is generating the reply"}
     chunks = [c for c in map(sse_data, lines) if c]
-    assert "".join(content_of(c) for c in chunks) == "You said: Tell me a story"
+    assert text_of(chunks) == "You said: Tell me a story"
     assert [line for line in lines if line][-1] == "data: [DONE]"
