@@ -121,6 +121,11 @@ def refused(call: Callable[[], Any]) -> openai.APIStatusError:
     return info.value
 
 
+def refused_chat(sdk: openai.OpenAI, **params: Any) -> openai.APIStatusError:
+    """The error of a chat request for MESSAGES to MODEL (``params`` added) that must fail."""
+    return refused(lambda: sdk.chat.completions.create(model=MODEL, messages=MESSAGES, **params))
+
+
 def test_plain_completion_forwards_key_passkey_source_and_operation_key(
     serve: Callable[..., ChatTestWorker],
     client: openai.OpenAI,
@@ -237,7 +242,7 @@ def test_deadline_is_408_not_retried_and_cancels(
 ) -> None:
     with serve() as worker:
         worker.pause()  # online, but it never takes the job
-        error = refused(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES))
+        error = refused_chat(client)
     assert error.status_code == 408
     assert error.body["code"] == "deadline_exceeded"  # type: ignore[index]
     assert error.response.headers["x-should-retry"] == "false"
@@ -252,11 +257,7 @@ def test_grace_without_a_possible_worker_is_503_and_cancels(
     native_db: Any,
 ) -> None:
     with serve():
-        error = refused(
-            lambda: client.chat.completions.create(
-                model=MODEL, messages=MESSAGES, extra_body=TRUSTED_ONLY
-            )
-        )
+        error = refused_chat(client, extra_body=TRUSTED_ONLY)
     assert isinstance(error, openai.InternalServerError)
     assert (error.status_code, error.body["code"]) == (503, "no_eligible_worker")  # type: ignore[index]
     assert error.response.headers["x-should-retry"] == "false"
@@ -271,7 +272,7 @@ def test_faulted_is_502_and_not_cancelled(
     native_db: Any,
 ) -> None:
     with serve(lambda job: {"state": "faulted"}) as worker:  # past the request's fault limit
-        error = refused(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES))
+        error = refused_chat(client)
     assert (error.status_code, error.body["code"]) == (502, "ChatRequestFaulted")  # type: ignore[index]
     assert len(proxy.sent(SUBMIT)) == 1 and len(worker.jobs) == 3
     (row,) = rows(native_db)
@@ -282,7 +283,7 @@ def test_done_without_a_generation_is_502_and_cancels(
     serve: Callable[..., ChatTestWorker], client: openai.OpenAI, native_db: Any
 ) -> None:
     with serve(replying(content="withheld", state="csam")):  # landed, never shown
-        error = refused(lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES))
+        error = refused_chat(client)
     assert (error.status_code, error.body["code"]) == (502, "no_generation")  # type: ignore[index]
     assert [row.cancelled for row in rows(native_db)] == [True]
 
@@ -315,11 +316,7 @@ def test_declaration_gap_is_404_before_any_stream(
         proxy.on_request = redeclare_at_first_read(
             worker, features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED]
         )
-        error = refused(
-            lambda: client.chat.completions.create(
-                model=MODEL, messages=MESSAGES, tools=[TOOL], tool_choice="required", stream=stream
-            )
-        )
+        error = refused_chat(client, tools=[TOOL], tool_choice="required", stream=stream)
     assert isinstance(error, openai.NotFoundError)
     assert error.body["code"] == "no_worker_supports_features"  # type: ignore[index]
     assert "tool_choice_enforced" in error.message
@@ -335,9 +332,7 @@ def test_limits_gap_is_400(
     with serve() as worker:
         worker.pause()
         proxy.on_request = redeclare_at_first_read(worker, limits={"max_length": 16})
-        error = refused(
-            lambda: client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=300)
-        )
+        error = refused_chat(client, max_tokens=300)
     assert isinstance(error, openai.BadRequestError)
     assert error.body["code"] == "no_worker_supports_limit"  # type: ignore[index]
     assert error.response.headers["x-should-retry"] == "false"
@@ -354,11 +349,7 @@ def test_fail_fast_without_threads_is_queue_unavailable(
 ) -> None:
     horde = {**TRUSTED_ONLY["horde"], "availability_mode": "fail_fast"}
     with serve():
-        error = refused(
-            lambda: client.chat.completions.create(
-                model=MODEL, messages=MESSAGES, stream=stream, extra_body={"horde": horde}
-            )
-        )
+        error = refused_chat(client, stream=stream, extra_body={"horde": horde})
     assert (error.status_code, error.body["code"]) == (503, "queue_unavailable")  # type: ignore[index]
     assert int(error.response.headers["retry-after"]) > 0
     assert error.response.headers["x-should-retry"] == "false"
@@ -371,13 +362,8 @@ def test_fail_fast_refuses_a_wait_over_the_budget(
 ) -> None:
     with serve() as worker:
         worker.pause()  # one thread at the assumed rate: 512 tokens take far over 3 s
-        error = refused(
-            lambda: client.chat.completions.create(
-                model=MODEL,
-                messages=MESSAGES,
-                max_tokens=512,
-                extra_body={"horde": {"availability_mode": "fail_fast"}},
-            )
+        error = refused_chat(
+            client, max_tokens=512, extra_body={"horde": {"availability_mode": "fail_fast"}}
         )
     assert error.body["code"] == "queue_unavailable"  # type: ignore[index]
     found = re.search(r"estimated wait of (\d+) s", error.message)
@@ -422,7 +408,7 @@ def test_submit_lost_every_time_is_502_and_not_retried(
         openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key) as sdk,
     ):
         worker.pause()
-        error = refused(lambda: sdk.chat.completions.create(model=MODEL, messages=MESSAGES))
+        error = refused_chat(sdk)
     assert (error.status_code, error.code) == (502, "horde_unavailable")
     assert error.response.headers["x-should-retry"] == "false"  # the Horde may hold it
     submits = [split(request) for request in lossy.sent(SUBMIT)]
