@@ -17,7 +17,6 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.cli import RunningWorker
@@ -26,6 +25,7 @@ from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
+from tests.support.front import running_front
 
 pytestmark = pytest.mark.e2e
 
@@ -46,18 +46,10 @@ def llama(demo_gguf: Path) -> Iterator[LlamaServer]:
 
 @pytest.fixture(scope="module")
 def front(horde_stores: EmbeddedStores, native_service: Any) -> Iterator[FrontService]:
-    config = FrontConfig(
-        redis_url=horde_stores.redis_url,
-        native_roots=(native_service.url,),
-        deadline=60,
-        grace=20,
-        poll_interval=1,
-    )
-    service = FrontService.start(config)
-    try:
+    with running_front(
+        horde_stores.redis_url, [native_service.url], deadline=60, grace=20, poll_interval=1
+    ) as service:
         yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture

@@ -28,7 +28,6 @@ from generated.storage import (
     TRANSPORT_MESSAGES_URL,
     TRANSPORT_URL,
 )
-from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
 from runtime.native.models import WaitingPrompt
 from runtime.native.server import NativeService
@@ -37,6 +36,7 @@ from runtime.stores.objects_fs import FilesystemObjectStore
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.doubles.backend_script import Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
+from tests.support.front import running_front
 from tests.support.vision_stack import (
     VisionWorker,
     image_data_url,
@@ -65,19 +65,15 @@ def native(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
 
 @pytest.fixture(scope="module")
 def front(horde_stores: EmbeddedStores, native: NativeService) -> Iterator[FrontService]:
-    config = FrontConfig(
-        redis_url=horde_stores.redis_url,
-        native_roots=(native.url,),
+    with running_front(
+        horde_stores.redis_url,
+        [native.url],
         service_passkey=SERVICE_PASSKEY,
         deadline=60,
         grace=20,
         poll_interval=1,
-    )
-    service = FrontService.start(config)
-    try:
+    ) as service:
         yield service
-    finally:
-        service.stop()
 
 
 @pytest.fixture(scope="module")
