@@ -115,6 +115,19 @@ def _ask(sdk: OpenAI, messages: list[dict[str, Any]]) -> str | None:
     return completion.choices[0].message.content
 
 
+def _served_job(
+    sdk: OpenAI,
+    start_worker: Callable[..., VisionWorker],
+    transports: tuple[str, ...],
+    messages: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Ask through a worker with ``transports``, which must answer ANSWER; the one job it got."""
+    with start_worker(transports) as worker:
+        assert _ask(sdk, messages) == ANSWER
+    (job,) = worker.jobs
+    return job
+
+
 def _backend_images(backend: OpenAIBackendDouble) -> list[str]:
     """The image URLs of the last conversation the backend received, in order."""
     messages = backend.chat_requests()[-1].body["messages"]
@@ -154,9 +167,9 @@ def test_a_url_worker_gets_a_signed_url_per_image_and_sends_them_inline(
     native: NativeService,
     store: FilesystemObjectStore,
 ) -> None:
-    with start_worker((TRANSPORT_URL, TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL)) as worker:
-        assert _ask(sdk, TWO_IMAGES) == ANSWER
-    (job,) = worker.jobs
+    job = _served_job(
+        sdk, start_worker, (TRANSPORT_URL, TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL), TWO_IMAGES
+    )
     handed = _handed_images(job)
     assert len(handed) == 2 and all(u.startswith(f"{native.url}/api/v2/objects/") for u in handed)
     red, blue = _backend_images(backend)
@@ -170,9 +183,7 @@ def test_a_base64_only_worker_gets_the_bytes_inline(
     backend: OpenAIBackendDouble,
     store: FilesystemObjectStore,
 ) -> None:
-    with start_worker((TRANSPORT_BASE64,)) as worker:
-        assert _ask(sdk, TWO_IMAGES) == ANSWER
-    (job,) = worker.jobs
+    job = _served_job(sdk, start_worker, (TRANSPORT_BASE64,), TWO_IMAGES)
     handed = _handed_images(job)
     assert [jpeg_color(u)[0] > 180 for u in handed] == [True, False]
     assert _backend_images(backend) == handed  # nothing to fetch: passed on as received
@@ -182,9 +193,9 @@ def test_a_base64_only_worker_gets_the_bytes_inline(
 def test_without_images_the_messages_travel_inline(
     sdk: OpenAI, start_worker: Callable[..., VisionWorker], backend: OpenAIBackendDouble
 ) -> None:
-    with start_worker((TRANSPORT_BASE64,)) as worker:
-        assert _ask(sdk, [{"role": "user", "content": "Hello?"}]) == ANSWER
-    (job,) = worker.jobs
+    job = _served_job(
+        sdk, start_worker, (TRANSPORT_BASE64,), [{"role": "user", "content": "Hello?"}]
+    )
     assert job["payload"]["messages"] == [{"role": "user", "content": "Hello?"}]
     assert backend.chat_requests()[-1].body["messages"][-1]["content"] == "Hello?"
 
@@ -199,9 +210,7 @@ def test_an_offloaded_request_goes_by_messages_url(
     native: NativeService,
     store: FilesystemObjectStore,
 ) -> None:
-    with start_worker((TRANSPORT_URL, TRANSPORT_MESSAGES_URL)) as worker:
-        assert _ask(sdk, OFFLOADED) == ANSWER
-    (job,) = worker.jobs
+    job = _served_job(sdk, start_worker, (TRANSPORT_URL, TRANSPORT_MESSAGES_URL), OFFLOADED)
     assert "messages" not in job["payload"]
     assert job["payload"][TRANSPORT_MESSAGES_URL].startswith(f"{native.url}/api/v2/objects/msg-")
     (image,) = _backend_images(backend)
@@ -216,9 +225,7 @@ def test_an_offloaded_request_reaches_a_worker_without_messages_url_inline(
     backend: OpenAIBackendDouble,
     native: NativeService,
 ) -> None:
-    with start_worker((TRANSPORT_URL,)) as worker:
-        assert _ask(sdk, OFFLOADED) == ANSWER
-    (job,) = worker.jobs
+    job = _served_job(sdk, start_worker, (TRANSPORT_URL,), OFFLOADED)
     assert TRANSPORT_MESSAGES_URL not in job["payload"]
     (handed,) = _handed_images(job)
     assert handed.startswith(f"{native.url}/api/v2/objects/img-")
