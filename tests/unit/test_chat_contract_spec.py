@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from codegen.errors import SpecErrors
 from codegen.spec import SPEC_ROOT, load_spec
 from codegen.targets import chat, docs_chat
 from tests.support.openai_schema import openai_document
+from tests.support.spec_edits import replace_once
 
 REPO = SPEC_ROOT.parent
 
@@ -41,21 +41,8 @@ def test_every_openai_request_property_has_a_treatment() -> None:
     assert ours == openai, f"origin: openai but not OpenAI's: {sorted(ours - openai)}"
 
 
-@pytest.fixture
-def spec_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "spec"
-    shutil.copytree(SPEC_ROOT, target)
-    return target
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-
-
 def test_a_misspelt_feature_is_refused_with_file_path_and_suggestion(spec_copy: Path) -> None:
-    _edit(spec_copy / "chat/parameters.yaml", "{feature: seed,", "{feature: sede,")
+    replace_once(spec_copy / "chat/parameters.yaml", "{feature: seed,", "{feature: sede,")
     with pytest.raises(SpecErrors) as info:
         load_spec(spec_copy)
     (err,) = info.value.errors
@@ -67,7 +54,7 @@ def test_a_misspelt_feature_is_refused_with_file_path_and_suggestion(spec_copy: 
 
 def test_a_default_violating_its_schema_is_refused(spec_copy: Path) -> None:
     path = spec_copy / "chat/parameters.yaml"
-    _edit(path, "maximum: 2}\n    default: 1\n", "maximum: 2}\n    default: 3\n")
+    replace_once(path, "maximum: 2}\n    default: 1\n", "maximum: 2}\n    default: 3\n")
     with pytest.raises(SpecErrors) as info:
         load_spec(spec_copy)
     (err,) = info.value.errors
@@ -88,7 +75,7 @@ def test_quantizations_cannot_become_a_horde_key(spec_copy: Path) -> None:
 
 def _mini_spec(spec_copy: Path) -> Path:
     """The real spec with one parameter and one feature swapped for known ones."""
-    _edit(
+    replace_once(
         spec_copy / "chat/parameters.yaml",
         "parameters:\n",
         "parameters:\n  golden:\n    description: A golden test key.\n    origin: horde\n"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,6 @@ from codegen.errors import SpecErrors
 from codegen.spec import SPEC_ROOT, load_spec
 
 REPO = SPEC_ROOT.parent
-
-
-@pytest.fixture
-def spec_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "spec"
-    shutil.copytree(SPEC_ROOT, target)
-    return target
 
 
 def test_unknown_key_names_file_path_and_suggestion(spec_copy: Path) -> None:

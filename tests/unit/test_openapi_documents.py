@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from codegen.errors import SpecErrors
 from codegen.spec import SPEC_ROOT, load_spec
 from codegen.targets import openapi
 from generated.errors import ERRORS
+from tests.support.spec_edits import replace_once
 
 GENERATED = SPEC_ROOT.parent / "generated" / "openapi"
 
@@ -69,21 +69,8 @@ def test_front_streams_event_stream_and_answers_x_horde() -> None:
     assert "x_horde" in completion["required"]
 
 
-@pytest.fixture
-def spec_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "spec"
-    shutil.copytree(SPEC_ROOT, target)
-    return target
-
-
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-
-
 def test_a_misspelt_error_on_a_route_is_refused_with_a_suggestion(spec_copy: Path) -> None:
-    _edit(
+    replace_once(
         spec_copy / "api" / "native.yaml", "errors: [RequestNotFound]", "errors: [RequestNotFund]"
     )
     with pytest.raises(SpecErrors) as info:
@@ -96,7 +83,7 @@ def test_a_misspelt_error_on_a_route_is_refused_with_a_suggestion(spec_copy: Pat
 
 
 def test_an_error_without_a_status_on_the_surface_is_refused(spec_copy: Path) -> None:
-    _edit(
+    replace_once(
         spec_copy / "api" / "front.yaml",
         "errors: [InvalidAPIKey, horde_unavailable]",
         "errors: [InvalidAPIKey, DuplicateGen]",
@@ -109,7 +96,7 @@ def test_an_error_without_a_status_on_the_surface_is_refused(spec_copy: Path) ->
 
 
 def test_a_dangling_schema_reference_is_refused(spec_copy: Path) -> None:
-    _edit(
+    replace_once(
         spec_copy / "api" / "native.yaml",
         '{$ref: "#/schemas/SubmitOutput"}',
         '{$ref: "#/schemas/SubmitOutputs"}',
@@ -122,7 +109,7 @@ def test_a_dangling_schema_reference_is_refused(spec_copy: Path) -> None:
 
 
 def test_a_finish_reason_enum_apart_from_the_reply_spec_is_refused(spec_copy: Path) -> None:
-    _edit(
+    replace_once(
         spec_copy / "chat" / "reply.yaml",
         "  content_filter: Content was left out by a filter.\n",
         "  content_filter: Content was left out by a filter.\n  eos: The end of sequence.\n",
@@ -139,7 +126,7 @@ def test_a_finish_reason_enum_apart_from_the_reply_spec_is_refused(spec_copy: Pa
 
 
 def test_an_exempt_finish_reason_must_be_a_defined_one(spec_copy: Path) -> None:
-    _edit(
+    replace_once(
         spec_copy / "chat" / "verification.yaml",
         "content_exempt_finish_reasons: [length, content_filter]",
         "content_exempt_finish_reasons: [length, content_filtered]",
