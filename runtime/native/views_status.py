@@ -9,6 +9,7 @@ from typing import Any
 from flask import Response, jsonify, request
 from sqlalchemy import func, select
 
+from generated.chat.names import DECL_CHAT_JOBS
 from generated.errors import InvalidPayload, UserNotFound, WorkerNotFound
 from runtime.native.chat_fit import chat_model, serves_chat
 from runtime.native.context import native
@@ -81,7 +82,7 @@ def _worker_json(worker: Worker, trusted: bool, online_since: Any) -> dict[str, 
         "max_length": worker.max_length,
         "max_context_length": worker.max_context_length,
         "models": list(worker.models),
-        "chat_jobs": serves_chat(worker),
+        DECL_CHAT_JOBS: serves_chat(worker),
         "kudos_rewards": float(worker.kudos),
         "uptime": 0,
     }
