@@ -35,7 +35,7 @@ from generated.chat.names import (
     DECL_MODEL_ID,
     DECL_PROMPT_JOBS,
 )
-from runtime.native.auth import create_user
+from runtime.native.accounts.keys import create_user
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 

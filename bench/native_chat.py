@@ -30,9 +30,9 @@ from generated.chat.names import (
     LIMIT_MAX_CONTEXT_LENGTH,
     LIMIT_MAX_LENGTH,
 )
-from runtime.native.auth import create_user
-from runtime.native.lifecycle import utcnow
-from runtime.native.models import WaitingPrompt
+from runtime.native.accounts.keys import create_user
+from runtime.native.queue.sweep import utcnow
+from runtime.native.db.tables import WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 

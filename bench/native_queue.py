@@ -14,9 +14,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.native_stack import analyze, native_service, pop_submit_seconds
-from runtime.native.auth import create_user
-from runtime.native.lifecycle import utcnow
-from runtime.native.models import WaitingPrompt
+from runtime.native.accounts.keys import create_user
+from runtime.native.queue.sweep import utcnow
+from runtime.native.db.tables import WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 

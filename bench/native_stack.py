@@ -20,7 +20,7 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.config import Settings
-from runtime.native.schema import upgrade
+from runtime.native.db.migrate import upgrade
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Protocol, TextIO
 
 from runtime.config import Settings
-from runtime.native.schema import upgrade
+from runtime.native.db.migrate import upgrade
 from runtime.stores.embedded import EmbeddedStores
 
 

@@ -6,8 +6,8 @@ import sys
 from typing import TextIO
 
 from runtime.config import Settings
-from runtime.native.auth import create_user
-from runtime.native.schema import upgrade
+from runtime.native.accounts.keys import create_user
+from runtime.native.db.migrate import upgrade
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 

@@ -10,7 +10,7 @@ Session-wide (started once, lazily, only when a test asks):
     ``NativeService`` (runtime.native.server): the native Flask app under waitress on a free
     127.0.0.1 port, rate limits x1000, no background sweeper, the filesystem object store in
     a temp dir (``.context.objects``) (call
-    ``runtime.native.lifecycle.sweep(native_db, native_service.context.policy, now=...)``).
+    ``runtime.native.queue.sweep.sweep(native_db, native_service.context.policy, now=...)``).
     ``.url``, ``.context`` (engine, sessions, redis, policy). Its service passkey is
     ``SERVICE_PASSKEY`` and its moderation screen ``MODERATION_PATTERNS`` (below).
 ``native_url``
@@ -47,9 +47,9 @@ from sqlalchemy import text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.config import Settings
-from runtime.native.auth import ANONYMOUS_API_KEY, ANONYMOUS_USER_ID, create_user
-from runtime.native.models import Base, User
-from runtime.native.schema import upgrade
+from runtime.native.accounts.keys import ANONYMOUS_API_KEY, ANONYMOUS_USER_ID, create_user
+from runtime.native.db.tables import Base, User
+from runtime.native.db.migrate import upgrade
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores

@@ -16,10 +16,10 @@ from sqlalchemy import Engine
 from waitress.server import create_server
 
 from runtime.config import Settings
-from runtime.native.app import create_app
-from runtime.native.context import NativeContext
-from runtime.native.lifecycle import Sweeper
-from runtime.native.policy import Policy
+from runtime.native.api.app import create_app
+from runtime.native.api.context import NativeContext
+from runtime.native.queue.sweep import Sweeper
+from runtime.native.queue.policy import Policy
 from runtime.stores.database import make_engine, make_sessionmaker
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
@@ -77,7 +77,7 @@ class NativeService:
             # poll(), not select(): select() fails once descriptors pass FD_SETSIZE (1024).
             asyncore_use_poll=True,
             # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
-            # the service passkey (runtime.native.service_passkey); remote_addr stays the peer.
+            # the service passkey (runtime.native.api.service_passkey); remote_addr stays the peer.
             clear_untrusted_proxy_headers=False,
         )
         bound_host, bound_port = server.socket.getsockname()[:2]  # type: ignore[union-attr]

@@ -15,7 +15,7 @@ from typing import Self
 
 from generated.errors import InvalidAPIKey
 from runtime.config import Settings
-from runtime.native.auth import create_user, user_for_key
+from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.cli import RunningWorker

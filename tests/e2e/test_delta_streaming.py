@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated import streaming as S
 from generated.chat import output_estimate
-from runtime.native import kudos
-from runtime.native.models import Generation, WaitingPrompt, Worker
-from runtime.native.progress import posted_text
+from runtime.native.accounts import kudos
+from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.progress.protocol import posted_text
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.cli import RunningWorker

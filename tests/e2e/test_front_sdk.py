@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.config import Settings
-from runtime.native.models import WaitingPrompt
+from runtime.native.db.tables import WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import MadeUser

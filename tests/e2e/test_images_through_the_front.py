@@ -29,7 +29,7 @@ from generated.storage import (
     TRANSPORT_URL,
 )
 from runtime.front.server import FrontService
-from runtime.native.models import WaitingPrompt
+from runtime.native.db.tables import WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.objects_fs import FilesystemObjectStore

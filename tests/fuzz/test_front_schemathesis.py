@@ -36,7 +36,7 @@ schema = schemathesis.openapi.from_path(DOCUMENT)
 
 @pytest.fixture(scope="module")
 def fuzz_front(horde_stores: EmbeddedStores, native_service: NativeService) -> Iterator[str]:
-    from runtime.native.auth import create_user
+    from runtime.native.accounts.keys import create_user
     from runtime.stores.database import transaction
     from tests.conftest import reset_database
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
 
-from runtime.native.app import VIEWS
+from runtime.native.api.app import VIEWS
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.integration]
 
@@ -30,7 +30,7 @@ schema = schemathesis.openapi.from_path(DOCUMENT).include(
 @pytest.fixture(scope="module")
 def fuzz_user(native_service, native_url):
     """One user for the whole module (the database is not reset between examples)."""
-    from runtime.native.auth import create_user
+    from runtime.native.accounts.keys import create_user
     from runtime.stores.database import transaction
     from tests.conftest import reset_database
 

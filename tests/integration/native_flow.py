@@ -9,7 +9,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.native.models import KudosLedger
+from runtime.native.db.tables import KudosLedger
 
 
 def submit_text(

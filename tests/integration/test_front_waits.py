@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated.chat.names import GUARANTEE_PROMPT_OVERFLOW_REFUSED
-from runtime.native.models import OperationKey, WaitingPrompt
+from runtime.native.db.tables import OperationKey, WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.embedded_redis import EmbeddedRedis

@@ -23,7 +23,7 @@ from generated.chat.names import (
 )
 from generated.chat.tables import PARAMETERS, SAMPLING_DEFAULTS
 from generated.signals import chat_channel, parse_chat_event
-from runtime.native import kudos
+from runtime.native.accounts import kudos
 from tests.integration.chat_flow import (
     MODEL,
     chat_async,
@@ -66,7 +66,7 @@ def test_round_trip_charges_the_output_estimate_and_shows_reported_usage(
     tokens = output_estimate({"content": reply}, 300)
     assert tokens == 100  # 400 characters / 4, not the reported 9999
     with native_db() as session:
-        from runtime.native.models import WaitingPrompt
+        from runtime.native.db.tables import WaitingPrompt
 
         wp = session.get(WaitingPrompt, request_id)
         expected = kudos.generation_kudos(tokens, MODEL, wp.max_context_length, trusted=False)
@@ -156,7 +156,7 @@ def test_dispatch_narrows_tools_and_the_status_keeps_the_clients_values(
     payload = chat_pop(native_client, worker.api_key, features=EVERYTHING)["payload"]
     assert payload.get(PARAM_TOOLS) == sent_tools
     assert payload.get(PARAM_TOOL_CHOICE) == sent_choice
-    from runtime.native.models import WaitingPrompt
+    from runtime.native.db.tables import WaitingPrompt
 
     with native_db() as session:
         stored = session.get(WaitingPrompt, request_id).chat_request

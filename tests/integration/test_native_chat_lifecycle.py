@@ -12,7 +12,7 @@ import pytest
 from redis import Redis
 
 from generated.signals import chat_channel, parse_chat_event
-from runtime.native.lifecycle import sweep, utcnow
+from runtime.native.queue.sweep import sweep, utcnow
 from tests.integration.chat_flow import MODEL, chat_pop, chat_status, submit_chat
 from tests.integration.native_flow import pop
 

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 
 from generated.chat.names import PARAM_MODELS
 from generated.routes import HEADER_X_OPERATION_KEY
-from runtime.native.models import OperationKey, WaitingPrompt
+from runtime.native.db.tables import OperationKey, WaitingPrompt
 from tests.integration.chat_flow import MODEL, chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
 

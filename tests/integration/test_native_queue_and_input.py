@@ -8,7 +8,7 @@ import httpx
 import pytest
 from alembic import command
 
-from runtime.native.schema import alembic_config
+from runtime.native.db.migrate import alembic_config
 from tests.integration.native_flow import ledger, pop, submit, submit_text
 
 pytestmark = pytest.mark.integration

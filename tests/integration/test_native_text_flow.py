@@ -7,10 +7,10 @@ from decimal import Decimal
 
 import pytest
 
-from runtime.native.auth import ledger_balance
-from runtime.native.kudos import context_multiplier
-from runtime.native.lifecycle import sweep, utcnow
-from runtime.native.policy import Policy
+from runtime.native.accounts.keys import ledger_balance
+from runtime.native.accounts.kudos import context_multiplier
+from runtime.native.queue.sweep import sweep, utcnow
+from runtime.native.queue.policy import Policy
 from tests.integration.native_flow import ledger, pop, status, submit, submit_text
 
 pytestmark = pytest.mark.integration

@@ -18,10 +18,10 @@ from redis.asyncio import Redis as AsyncRedis
 from generated import streaming as S
 from generated.chat import FEATURES, GUARANTEES, output_estimate
 from runtime.front.progress_stream import relay
-from runtime.native import kudos
-from runtime.native.lifecycle import sweep, utcnow
-from runtime.native.models import WaitingPrompt
-from runtime.native.progress import ended_kind, posted_text, read_lease
+from runtime.native.accounts import kudos
+from runtime.native.queue.sweep import sweep, utcnow
+from runtime.native.db.tables import WaitingPrompt
+from runtime.native.progress.protocol import ended_kind, posted_text, read_lease
 from runtime.native.server import NativeService
 from tests.conftest import MadeUser
 from tests.integration.chat_flow import MODEL, chat_pop, chat_status, submit_chat, submit_reply

@@ -12,8 +12,8 @@ import pytest
 from redis import Redis
 
 from generated import streaming as S
-from runtime.native.auth import hash_key, new_api_key
-from runtime.native.progress import mark_cancelled, posted_text, write_lease
+from runtime.native.accounts.keys import hash_key, new_api_key
+from runtime.native.progress.protocol import mark_cancelled, posted_text, write_lease
 from runtime.native.server import NativeService
 from runtime.worker.progress_poster import ProgressPoster
 

@@ -1,5 +1,5 @@
 """The front's relay (runtime.front.progress_stream) reading a real Redis stream that the
-native side (runtime.native.progress) writes: entries arrive while the generation runs,
+native side (runtime.native.progress.protocol) writes: entries arrive while the generation runs,
 a relay resumes after an entry id, ends at the generation's end entry, and drains on stop;
 delta_events feeds the front's chunk_stream (chunks checked against OpenAI's schema)."""
 
@@ -18,8 +18,8 @@ from generated.errors import StreamDiverged
 from runtime.front.progress_stream import RelayedDelta, delta_events, paced_relay, relay
 from runtime.front.responses import Reply
 from runtime.front.sse import chunk_stream
-from runtime.native.auth import hash_key
-from runtime.native.progress import finish, mark_cancelled, mark_ended, post_progress, write_lease
+from runtime.native.accounts.keys import hash_key
+from runtime.native.progress.protocol import finish, mark_cancelled, mark_ended, post_progress, write_lease
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.redis_client import redis_client
 from tests.support.openai_schema import assert_chunk

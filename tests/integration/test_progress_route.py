@@ -14,8 +14,8 @@ from redis import Redis
 from sqlalchemy import event
 
 from generated import streaming as S
-from runtime.native.auth import ANONYMOUS_API_KEY, hash_key, new_api_key
-from runtime.native.progress import (
+from runtime.native.accounts.keys import ANONYMOUS_API_KEY, hash_key, new_api_key
+from runtime.native.progress.protocol import (
     cancel_request,
     ended_kind,
     finish,

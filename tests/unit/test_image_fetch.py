@@ -14,8 +14,8 @@ import pytest
 from PIL import Image
 
 from generated.errors import ImageValidationFailed
-from runtime.native.image_fetch import FetchPolicy, FetchRefused, checked_address, fetch_public
-from runtime.native.images import IntakePolicy, take_in_images
+from runtime.native.objects.fetch import FetchPolicy, FetchRefused, checked_address, fetch_public
+from runtime.native.objects.intake import IntakePolicy, take_in_images
 from runtime.stores.objects_fs import FilesystemObjectStore
 
 

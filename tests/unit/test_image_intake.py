@@ -14,8 +14,8 @@ from PIL import Image
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES
 from generated.errors import ImageValidationFailed
 from generated.storage import INTAKE_CAPS, MAX_IMAGE_PIXELS, REFERENCE_PREFIX
-from runtime.native.image_fetch import FetchPolicy
-from runtime.native.images import IntakePolicy, take_in_images
+from runtime.native.objects.fetch import FetchPolicy
+from runtime.native.objects.intake import IntakePolicy, take_in_images
 from runtime.stores.objects import JPEG
 from runtime.stores.objects_fs import FilesystemObjectStore
 

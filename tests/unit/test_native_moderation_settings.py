@@ -6,7 +6,7 @@ import pytest
 
 from generated.errors import CorruptPrompt
 from runtime.config import Settings
-from runtime.native.moderation import screen
+from runtime.native.requests.moderation import screen
 
 
 def test_patterns_match_case_insensitively_anywhere() -> None:

@@ -1,0 +1,1 @@
+"""Users and money: API keys and the kudos ledger."""

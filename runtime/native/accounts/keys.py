@@ -1,0 +1,73 @@
+"""API keys: generated, stored as SHA-256 digests, resolved to users."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from generated.errors import AnonForbiddenWorker, InvalidAPIKey
+from runtime.native.db.tables import ApiKey, KudosLedger, User
+
+ANONYMOUS_API_KEY = "0000000000"
+"""The public key of the anonymous user (id 0), as upstream."""
+ANONYMOUS_USER_ID = 0
+
+
+def hash_key(api_key: str) -> str:
+    return hashlib.sha256(api_key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def new_api_key() -> str:
+    """22 URL-safe characters, like upstream's keys."""
+    return secrets.token_urlsafe(16)
+
+
+def user_for_key(session: Session, api_key: str | None, *, for_update: bool = False) -> User:
+    """The user owning ``api_key``; a missing header means the anonymous key, as upstream."""
+    key = api_key if api_key else ANONYMOUS_API_KEY
+    query = select(User).join(ApiKey, ApiKey.user_id == User.id)
+    query = query.where(ApiKey.key_hash == hash_key(key))
+    if for_update:
+        query = query.with_for_update(of=User)
+    user = session.scalars(query).first()
+    if user is None:
+        raise InvalidAPIKey()
+    return user
+
+
+def worker_owner_for_key(session: Session, api_key: str | None) -> User:
+    """A registered user for a worker route; the anonymous user may not run workers."""
+    user = user_for_key(session, api_key)
+    if user.id == ANONYMOUS_USER_ID:
+        raise AnonForbiddenWorker()
+    return user
+
+
+def create_user(
+    session: Session, username: str, kudos: float = 0, concurrency: int = 30
+) -> tuple[User, str]:
+    """A new user and its API key (returned once; only the digest is stored)."""
+    user = User(username=username, concurrency=concurrency)
+    session.add(user)
+    session.flush()
+    api_key = new_api_key()
+    session.add(ApiKey(key_hash=hash_key(api_key), user_id=user.id))
+    if kudos:
+        from runtime.native.accounts.kudos import apply_kudos
+
+        apply_kudos(session, user.id, kudos, "grant")
+    session.flush()
+    return user, api_key
+
+
+def ledger_balance(session: Session, user_id: int) -> float:
+    """The balance recomputed from the ledger alone (for audits)."""
+    from sqlalchemy import func
+
+    total = session.scalar(
+        select(func.coalesce(func.sum(KudosLedger.delta), 0)).where(KudosLedger.user_id == user_id)
+    )
+    return float(total)

@@ -1,0 +1,1 @@
+"""The native API's HTTP surface: the Flask app, body reading, errors, rate limits and views."""

@@ -1,0 +1,65 @@
+"""The native API's Flask application factory.
+
+Routes come from ``generated.routes.ROUTES`` (surface ``native``); each operation id this
+issue implements has a view in ``VIEWS``; an operation without one is not registered and
+answers 404 RouteNotFound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask
+
+from generated.routes import ROUTES
+from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
+from runtime.native.api import chat_views as views_chat
+from runtime.native.api import object_views as views_objects
+from runtime.native.api import progress_views as views_progress
+from runtime.native.api import public_views as views_status
+from runtime.native.api import text_views as views_text
+from runtime.native.api import worker_views as views_workers
+from runtime.native.api.context import EXTENSION, NativeContext
+from runtime.native.api.errors import register_error_handlers
+from runtime.native.api.rate_limits import make_limiter, route_limits
+
+VIEWS: dict[str, Callable[..., Any]] = {
+    "text_async": views_text.text_async,
+    "text_status": views_text.text_status_view,
+    "text_cancel": views_text.text_cancel,
+    "chat_async": views_chat.chat_async,
+    "chat_status": views_chat.chat_status_view,
+    "chat_cancel": views_chat.chat_cancel,
+    "text_pop": views_workers.text_pop,
+    "text_submit": views_workers.text_submit,
+    "text_progress": views_progress.text_progress,
+    "heartbeat": views_status.heartbeat,
+    "models": views_status.models,
+    "workers": views_status.workers,
+    "worker": views_status.worker,
+    "user": views_status.user,
+    "users": views_status.users,
+    "object": views_objects.object_download,
+}
+
+
+def create_app(ctx: NativeContext) -> Flask:
+    app = Flask("horde_native")
+    app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes or DEFAULT_MAX_BODY_BYTES
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION] = ctx
+    register_error_handlers(app)
+    limiter = make_limiter(app, ctx.settings.redis_url or "", ctx.settings.rate_limits_enabled)
+    app.extensions["horde_limiter"] = limiter  # flask-limiter keeps only a weak reference
+    limits = route_limits(ctx.policy.rate_limits.scaled(ctx.settings.rate_limit_scale))
+    for operation_id, route in ROUTES.items():
+        view = VIEWS.get(operation_id)
+        if route.surface != "native" or view is None:
+            continue
+        for limit, key_func in limits.get(operation_id, []):
+            view = limiter.limit(limit, key_func=key_func)(view)
+        app.add_url_rule(
+            route.flask_rule, endpoint=operation_id, view_func=view, methods=[route.method]
+        )
+    return app

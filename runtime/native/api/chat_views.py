@@ -1,0 +1,123 @@
+"""Requester views of chat requests: submit, read the status, cancel.
+
+The body goes through ``generated.chat.validate_chat_request`` (the precise refusals: an
+unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
+(``generated.routes.validate_body``); headers through ``validate_headers``. Image parts are
+taken in before the transaction (fetched, checked, stored as JPEG; a bad one is 400 with
+nothing queued), and every object the committed row does not own is deleted again (a
+refusal, a dry run, an operation-key replay). A caller with
+the service passkey (the front) has its forwarded source address trusted; a wrong passkey
+(malformed included) is 403 on every chat route. A cancel publishes the completion signal
+after its commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, jsonify, request
+
+from generated.chat import validate_chat_request
+from generated.routes import (
+    HEADER_APIKEY,
+    HEADER_CLIENT_AGENT,
+    HEADER_X_OPERATION_KEY,
+    validate_body,
+)
+from generated.signals import CHAT_EVENT_CANCELLED
+from runtime.native.accounts.keys import user_for_key
+from runtime.native.api.body import checked_headers, parse_json
+from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
+from runtime.native.requests.chat import (
+    ChatSubmitted,
+    OperationKeyRace,
+    create_chat_request,
+    get_chat_request,
+)
+from runtime.native.requests.chat_status import chat_status
+from runtime.native.api.context import native
+from runtime.native.queue.sweep import utcnow
+from runtime.native.objects.offload import offload_threshold
+from runtime.native.progress.settlement import settle_cancelled_streams
+from runtime.native.api.service_passkey import source_address, trusted_service
+from runtime.native.requests.signals import publish_chat_event
+from runtime.native.requests.text import cancel_text_request
+from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
+from runtime.stores.database import transaction
+
+OPERATION_KEY_ATTEMPTS = 2
+"""A lost race on a new operation key is retried once; the retry finds the winner's row."""
+
+
+def chat_async() -> tuple[Response, int]:
+    ctx = native()
+    trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
+    checked_headers("chat_async")
+    raw = parse_json(request.get_data(cache=True))
+    chat_request = validate_chat_request(raw)
+    validate_body("chat_async", raw)
+    assert ctx.objects is not None
+    with transaction(ctx.sessions) as session:  # a wrong key fetches and stores nothing
+        user_for_key(session, request.headers.get(HEADER_APIKEY))
+    stored_request, objects = take_in(
+        chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
+    )
+    try:
+        result = _create(stored_request, chat_request, objects)
+    except BaseException:
+        objects.discard_unowned(())
+        raise
+    objects.discard_unowned(result.object_keys)
+    if result.id is None:
+        return jsonify(kudos=float(result.kudos)), 200
+    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+
+
+def _create(
+    stored_request: dict[str, Any], original: dict[str, Any], objects: ChatObjects
+) -> ChatSubmitted:
+    ctx = native()
+    for attempt in range(OPERATION_KEY_ATTEMPTS):
+        try:
+            with transaction(ctx.sessions) as session:
+                user = user_for_key(session, request.headers.get(HEADER_APIKEY), for_update=True)
+                return create_chat_request(
+                    session,
+                    ctx.policy,
+                    user,
+                    stored_request,
+                    moderation_patterns=ctx.settings.moderation_patterns,
+                    operation_key=request.headers.get(HEADER_X_OPERATION_KEY),
+                    client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
+                    ipaddr=source_address(ctx.settings),
+                    now=utcnow(),
+                    original=original,
+                    objects=objects,
+                )
+        except OperationKeyRace:
+            if attempt + 1 == OPERATION_KEY_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
+
+
+def chat_status_view(id: str) -> Response:
+    ctx = native()
+    trusted_service(ctx.settings)
+    with transaction(ctx.sessions) as session:
+        wp = get_chat_request(session, id)
+        return jsonify(chat_status(session, ctx.policy, wp, utcnow()))
+
+
+def chat_cancel(id: str) -> Response:
+    ctx = native()
+    trusted_service(ctx.settings)
+    with transaction(ctx.sessions) as session:
+        wp = get_chat_request(session, id, lock=True)
+        was_active, wp_id = wp.active, wp.id
+        settle_cancelled_streams(session, ctx.redis, wp, utcnow())  # streamed: posted text
+        cancel_text_request(session, wp)
+        body = chat_status(session, ctx.policy, wp, utcnow())
+    if was_active:
+        publish_chat_event(ctx.redis, wp_id, CHAT_EVENT_CANCELLED)
+    release_ended(ctx.sessions, ctx.objects, [wp_id])
+    return jsonify(body)

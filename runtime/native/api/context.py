@@ -1,0 +1,34 @@
+"""What every view of the native app needs, kept on ``app.extensions``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from flask import current_app
+from redis import Redis
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.config import Settings
+from runtime.native.queue.policy import Policy
+
+if TYPE_CHECKING:
+    from runtime.stores.objects import ObjectStore
+
+EXTENSION = "horde_native"
+
+
+@dataclass
+class NativeContext:
+    settings: Settings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    redis: Redis
+    policy: Policy
+    objects: ObjectStore | None = None  # set once the service knows its URL
+
+
+def native() -> NativeContext:
+    ctx: NativeContext = current_app.extensions[EXTENSION]
+    return ctx

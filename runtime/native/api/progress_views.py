@@ -1,0 +1,48 @@
+"""POST /api/v2/generate/text/progress: a worker posts the content of a streamed job.
+
+Authenticated by the lease written at pop (the digest of the popping key), so the route
+reads Redis only, never Postgres. A 409 body adds ``last_seq`` and ``posted_chars`` beside
+``{message, rc}``: the worker resumes with seq ``last_seq + 1`` and its text after the first
+``posted_chars`` characters (``runtime.worker.progress_poster`` does this).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from flask import Response, jsonify, request
+
+from generated.errors import AnonForbiddenWorker, InvalidJobID, ProgressOutOfOrder
+from generated.routes import HEADER_APIKEY
+from runtime.native.accounts.keys import ANONYMOUS_API_KEY, hash_key
+from runtime.native.api.body import checked_headers, json_body
+from runtime.native.api.context import native
+from runtime.native.progress.protocol import post_progress
+
+OPERATION = "text_progress"
+
+
+def _generation_id(raw: str) -> str:
+    """Generation ids are UUIDs; anything else names no job."""
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise InvalidJobID(id=raw[:100]) from None
+
+
+def text_progress() -> Response:
+    checked_headers(OPERATION)
+    body = json_body(OPERATION)
+    api_key = request.headers.get(HEADER_APIKEY) or ANONYMOUS_API_KEY
+    if api_key == ANONYMOUS_API_KEY:
+        raise AnonForbiddenWorker()
+    generation_id = _generation_id(body["id"])
+    try:
+        ack = post_progress(
+            native().redis, generation_id, hash_key(api_key), body["seq"], body["delta"]
+        )
+    except ProgressOutOfOrder as gap:
+        response = jsonify({**gap.native_body(), **(gap.metadata or {})})
+        response.status_code = gap.native_status or 409
+        return response
+    return jsonify(last_seq=ack.last_seq, cancelled=ack.cancelled)

@@ -1,0 +1,55 @@
+"""Requester views: submit a text request, read its status, cancel it."""
+
+from __future__ import annotations
+
+from flask import Response, jsonify, request
+
+from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT
+from runtime.native.accounts.keys import user_for_key
+from runtime.native.api.body import checked_headers, json_body
+from runtime.native.api.context import native
+from runtime.native.queue.sweep import utcnow
+from runtime.native.requests.text import (
+    cancel_text_request,
+    create_text_request,
+    get_text_request,
+    text_status,
+)
+from runtime.stores.database import transaction
+
+DEFAULT_CLIENT_AGENT = "unknown:0:unknown"
+
+
+def text_async() -> tuple[Response, int]:
+    checked_headers("text_async")
+    body = json_body("text_async")
+    ctx = native()
+    with transaction(ctx.sessions) as session:
+        user = user_for_key(session, request.headers.get(HEADER_APIKEY), for_update=True)
+        result = create_text_request(
+            session,
+            ctx.policy,
+            user,
+            body,
+            client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
+            ipaddr=request.remote_addr or "",
+            now=utcnow(),
+        )
+    if result.id is None:
+        return jsonify(kudos=float(result.kudos)), 200
+    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+
+
+def text_status_view(id: str) -> Response:
+    ctx = native()
+    with transaction(ctx.sessions) as session:
+        wp = get_text_request(session, id)
+        return jsonify(text_status(session, ctx.policy, wp, utcnow()))
+
+
+def text_cancel(id: str) -> Response:
+    ctx = native()
+    with transaction(ctx.sessions) as session:
+        wp = get_text_request(session, id, lock=True)
+        cancel_text_request(session, wp)
+        return jsonify(text_status(session, ctx.policy, wp, utcnow()))

@@ -1,0 +1,216 @@
+"""Worker views: pop a job (text, or chat with a chat declaration), submit its result.
+
+A chat job's payload is the narrowed chat payload (``generated.chat.chat_job_payload``),
+never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
+landed generation or an ended request publishes the completion signal after the commit.
+
+A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
+pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it.
+
+A chat job's images and offloaded messages are resolved after the commit that releases the
+queue's row lock (``chat_objects.dispatch_messages``: messages_url, signed image URLs or
+inlined bytes); if the store cannot serve them, the job is faulted with the reason and the
+worker is told there is no job. A request that ends releases its stored objects.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Response, jsonify, request
+
+from generated.chat import chat_job_payload, parse_worker_declaration
+from generated.chat.names import REPLY_USAGE
+from generated.errors import InvalidPayload, UnservableJob
+from generated.routes import HEADER_APIKEY
+from generated.signals import CHAT_EVENT_GENERATION
+from generated.streaming import streams_deltas
+from runtime.native.accounts.keys import hash_key, worker_owner_for_key
+from runtime.native.api.body import checked_headers, int64, json_body
+from runtime.native.objects.lifecycle import dispatch_messages, release_ended
+from runtime.native.requests.chat import stored_request
+from runtime.native.queue.chat_submit import (
+    REPLY_KEYS,
+    ChatSubmission,
+    fault_chat_job,
+    is_chat_job,
+    submit_chat_job,
+)
+from runtime.native.api.context import native
+from runtime.native.queue.submit import Submission, submit_text_job
+from runtime.native.queue.sweep import utcnow
+from runtime.native.progress.protocol import finish, mark_ended, write_lease
+from runtime.native.queue.jobs import Popped, job_payload, pop_text_job, register_worker
+from runtime.native.requests.signals import publish_chat_event
+from runtime.stores.database import transaction
+
+INT32 = 2**31 - 1
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """What a chat pop hands out, read under the row lock and sent after its commit."""
+
+    wp_id: uuid.UUID
+    generation_id: uuid.UUID
+    model: str
+    ttl: int
+    payload: dict[str, Any]
+    messages_object: str | None
+    stream: bool
+
+
+def text_pop() -> Response:
+    checked_headers("text_pop")
+    body = json_body("text_pop")
+    # The worker table stores lengths as INTEGER; a larger declaration means "any".
+    body["max_length"] = min(body["max_length"], INT32)
+    body["max_context_length"] = min(body["max_context_length"], INT32)
+    declaration = parse_worker_declaration(body)
+    ctx = native()
+    now = utcnow()
+    with transaction(ctx.sessions) as session:
+        user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
+        worker = register_worker(session, user, body, now, declaration)
+    with transaction(ctx.sessions) as session:
+        popped = pop_text_job(
+            session, ctx.policy, worker, user.trusted, body["amount"], now, declaration
+        )
+        if popped.wp is None:
+            return _no_job(popped.skipped)
+        if popped.wp.is_chat:
+            chat_job = _chat_job(popped, declaration)
+        else:
+            return _text_job(popped)
+    return _send_chat_job(chat_job, declaration)
+
+
+def _no_job(skipped: dict[str, int]) -> Response:
+    return jsonify(payload={}, id=None, ids=[], model=None, ttl=None, skipped=skipped)
+
+
+def _text_job(popped: Popped) -> Response:
+    assert popped.wp is not None
+    ids = [str(g.id) for g in popped.generations]
+    return jsonify(
+        payload=job_payload(popped.wp, len(ids)),
+        id=ids[0],
+        ids=ids,
+        model=popped.generations[0].model,
+        ttl=popped.generations[0].ttl,
+        softprompt=popped.wp.softprompt,
+        is_chat=False,
+        skipped={},
+    )
+
+
+def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
+    assert popped.wp is not None
+    gen = popped.generations[0]
+    chat_request = stored_request(popped.wp)
+    payload = chat_job_payload(
+        chat_request, declaration, max_tokens=popped.wp.max_tokens_lowered_to
+    )
+    return ChatJob(
+        wp_id=popped.wp.id,
+        generation_id=gen.id,
+        model=gen.model,
+        ttl=gen.ttl,
+        payload=payload,
+        messages_object=popped.wp.messages_object,
+        stream=streams_deltas(chat_request),
+    )
+
+
+def _send_chat_job(job: ChatJob, declaration: dict[str, Any]) -> Response:
+    ctx = native()
+    assert ctx.objects is not None
+    try:
+        payload = dispatch_messages(job.payload, job.messages_object, ctx.objects, declaration)
+    except Exception as exc:  # a missing object or an unreachable store: fault, no job
+        log.exception("chat job %s: its objects could not be sent", job.generation_id)
+        _fault_unsendable(job, UnservableJob(detail=f"the horde could not send it ({exc})"))
+        return _no_job({})
+    if job.stream:
+        owner = hash_key(request.headers.get(HEADER_APIKEY) or "")
+        write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl)
+    return jsonify(
+        payload=payload,
+        id=str(job.generation_id),
+        ids=[str(job.generation_id)],
+        model=job.model,
+        ttl=job.ttl,
+        is_chat=True,
+        stream=job.stream,
+        skipped={},
+    )
+
+
+def _fault_unsendable(job: ChatJob, reason: UnservableJob) -> None:
+    ctx = native()
+    note = [{"type": reason.code, "value": reason.message}]
+    with transaction(ctx.sessions) as session:
+        outcome = fault_chat_job(session, ctx.policy, job.generation_id, job.wp_id, note, utcnow())
+    if outcome.ended:
+        publish_chat_event(ctx.redis, job.wp_id, outcome.ended)
+        release_ended(ctx.sessions, ctx.objects, [job.wp_id])
+
+
+def _chat_submit(body: dict[str, Any]) -> Response:
+    submission = ChatSubmission(
+        generation_id=body["id"],
+        state=body["state"],
+        reply={key: body.get(key) for key in REPLY_KEYS},
+        usage=body.get(REPLY_USAGE),
+        seed=int64(body.get("seed"), "seed"),
+        gen_metadata=body.get("gen_metadata") or [],
+    )
+    ctx = native()
+    with transaction(ctx.sessions) as session:
+        user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
+        outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
+    end_lease = finish if outcome.landed else mark_ended
+    end_lease(ctx.redis, str(outcome.generation_id))
+    if outcome.landed:
+        publish_chat_event(
+            ctx.redis,
+            outcome.wp_id,
+            CHAT_EVENT_GENERATION,
+            generation_id=str(outcome.generation_id),
+        )
+    if outcome.ended:
+        publish_chat_event(ctx.redis, outcome.wp_id, outcome.ended)
+        release_ended(ctx.sessions, ctx.objects, [outcome.wp_id])
+    if outcome.refusal is not None:
+        raise outcome.refusal
+    return jsonify(reward=float(outcome.reward))
+
+
+def text_submit() -> Response:
+    checked_headers("text_submit")
+    body = json_body("text_submit")
+    with transaction(native().sessions) as session:
+        chat = is_chat_job(session, body["id"])
+    if chat:
+        return _chat_submit(body)
+    text = body.get("generation")
+    if text is None and body["state"] != "faulted":
+        raise InvalidPayload(
+            field="generation", problem="is required for a text job", param="generation"
+        )
+    submission = Submission(
+        generation_id=body["id"],
+        text=text or "",
+        state=body["state"],
+        seed=int64(body.get("seed"), "seed"),
+        gen_metadata=body.get("gen_metadata") or [],
+    )
+    ctx = native()
+    with transaction(ctx.sessions) as session:
+        user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
+        reward = submit_text_job(session, ctx.policy, user, submission, utcnow())
+    return jsonify(reward=float(reward))

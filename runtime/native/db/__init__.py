@@ -1,0 +1,1 @@
+"""The database: table definitions and the Alembic migrations that create them."""

@@ -1,0 +1,1 @@
+"""A chat request's objects: image intake and fetch, transports at pop, message offload, release."""

@@ -1,0 +1,204 @@
+"""Image intake at submit (design doc: "Images by the declared transport").
+
+``take_in_images(messages, store, policy)`` fetches every image part (https URL or data
+URL), checks it is a real image within the count, byte and pixel caps, normalises it to
+JPEG, stores it and puts a reference (``generated.storage.REFERENCE_PREFIX`` + key) where
+its URL was. A bad image raises ImageValidationFailed (400) naming the message and part;
+images stored before it are deleted, so the caller, which queues nothing, leaves nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import io
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from generated.chat import LIMITS
+from generated.chat.messages import image_parts
+from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES, PARAM_MESSAGES
+from generated.errors import ImageValidationFailed
+from generated.storage import (
+    IMAGE_URL_KEY,
+    INPUT_FORMATS,
+    INTAKE_CAPS,
+    JPEG_QUALITY,
+    MAX_IMAGE_PIXELS,
+    PART_IMAGE,
+    REFERENCE_PREFIX,
+)
+from runtime.native.objects.fetch import FetchPolicy, FetchRefused, fetch_public
+from runtime.stores.objects import JPEG, ObjectStore, new_key
+
+IMAGE_KIND = "img"
+DATA_PREFIX = "data:"
+_ALPHA_MODES = {"RGBA", "LA", "PA", "RGBa", "La"}
+
+
+class BadImage(Exception):
+    """Why one image was refused (before the part's position is known)."""
+
+
+@dataclass(frozen=True)
+class IntakePolicy:
+    max_images: int = INTAKE_CAPS[LIMIT_MAX_IMAGES]
+    max_pixels: int = MAX_IMAGE_PIXELS
+    fetch: FetchPolicy = field(default_factory=FetchPolicy)
+
+    @property
+    def max_bytes(self) -> int:
+        return self.fetch.max_bytes
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    key: str
+    size: int  # bytes of the stored JPEG
+    width: int
+    height: int
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    messages: list[dict[str, Any]]  # image URLs replaced by references
+    images: list[StoredImage]
+
+    def limit_measures(self) -> dict[str, int]:
+        """The request's measures of the image limits, by chat_limits name (the stored
+        JPEG's size is what a worker receives)."""
+        if not self.images:
+            return {}
+        measures = {LIMIT_MAX_IMAGES: len(self.images)}
+        measures[LIMIT_MAX_IMAGE_BYTES] = max(image.size for image in self.images)
+        return {name: value for name, value in measures.items() if name in LIMITS}
+
+
+def reference(key: str) -> str:
+    return REFERENCE_PREFIX + key
+
+
+def referenced_key(url: str) -> str | None:
+    """The object key of a stored part's reference, None for any other URL."""
+    return url[len(REFERENCE_PREFIX) :] if url.startswith(REFERENCE_PREFIX) else None
+
+
+def take_in_images(
+    messages: list[dict[str, Any]], store: ObjectStore, policy: IntakePolicy | None = None
+) -> IntakeResult:
+    policy = policy or IntakePolicy()
+    located = _located_parts(messages)
+    if len(located) > policy.max_images:
+        raise ImageValidationFailed(
+            reason=f"{len(located)} image parts; at most {policy.max_images} are accepted",
+            param=PARAM_MESSAGES,
+        )
+    out = copy.deepcopy(messages)
+    stored: list[StoredImage] = []
+    try:
+        for i, j in located:
+            holder = out[i]["content"][j][PART_IMAGE]
+            where = f"messages[{i}].content[{j}]"
+            try:
+                image = _store(normalise(_load(holder[IMAGE_URL_KEY], policy), policy), store)
+            except BadImage as exc:
+                raise ImageValidationFailed(reason=f"{where}: {exc}", param=where) from None
+            stored.append(image)
+            holder[IMAGE_URL_KEY] = reference(image.key)
+    except BaseException:
+        for image in stored:
+            store.delete(image.key)
+        raise
+    return IntakeResult(out, stored)
+
+
+def _located_parts(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(message index, part index) of every image part, in order."""
+    wanted = {id(part) for part in image_parts(messages)}
+    return [
+        (i, j)
+        for i, message in enumerate(messages)
+        if isinstance(message.get("content"), list)
+        for j, part in enumerate(message["content"])
+        if id(part) in wanted
+    ]
+
+
+def _load(url: str, policy: IntakePolicy) -> bytes:
+    if url.startswith(DATA_PREFIX):
+        return decode_data_url(url, policy.max_bytes)
+    try:
+        return fetch_public(url, policy.fetch)
+    except FetchRefused as exc:
+        raise BadImage(exc.reason) from None
+
+
+def decode_data_url(url: str, max_bytes: int) -> bytes:
+    header, sep, data = url.partition(",")
+    if not sep or not header.endswith(";base64"):
+        raise BadImage("a data URL must be base64 (data:image/...;base64,...)")
+    if len(data) * 3 // 4 > max_bytes + 2:
+        raise BadImage(f"the image is over the limit of {max_bytes} bytes")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadImage("the data URL is not valid base64") from None
+    if len(raw) > max_bytes:
+        raise BadImage(f"the image is {len(raw)} bytes, over the limit of {max_bytes}")
+    return raw
+
+
+def normalise(raw: bytes, policy: IntakePolicy) -> tuple[bytes, int, int]:
+    """The image as JPEG (first frame, EXIF orientation applied, alpha on white), checked
+    for format and pixel count before it is decoded."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            source = Image.open(io.BytesIO(raw))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise BadImage(f"the image has more than {policy.max_pixels} pixels") from None
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise BadImage("the data is not an image") from None
+    with source:
+        if source.format not in INPUT_FORMATS:
+            accepted = ", ".join(sorted(INPUT_FORMATS))
+            raise BadImage(f"{source.format} images are not accepted ({accepted} are)")
+        width, height = source.size
+        if width * height > policy.max_pixels:
+            raise BadImage(
+                f"the image is {width}x{height}, over the limit of {policy.max_pixels} pixels"
+            )
+        try:
+            source.seek(0)
+            source.load()
+            image = ImageOps.exif_transpose(source)
+            jpeg = _as_jpeg(image)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            raise BadImage("the image could not be decoded") from None
+    return jpeg, image.width, image.height
+
+
+def _as_jpeg(image: Image.Image) -> bytes:
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in _ALPHA_MODES:
+        rgba = image.convert("RGBA")
+        flat = Image.new("RGB", rgba.size, (255, 255, 255))
+        flat.paste(rgba, mask=rgba.getchannel("A"))
+        image = flat
+    elif image.mode != "RGB":
+        image = image.convert("RGB")
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=JPEG_QUALITY, optimize=True)
+    return out.getvalue()
+
+
+def _store(normalised: tuple[bytes, int, int], store: ObjectStore) -> StoredImage:
+    jpeg, width, height = normalised
+    key = new_key(IMAGE_KIND, "jpg")
+    store.put(key, jpeg, JPEG)
+    return StoredImage(key=key, size=len(jpeg), width=width, height=height)

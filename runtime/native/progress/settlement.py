@@ -1,0 +1,102 @@
+"""The cancel settlement of streamed generations (design doc "Pricing by the text output
+estimate" and the lease diagram's Cancelled state).
+
+When a request is cancelled, each of its generations still in flight that posted progress
+is settled on the content posted before the cancel, which the Horde measured: the worker
+is paid for it and the requester charged for it through the same output estimate as a
+submitted reply, and the job is not counted as dropped (no abort, no fault). The posted
+text becomes the generation's text, so the status shows what was charged.
+
+Call ``settle_cancelled_streams`` inside the cancel's transaction, before the generations
+still in flight are marked cancelled unpaid (``cancel_text_request`` does that for the
+rest). It first sets the lease's cancel flag, so nothing more is appended and the worker's
+next acknowledgement says ``cancelled: true``; a retried cancel settles the same text once,
+since the settlement claims the generation with a compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from redis import Redis
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from generated.chat import CHARGE_BASIS, output_estimate
+from generated.streaming import STREAMED_REPLY_PART
+from runtime.native.accounts import kudos
+from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.progress.protocol import mark_cancelled, posted_text
+from runtime.native.requests.rows import unfinished
+
+SETTLED_STATE = "ok"
+
+
+@dataclass(frozen=True)
+class Settled:
+    generation_id: str
+    text: str
+    tokens: int
+    reward: Decimal
+
+
+def settle_generation(
+    session: Session, redis: Redis, wp: WaitingPrompt, gen: Generation, now: datetime
+) -> Settled | None:
+    """Cancel one streamed generation and settle it on its posted text (None: nothing posted)."""
+    generation_id = str(gen.id)
+    mark_cancelled(redis, generation_id)
+    text = posted_text(redis, str(wp.id), generation_id)
+    if not text:
+        return None
+    worker, owner = session.execute(
+        select(Worker, User).join(User, User.id == Worker.user_id).where(Worker.id == gen.worker_id)
+    ).one()
+    reply = {STREAMED_REPLY_PART: text}
+    tokens = output_estimate(reply, wp.max_length)
+    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, owner.trusted)
+    values: dict[str, Any] = {
+        "generation": text,
+        "state": SETTLED_STATE,
+        "reward": reward,
+        "charge": reward,
+        "cancelled": True,
+        "completed_at": now,
+    }
+    if wp.is_chat:  # the status shows the posted content, without a finish reason
+        values |= {"reply": reply, "charge_basis": CHARGE_BASIS}
+    claimed = session.execute(
+        update(Generation)
+        .where(Generation.id == gen.id, *unfinished())
+        .values(**values)
+        .returning(Generation.id)
+    ).first()
+    if claimed is None:
+        return None
+    kudos.apply_kudos(
+        session, owner.id, reward, "reward", wp_id=wp.id, generation_id=gen.id, worker_id=worker.id
+    )
+    kudos.apply_kudos(session, wp.user_id, -reward, "charge", wp_id=wp.id, generation_id=gen.id)
+    session.execute(
+        update(Worker)
+        .where(Worker.id == worker.id)
+        .values(kudos=Worker.kudos + reward, contributions=Worker.contributions + tokens)
+    )
+    return Settled(generation_id, text, tokens, reward)
+
+
+def settle_cancelled_streams(
+    session: Session, redis: Redis, wp: WaitingPrompt, now: datetime
+) -> list[Settled]:
+    """Settle every generation of ``wp`` still in flight on what it posted."""
+    gens = session.scalars(
+        select(Generation)
+        .where(Generation.wp_id == wp.id, *unfinished())
+        .order_by(Generation.start_time)
+        .with_for_update()
+    ).all()
+    settled = [settle_generation(session, redis, wp, gen, now) for gen in gens]
+    return [s for s in settled if s is not None]

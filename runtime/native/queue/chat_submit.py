@@ -1,0 +1,151 @@
+"""A worker's structured chat submit: verified, stored once, charged on the output estimate.
+
+The reply (content, reasoning_content, tool_calls, finish_reason) is checked by
+``generated.chat.verify_chat_reply`` against the stored request (the client's values). A
+refusal faults the job on that worker exactly like a submit with state faulted: it counts
+toward the request's fault limit and the request goes back to the queue until then. The
+caller commits that fault and then answers with the refusal (400 ChatReplyRejected).
+
+A kept reply is claimed with the same compare-and-set as a text submit, charged and
+rewarded through the text formula on ``output_estimate`` (never on the reported counts,
+which are stored and shown), with ``charge_basis`` stored on the generation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from generated.chat import CHARGE_BASIS, output_estimate, reply_text, verify_chat_reply
+from generated.chat.names import (
+    FINISH_STOP,
+    FINISH_TOOL_CALLS,
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+)
+from generated.errors import ChatReplyRejected, HordeError
+from generated.routes import DEFS
+from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
+from runtime.native.requests.chat import stored_request
+from runtime.native.queue.submit import FAULTED, fault_job, land_job, load_job
+from runtime.native.db.tables import Generation, User, WaitingPrompt
+from runtime.native.queue.policy import Policy
+
+USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
+# The reply as stored; the reported usage is kept apart (reported_usage).
+REPLY_KEYS = (REPLY_CONTENT, REPLY_REASONING_CONTENT, REPLY_TOOL_CALLS, REPLY_FINISH_REASON)
+
+
+@dataclass(frozen=True)
+class ChatSubmission:
+    generation_id: str
+    state: str
+    reply: dict[str, Any]
+    usage: dict[str, Any] | None
+    seed: int | None
+    gen_metadata: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class ChatSubmitOutcome:
+    wp_id: uuid.UUID
+    generation_id: uuid.UUID
+    reward: Decimal = Decimal(0)
+    landed: bool = False
+    ended: str | None = None
+    """The completion-signal event when the request ended with this submit."""
+    refusal: HordeError | None = None
+    """Verification refused the reply: the job was faulted; answer with this after commit."""
+
+
+def is_chat_job(session: Session, generation_id: str) -> bool | None:
+    """Whether a job id is a chat job (None when no such job)."""
+    try:
+        gen_id = uuid.UUID(generation_id)
+    except ValueError:
+        return None
+    return session.scalar(
+        select(WaitingPrompt.is_chat)
+        .join(Generation, Generation.wp_id == WaitingPrompt.id)
+        .where(Generation.id == gen_id)
+    )
+
+
+def reported_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
+    """Every reported count, null where the worker did not report it."""
+    usage = usage or {}
+    return {key: usage.get(key) for key in USAGE_KEYS}
+
+
+def ended_event(wp: WaitingPrompt) -> str | None:
+    if wp.active:
+        return None
+    if wp.faulted:
+        return CHAT_EVENT_FAULTED
+    return CHAT_EVENT_CANCELLED if wp.cancelled else CHAT_EVENT_DONE
+
+
+def _fault(
+    session: Session,
+    policy: Policy,
+    gen: Generation,
+    wp_id: uuid.UUID,
+    now: datetime,
+    metadata: list[Any],
+) -> ChatSubmitOutcome:
+    fault_job(session, policy, gen.id, now, {"state": FAULTED, "gen_metadata": metadata})
+    wp = session.scalars(select(WaitingPrompt).where(WaitingPrompt.id == wp_id)).one()
+    return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
+
+
+def fault_chat_job(
+    session: Session,
+    policy: Policy,
+    generation_id: uuid.UUID,
+    wp_id: uuid.UUID,
+    metadata: list[Any],
+    now: datetime,
+) -> ChatSubmitOutcome:
+    """Fault a handed-out job the horde itself could not send (as a worker's fault)."""
+    gen = session.scalars(select(Generation).where(Generation.id == generation_id)).one()
+    return _fault(session, policy, gen, wp_id, now, metadata)
+
+
+def submit_chat_job(
+    session: Session, policy: Policy, user: User, sub: ChatSubmission, now: datetime
+) -> ChatSubmitOutcome:
+    gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
+    if sub.state == FAULTED:
+        return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
+    try:
+        reply = verify_chat_reply(stored_request(wp), sub.reply)
+    except ChatReplyRejected as refusal:
+        note = [*sub.gen_metadata, {"type": refusal.code, "value": str(refusal)}][-50:]
+        outcome = _fault(session, policy, gen, wp.id, now, note)
+        outcome.refusal = refusal
+        return outcome
+    reply = {key: reply.get(key) for key in REPLY_KEYS}
+    reply[REPLY_TOOL_CALLS] = list(reply[REPLY_TOOL_CALLS] or [])
+    if not reply[REPLY_FINISH_REASON]:
+        reply[REPLY_FINISH_REASON] = FINISH_TOOL_CALLS if reply[REPLY_TOOL_CALLS] else FINISH_STOP
+    tokens = output_estimate(reply, wp.max_length)
+    stored = {
+        "generation": reply_text(reply),
+        "reply": reply,
+        "reported_usage": reported_usage(sub.usage),
+        "charge_basis": CHARGE_BASIS,
+        "seed": sub.seed,
+        "gen_metadata": sub.gen_metadata,
+    }
+    reward, locked = land_job(session, user, worker.id, wp, gen, tokens, sub.state, now, stored)
+    return ChatSubmitOutcome(
+        wp_id=wp.id, generation_id=gen.id, reward=reward, landed=True, ended=ended_event(locked)
+    )

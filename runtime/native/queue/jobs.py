@@ -1,0 +1,137 @@
+"""The worker side of the text queue: register on pop, hand out jobs, take submissions.
+
+A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priority, then
+age), so concurrent pops never hand out the same job. Text and chat requests share the
+queue: a pop with a chat declaration also matches the chat requests it covers
+(``chat_fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
+Submissions are ``job_submit``'s.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, case, false, func, or_, select
+from sqlalchemy.orm import Session
+
+from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
+from generated.errors import (
+    WorkerMaintenance,
+    WrongCredentials,
+)
+from runtime.native.queue.chat_fit import chat_queue_filters
+from runtime.native.queue.fit import SKIP_REASONS, pick_model, queue_filters
+from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.queue.policy import Policy
+from runtime.native.requests.rows import queued
+
+
+@dataclass
+class Popped:
+    wp: WaitingPrompt | None = None
+    generations: list[Generation] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+def register_worker(
+    session: Session,
+    user: User,
+    body: dict[str, Any],
+    now: datetime,
+    declaration: dict[str, Any] | None = None,
+) -> Worker:
+    """The pop's worker, created or refreshed from its declaration; owned by ``user``.
+
+    ``declaration`` is the parsed chat declaration; kept only when it declares chat_jobs.
+    """
+    worker = session.scalars(
+        select(Worker).where(Worker.name == body["name"]).with_for_update()
+    ).first()
+    if worker is None:
+        worker = Worker(id=uuid.uuid4(), name=body["name"], user_id=user.id)
+        session.add(worker)
+    elif worker.user_id != user.id:
+        raise WrongCredentials()
+    worker.models = list(dict.fromkeys(body.get("models") or []))
+    worker.max_length = body["max_length"]
+    worker.max_context_length = body["max_context_length"]
+    worker.threads = body.get("threads", 1)
+    worker.nsfw = bool(body.get("nsfw"))
+    worker.bridge_agent = (body.get("bridge_agent") or "")[:255]
+    chat = bool(declaration and declaration[DECL_CHAT_JOBS])
+    worker.chat_declaration = declaration if chat else None
+    worker.prompt_jobs = bool(declaration[DECL_PROMPT_JOBS]) if declaration else True
+    worker.last_check_in = now
+    session.flush()
+    if worker.maintenance:
+        raise WorkerMaintenance(name=worker.name, reason=worker.maintenance_reason or "")
+    return worker
+
+
+def pop_text_job(
+    session: Session,
+    policy: Policy,
+    worker: Worker,
+    trusted: bool,
+    amount: int,
+    now: datetime,
+    declaration: dict[str, Any] | None = None,
+) -> Popped:
+    """The next job ``worker`` may take, text or (with a chat declaration) chat."""
+    filters = queue_filters(worker, trusted)
+    kinds = []
+    if declaration is None or declaration[DECL_PROMPT_JOBS]:
+        kinds.append(and_(WaitingPrompt.is_chat.is_(False), *filters))
+    if declaration is not None and declaration[DECL_CHAT_JOBS]:
+        kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
+    wp = session.scalars(
+        select(WaitingPrompt)
+        .where(
+            *queued(),
+            WaitingPrompt.expiry > now,
+            or_(false(), *kinds),
+        )
+        .order_by(WaitingPrompt.extra_priority.desc(), WaitingPrompt.created.asc())
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).first()
+    if wp is None:
+        return Popped(skipped=skipped_counts(session, filters, now))
+    take = 1 if wp.is_chat or wp.params.get("disable_batching") else max(1, min(amount, wp.n))
+    wp.n -= take
+    model = declaration[DECL_MODEL_ID] if wp.is_chat and declaration else pick_model(worker, wp)
+    gens = [
+        Generation(
+            id=uuid.uuid4(),
+            wp_id=wp.id,
+            worker_id=worker.id,
+            model=model,
+            start_time=now,
+            ttl=policy.generation_ttl_seconds,
+            gen_metadata=[],
+        )
+        for _ in range(take)
+    ]
+    session.add_all(gens)
+    session.flush()
+    return Popped(wp=wp, generations=gens)
+
+
+def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[str, int]:
+    """How many waiting requests each filter turned away (upstream's ``skipped``)."""
+    columns = [func.count(case((~f, 1))) for f in filters]
+    row = session.execute(
+        select(*columns).where(
+            *queued(),
+            WaitingPrompt.is_chat.is_(False),
+            WaitingPrompt.expiry > now,
+        )
+    ).one()
+    return {name: int(v) for name, v in zip(SKIP_REASONS, row, strict=True) if v}
+
+
+def job_payload(wp: WaitingPrompt, count: int) -> dict[str, Any]:
+    return {**wp.params, "prompt": wp.prompt, "n": count}

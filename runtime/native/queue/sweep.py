@@ -1,0 +1,191 @@
+"""The lifecycle sweep: stale jobs aborted and requeued, faults counted, requests expired.
+
+``sweep(sessions, policy)`` does one pass (tests call it directly with a ``now``);
+``Sweeper`` runs it periodically in a daemon thread started with the app. Given a Redis
+client, a pass ends the progress lease of every streamed generation it aborted (the ended
+marker and a faulted entry, so a front relaying that stream stops at once) and publishes
+the completion signal of every chat request it faulted or expired.
+Given the object store, it deletes an expired request's objects with its row, and releases
+those of every other ended request that still owns some (a release the routes missed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from redis import Redis
+from sqlalchemy import delete, exists, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from generated.signals import CHAT_EVENT_EXPIRED, CHAT_EVENT_FAULTED
+from runtime.native.accounts import kudos
+from runtime.native.objects.lifecycle import delete_objects, ended_with_objects, release_ended
+from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.queue.policy import Policy
+from runtime.native.progress.protocol import mark_ended
+from runtime.native.requests.signals import publish_chat_event
+from runtime.stores.database import transaction
+from runtime.stores.objects import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def fault_generation(
+    session: Session, policy: Policy, gen_id: uuid.UUID, now: datetime, *, aborted: bool
+) -> None:
+    """Fault a job and give its request the slot back; fault the request past the limit.
+
+    ``aborted``: the job ran out of time (counts toward the worker's maintenance limit).
+    """
+    gen = session.scalars(select(Generation).where(Generation.id == gen_id)).one()
+    gen.faulted = True
+    if aborted:
+        gen.aborted = True
+        gen.aborted_at = now
+    wp = session.scalars(
+        select(WaitingPrompt).where(WaitingPrompt.id == gen.wp_id).with_for_update()
+    ).one()
+    faults = session.scalar(
+        select(func.count())
+        .select_from(Generation)
+        .where(Generation.wp_id == wp.id, Generation.faulted.is_(True))
+    )
+    if wp.active and not wp.cancelled:
+        wp.n += 1
+    if faults > policy.fault_limit:
+        wp.faulted = True
+        wp.n = 0
+        wp.active = False
+        kudos.release_holds(session, wp.id)
+    if aborted:
+        _count_abort(session, policy, gen.worker_id, now)
+
+
+def _count_abort(session: Session, policy: Policy, worker_id: uuid.UUID, now: datetime) -> None:
+    recent = session.scalar(
+        select(func.count())
+        .select_from(Generation)
+        .where(
+            Generation.worker_id == worker_id,
+            Generation.aborted.is_(True),
+            Generation.aborted_at > now - timedelta(hours=1),
+        )
+    )
+    values: dict[str, object] = {"aborted_jobs": Worker.aborted_jobs + 1}
+    if recent > policy.abort_limit_per_hour:
+        values |= {
+            "maintenance": True,
+            "maintenance_reason": f"{recent} jobs aborted in the last hour",
+        }
+    session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    aborted: int
+    expired: int
+
+
+def sweep(
+    sessions: sessionmaker[Session],
+    policy: Policy,
+    now: datetime | None = None,
+    redis: Redis | None = None,
+    objects: ObjectStore | None = None,
+) -> SweepReport:
+    now = now or utcnow()
+    aborted = 0
+    with transaction(sessions) as session:
+        stale = session.execute(
+            select(Generation.id, Generation.wp_id)
+            .where(
+                Generation.generation.is_(None),
+                Generation.faulted.is_(False),
+                Generation.cancelled.is_(False),
+                Generation.start_time + func.make_interval(0, 0, 0, 0, 0, 0, Generation.ttl) < now,
+            )
+            .with_for_update(skip_locked=True, of=Generation)
+        ).all()
+        for gen_id, _wp_id in stale:
+            fault_generation(session, policy, gen_id, now, aborted=True)
+            aborted += 1
+        faulted_chats = session.scalars(
+            select(WaitingPrompt.id).where(
+                WaitingPrompt.id.in_({wp_id for _gen_id, wp_id in stale}),
+                WaitingPrompt.is_chat.is_(True),
+                WaitingPrompt.faulted.is_(True),
+            )
+        ).all()
+    with transaction(sessions) as session:
+        pending = exists().where(
+            Generation.wp_id == WaitingPrompt.id,
+            Generation.generation.is_(None),
+            Generation.faulted.is_(False),
+            Generation.cancelled.is_(False),
+        )
+        rows = session.execute(
+            select(WaitingPrompt.id, WaitingPrompt.is_chat, WaitingPrompt.object_keys)
+            .where(WaitingPrompt.expiry < now, ~pending)
+            .with_for_update(skip_locked=True)
+        ).all()
+        expired = [wp_id for wp_id, _is_chat, _keys in rows]
+        for wp_id in expired:
+            kudos.release_holds(session, wp_id)
+        if objects is not None:  # before the rows go: a failed commit retries the whole
+            delete_objects(objects, [key for _id, _chat, keys in rows for key in keys or ()])
+        if expired:
+            session.execute(delete(WaitingPrompt).where(WaitingPrompt.id.in_(expired)))
+    if redis is not None:
+        for gen_id, _wp_id in stale:  # no-op for a generation that holds no lease
+            mark_ended(redis, str(gen_id))
+        for wp_id in faulted_chats:
+            publish_chat_event(redis, wp_id, CHAT_EVENT_FAULTED)
+        for wp_id, is_chat, _keys in rows:
+            if is_chat:
+                publish_chat_event(redis, wp_id, CHAT_EVENT_EXPIRED)
+    if objects is not None:
+        with transaction(sessions) as session:
+            ended = ended_with_objects(session)
+        release_ended(sessions, objects, ended)
+    return SweepReport(aborted=aborted, expired=len(expired))
+
+
+class Sweeper:
+    """Runs ``sweep`` every ``period`` seconds in a daemon thread until ``stop()``."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        policy: Policy,
+        period: float,
+        redis: Redis | None = None,
+        objects: ObjectStore | None = None,
+    ) -> None:
+        self._sessions, self._policy, self._period = sessions, policy, period
+        self._redis, self._objects = redis, objects
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="horde-sweeper", daemon=True)
+
+    def start(self) -> Sweeper:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                sweep(self._sessions, self._policy, redis=self._redis, objects=self._objects)
+            except Exception:  # keep sweeping; the next pass retries
+                log.exception("lifecycle sweep failed")
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)

@@ -1,0 +1,1 @@
+"""Requests as a requester makes them: text and chat admission, status, cancel, moderation."""

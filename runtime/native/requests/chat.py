@@ -1,0 +1,241 @@
+"""Chat requests: admission against the online pool, then a text request row with is_chat.
+
+``create_chat_request`` takes a request already normalised by
+``generated.chat.validate_chat_request`` and, in the caller's transaction (the user row
+locked FOR UPDATE), in this order:
+
+1. an operation key already used by the user returns its request (same id, same kudos), or
+   is refused with 422 when the body's fingerprint differs; nothing is charged again;
+2. moderation screens the full submitted messages;
+3. every listed model must be known (404 model_not_found) and served by an online chat
+   worker (503 no_eligible_worker): nothing is queued otherwise;
+4. the plan (``chat_plan``): max_tokens lowered to the largest declared length, context_fit
+   truncation, requirements computed once; a pool gap is 404 (features) or 400 (limits);
+5. the dry-run quote against horde.max_kudos, then dry_run, concurrency and upfront kudos
+   exactly as for text requests; the row, the horde tax, the hold and the operation key.
+
+With images, the caller took them in first (``chat_objects.take_in``): ``request`` then
+holds references, ``original`` the body as sent (the operation fingerprint is over it, so
+fresh object keys never change it), and ``objects`` lends the stored images' limit measures
+and offloads the kept messages above the threshold. The row records the objects it owns.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+from generated.chat import (
+    flatten_messages,
+    horde_option,
+    operation_fingerprint,
+    requested_models,
+)
+from generated.chat.names import (
+    DECL_MODEL_ID,
+    HORDE_CONFORMANCE,
+    HORDE_DRY_RUN,
+    HORDE_EXTRA_SLOW_WORKERS,
+    HORDE_MAX_KUDOS,
+    HORDE_SLOW_WORKERS,
+    HORDE_TRUSTED_WORKERS,
+    HORDE_WORKER_BLACKLIST,
+    HORDE_WORKERS,
+    PARAM_MESSAGES,
+    PARAM_MODEL,
+    PARAM_MODELS,
+)
+from generated.errors import (
+    KudosCapExceeded,
+    ModelNotFound,
+    NoEligibleWorker,
+    OperationKeyMismatch,
+)
+from runtime.native.accounts import kudos
+from runtime.native.queue.chat_fit import serving_declarations
+from runtime.native.objects.lifecycle import ChatObjects
+from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
+from runtime.native.db.tables import OperationKey, User, WaitingPrompt, Worker
+from runtime.native.requests.moderation import screen
+from runtime.native.queue.policy import Policy
+from runtime.native.requests.rows import admit_jobs, charge_queued, find_request, queue_priority
+from runtime.native.requests.text import online_workers
+
+REQUEST_TYPE = "Chat Waiting Prompt"
+
+
+@dataclass(frozen=True)
+class ChatSubmitted:
+    id: uuid.UUID | None
+    kudos: Decimal
+    existing: bool = False
+    object_keys: tuple[str, ...] = ()
+    """The objects the new row owns (none for a dry run or a recovered request)."""
+
+
+class OperationKeyRace(Exception):
+    """Another transaction claimed the same (user, key) first: retry, and find it."""
+
+
+def _existing_operation(
+    session: Session, user_id: int, key: str, fingerprint: str
+) -> ChatSubmitted | None:
+    row = session.scalars(
+        select(OperationKey).where(OperationKey.user_id == user_id, OperationKey.key == key)
+    ).first()
+    if row is None:
+        return None
+    if row.fingerprint != fingerprint:
+        raise OperationKeyMismatch(key=key)
+    return ChatSubmitted(id=row.wp_id, kudos=row.kudos, existing=True)
+
+
+def _claim_operation(
+    session: Session, user_id: int, key: str, fingerprint: str, wp: WaitingPrompt
+) -> None:
+    values = {"user_id": user_id, "key": key, "fingerprint": fingerprint}
+    claimed = session.execute(
+        insert(OperationKey)
+        .values(**values, wp_id=wp.id, kudos=wp.kudos_estimate)
+        .on_conflict_do_nothing(constraint="uq_operation_keys_user_key")
+        .returning(OperationKey.id)
+    ).first()
+    if claimed is None:
+        raise OperationKeyRace(key)
+
+
+def _unknown_model(session: Session, models: list[str]) -> str | None:
+    """The first listed model that no registered worker serves by that exact name."""
+    for name in models:
+        known = session.scalar(
+            select(Worker.id)
+            .where(
+                or_(
+                    Worker.models.has_key(name),
+                    Worker.chat_declaration[DECL_MODEL_ID].astext == name,
+                )
+            )
+            .limit(1)
+        )
+        if known is None:
+            return name
+    return None
+
+
+def _model_param(request: dict[str, Any], name: str) -> str:
+    listed = request.get(PARAM_MODELS, [])
+    return f"{PARAM_MODELS}.[{listed.index(name)}]" if name in listed else PARAM_MODEL
+
+
+def _check_kudos_cap(request: dict[str, Any], cost: Decimal) -> None:
+    cap = horde_option(request, HORDE_MAX_KUDOS)
+    if cap is not None and cost > Decimal(str(cap)):
+        raise KudosCapExceeded(quote=float(cost), max_kudos=cap)
+
+
+def create_chat_request(
+    session: Session,
+    policy: Policy,
+    user: User,
+    request: dict[str, Any],
+    *,
+    moderation_patterns: tuple[str, ...],
+    operation_key: str | None,
+    client_agent: str,
+    ipaddr: str,
+    now: datetime,
+    original: dict[str, Any] | None = None,
+    objects: ChatObjects | None = None,
+) -> ChatSubmitted:
+    """Queue (or quote, or recover) a chat request; ``user`` must be locked FOR UPDATE."""
+    fingerprint = operation_fingerprint(original or request) if operation_key else ""
+    if operation_key:
+        existing = _existing_operation(session, user.id, operation_key, fingerprint)
+        if existing is not None:
+            return existing
+    full_prompt = flatten_messages(request[PARAM_MESSAGES])
+    screen(moderation_patterns, full_prompt)
+    models = requested_models(request)
+    unknown = _unknown_model(session, models)
+    if unknown is not None:
+        raise ModelNotFound(model=unknown, param=_model_param(request, unknown))
+    declarations = serving_declarations(online_workers(session, policy, now), models)
+    if not declarations:
+        raise NoEligibleWorker(reason=f"no online chat worker serves {', '.join(models)}")
+    measured = objects.limit_measures() if objects is not None else None
+    plan = plan_chat_request(request, declarations, measured)
+    cost = kudos.quote(plan.max_length, plan.max_context_length, 1, models, policy.horde_tax)
+    _check_kudos_cap(request, cost)
+    if horde_option(request, HORDE_DRY_RUN):
+        return ChatSubmitted(id=None, kudos=cost)
+    needs_upfront = admit_jobs(session, policy, user, 1, plan.max_length, cost)
+    wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
+    wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
+    if objects is not None:
+        wp.messages_object = objects.offload(plan.messages)
+        owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
+        wp.object_keys = owned
+    session.add(wp)
+    session.flush()
+    charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
+    if operation_key:
+        _claim_operation(session, user.id, operation_key, fingerprint, wp)
+    return ChatSubmitted(id=wp.id, kudos=cost, object_keys=tuple(wp.object_keys or ()))
+
+
+def _row(
+    policy: Policy,
+    user: User,
+    request: dict[str, Any],
+    plan: ChatPlan,
+    models: list[str],
+    full_prompt: str,
+    cost: Decimal,
+    now: datetime,
+) -> WaitingPrompt:
+    stored = {k: v for k, v in request.items() if k != PARAM_MESSAGES}
+    return WaitingPrompt(
+        id=uuid.uuid4(),
+        is_chat=True,
+        user_id=user.id,
+        prompt=flatten_messages(plan.messages),
+        submitted_prompt=full_prompt,
+        messages=plan.messages,
+        chat_request=stored,
+        required_features=plan.required_features,
+        required_limits=plan.required_limits,
+        conformance=horde_option(request, HORDE_CONFORMANCE),
+        max_tokens_lowered_to=plan.max_tokens_lowered_to,
+        params={},
+        n=1,
+        jobs=1,
+        max_length=plan.max_length,
+        max_context_length=plan.max_context_length,
+        models=models,
+        workers=[str(w) for w in horde_option(request, HORDE_WORKERS) or []],
+        worker_blacklist=bool(horde_option(request, HORDE_WORKER_BLACKLIST)),
+        trusted_workers=bool(horde_option(request, HORDE_TRUSTED_WORKERS)),
+        slow_workers=bool(horde_option(request, HORDE_SLOW_WORKERS)),
+        extra_slow_workers=bool(horde_option(request, HORDE_EXTRA_SLOW_WORKERS)),
+        extra_priority=queue_priority(policy, user),
+        kudos_estimate=cost,
+        created=now,
+        expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
+    )
+
+
+def get_chat_request(session: Session, request_id: str, *, lock: bool = False) -> WaitingPrompt:
+    """A chat request by id; a text request's id is not found here (and the reverse)."""
+    return find_request(session, request_id, is_chat=True, request_type=REQUEST_TYPE, lock=lock)
+
+
+def stored_request(wp: WaitingPrompt) -> dict[str, Any]:
+    """The validated request as stored (client's values) with the kept messages."""
+    return {**(wp.chat_request or {}), PARAM_MESSAGES: list(wp.messages or [])}

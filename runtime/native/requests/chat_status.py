@@ -1,0 +1,111 @@
+"""A chat request's status: progress, structured generations and availability.
+
+Availability is measured against the online pool now: ``eligible_threads`` (threads of the
+online workers whose declaration covers the stored requirements; fail_fast reads it),
+``missing_features`` / ``exceeded_limits`` (the pool gap among the online workers serving
+the request's models), ``is_possible``, ``queue_position`` (requests ahead, as upstream) and
+``wait_time``: the queued work ahead that this request's eligible workers could take
+(tokens), plus this request's own, over those workers' throughput.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, false, or_
+from sqlalchemy.orm import Session
+
+from generated.chat import CHARGE_BASIS, pool_gap
+from generated.chat.names import (
+    REPLY_CONTENT,
+    REPLY_FINISH_REASON,
+    REPLY_REASONING_CONTENT,
+    REPLY_TOOL_CALLS,
+    REPLY_USAGE,
+)
+from runtime.native.queue.chat_fit import chat_queue_filters, chat_worker_fits, serving_declarations
+from runtime.native.queue.fit import queue_filters
+from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.queue.policy import Policy
+from runtime.native.requests.status import queue_position, request_jobs, status_counts
+from runtime.native.requests.text import online_workers
+
+
+@dataclass(frozen=True)
+class Availability:
+    eligible: list[tuple[Worker, bool]]
+    missing_features: list[str]
+    exceeded_limits: list[dict[str, Any]]
+
+    @property
+    def threads(self) -> int:
+        return sum(w.threads for w, _ in self.eligible)
+
+
+def availability(
+    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
+) -> Availability:
+    online = online_workers(session, policy, now)
+    eligible = [(w, t) for w, t in online if chat_worker_fits(w, t, wp)]
+    serving = serving_declarations(online, list(wp.models))
+    gap = pool_gap(serving, list(wp.required_features), dict(wp.required_limits))
+    missing: list[str] = []
+    exceeded: list[dict[str, Any]] = []
+    if gap is not None and gap.kind == "features":
+        missing = list(gap.missing)
+    elif gap is not None:
+        exceeded = [{"limit": gap.limit, "value": gap.value, "maximum": gap.maximum}]
+    return Availability(eligible, missing, exceeded)
+
+
+def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
+    """SQL: a queued request (text or chat) one of the ``eligible`` workers could take."""
+    kinds: list[ColumnElement[bool]] = []
+    for worker, trusted in eligible:
+        if worker.prompt_jobs:
+            kinds.append(and_(WaitingPrompt.is_chat.is_(False), *queue_filters(worker, trusted)))
+        declaration = worker.chat_declaration or {}
+        kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
+    return or_(false(), *kinds)
+
+
+def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:
+    reply = gen.reply or {}
+    return {
+        "id": str(gen.id),
+        "worker_id": str(gen.worker_id),
+        "worker_name": worker_name,
+        "model": gen.model,
+        "state": gen.state or "ok",
+        REPLY_CONTENT: reply.get(REPLY_CONTENT),
+        REPLY_REASONING_CONTENT: reply.get(REPLY_REASONING_CONTENT),
+        REPLY_TOOL_CALLS: list(reply.get(REPLY_TOOL_CALLS) or []),
+        REPLY_FINISH_REASON: reply.get(REPLY_FINISH_REASON),
+        REPLY_USAGE: gen.reported_usage or {},
+        "kudos": float(gen.charge),
+        "charge_basis": gen.charge_basis or CHARGE_BASIS,
+        "seed": gen.seed,
+        "gen_metadata": gen.gen_metadata or [],
+    }
+
+
+def chat_status(
+    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
+) -> dict[str, Any]:
+    jobs = request_jobs(session, wp)
+    restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
+    pool = availability(session, policy, wp, now)
+    takes = takes_any(pool.eligible) if wp.n > 0 else None
+    position = queue_position(session, policy, wp, pool.threads, takes)
+    return {
+        **status_counts(policy, wp, jobs, restarted, position),
+        "is_possible": wp.n == 0 or pool.threads > 0,
+        "generations": [_generation_json(g, name) for g, name in jobs.landed],
+        "eligible_threads": pool.threads,
+        "charge_basis": CHARGE_BASIS,
+        "missing_features": pool.missing_features,
+        "exceeded_limits": pool.exceeded_limits,
+        "max_tokens_lowered_to": wp.max_tokens_lowered_to,
+    }

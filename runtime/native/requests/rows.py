@@ -1,0 +1,106 @@
+"""What text and chat requests share as rows of ``waiting_prompts``: finding one by id (a
+text id is not found on the chat routes, and the reverse), the user's concurrency count,
+admission of new jobs (concurrency, upfront kudos) and what queuing one charges.
+
+``text_requests`` and ``chat_requests`` call these; each keeps the checks of its own kind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy.orm import Session
+
+from generated.errors import KudosUpfront, RequestNotFound, TooManyPrompts
+from runtime.native.accounts import kudos
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID
+from runtime.native.db.tables import Generation, User, WaitingPrompt
+from runtime.native.queue.policy import Policy
+
+CONCURRENCY_RETRY_AFTER = 5
+"""Seconds a TooManyPrompts refusal asks the client to wait."""
+
+
+def find_request(
+    session: Session, request_id: str, *, is_chat: bool, request_type: str, lock: bool = False
+) -> WaitingPrompt:
+    """The request of that kind with ``request_id``, or RequestNotFound naming the kind."""
+    try:
+        wp_id = uuid.UUID(request_id)
+    except ValueError:
+        raise RequestNotFound(request_type=request_type, id=request_id) from None
+    query = select(WaitingPrompt).where(
+        WaitingPrompt.id == wp_id, WaitingPrompt.is_chat.is_(is_chat)
+    )
+    wp = session.scalars(query.with_for_update() if lock else query).first()
+    if wp is None:
+        raise RequestNotFound(request_type=request_type, id=request_id)
+    return wp
+
+
+def queued() -> list[ColumnElement[bool]]:
+    """SQL: a request with jobs left to hand out, spelled as the predicate of the partial
+    index ``ix_waiting_prompts_queue`` (``active AND n > 0``, the 0 inlined, not a bound
+    parameter) so the planner can use it, prepared statements included. Written ``active IS
+    TRUE AND n > $1`` it cannot, and every pop sorted the whole queue (9 ms on 10k rows)."""
+    return [WaitingPrompt.active, WaitingPrompt.n > literal_column("0")]
+
+
+def unfinished() -> list[Any]:
+    """SQL: a job handed out and still running (no result, not faulted, not cancelled)."""
+    return [
+        Generation.generation.is_(None),
+        Generation.faulted.is_(False),
+        Generation.cancelled.is_(False),
+    ]
+
+
+def queued_jobs(session: Session, user_id: int) -> int:
+    """Jobs the user has waiting or processing (upstream's concurrency count)."""
+    waiting = session.scalar(
+        select(func.coalesce(func.sum(WaitingPrompt.n), 0)).where(
+            WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True)
+        )
+    )
+    processing = session.scalar(
+        select(func.count())
+        .select_from(Generation)
+        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
+        .where(WaitingPrompt.user_id == user_id, *unfinished())
+    )
+    return int(waiting or 0) + int(processing or 0)
+
+
+def admit_jobs(
+    session: Session, policy: Policy, user: User, jobs: int, max_length: int, cost: Decimal
+) -> bool:
+    """Refuse ``jobs`` more over the user's concurrency, or a large request the user cannot
+    hold upfront; returns whether the request needs an upfront hold."""
+    count = queued_jobs(session, user.id)
+    if count + jobs > user.concurrency:
+        raise TooManyPrompts(
+            count=count + jobs, concurrency=user.concurrency, retry_after=CONCURRENCY_RETRY_AFTER
+        )
+    needs_upfront = max_length > policy.upfront_max_length
+    if needs_upfront and user.kudos < cost:
+        raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
+    return needs_upfront
+
+
+def queue_priority(policy: Policy, user: User) -> Decimal:
+    """A new request's place in the queue: the user's kudos, the anonymous user's fixed one."""
+    if user.id == ANONYMOUS_USER_ID:
+        return Decimal(policy.anonymous_priority)
+    return user.kudos
+
+
+def charge_queued(
+    session: Session, policy: Policy, user_id: int, wp_id: uuid.UUID, cost: Decimal, upfront: bool
+) -> None:
+    """What queuing a request costs at once: the horde tax, and the upfront hold if needed."""
+    kudos.apply_kudos(session, user_id, -policy.horde_tax, "horde_tax", wp_id=wp_id)
+    if upfront:
+        kudos.hold_upfront(session, user_id, wp_id, cost)

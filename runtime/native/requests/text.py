@@ -1,0 +1,183 @@
+"""Text requests: create (with upstream's checks, concurrency, upfront kudos), status, cancel.
+
+Bodies arrive validated against the route's schema with its defaults filled
+(``runtime.native.api.body``); this module applies the checks a schema cannot express.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from generated.errors import (
+    ExcessiveStopSequence,
+    MissingFullSamplerOrder,
+    MissingPrompt,
+    TokenOverflow,
+    TooManyStopSequences,
+)
+from runtime.native.accounts import kudos
+from runtime.native.queue.fit import worker_fits
+from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.queue.policy import Policy
+from runtime.native.requests.rows import (
+    admit_jobs,
+    charge_queued,
+    find_request,
+    queue_priority,
+    unfinished,
+)
+from runtime.native.requests.status import queue_position, request_jobs, status_counts
+
+MAX_STOP_SEQUENCES = 128
+MAX_STOP_SEQUENCE_CHARS = 2000
+MIN_SAMPLER_ORDER = 7
+REQUEST_TYPE = "Text Waiting Prompt"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    id: uuid.UUID | None
+    kudos: Decimal
+
+
+def check_text_params(prompt: str, params: dict[str, Any]) -> None:
+    """Upstream's text validations that a JSON Schema does not express."""
+    if not prompt.strip():
+        raise MissingPrompt()
+    if params["max_context_length"] < params["max_length"]:
+        raise TokenOverflow(
+            max_context_length=params["max_context_length"], max_length=params["max_length"]
+        )
+    stops = params.get("stop_sequence") or []
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise TooManyStopSequences(count=len(stops), limit=MAX_STOP_SEQUENCES)
+    chars = sum(len(s) for s in stops)
+    if chars > MAX_STOP_SEQUENCE_CHARS:
+        raise ExcessiveStopSequence(chars=chars, limit=MAX_STOP_SEQUENCE_CHARS)
+    order = params.get("sampler_order")
+    if order is not None and len(set(order)) < MIN_SAMPLER_ORDER:
+        raise MissingFullSamplerOrder(count=len(set(order)))
+
+
+def create_text_request(
+    session: Session,
+    policy: Policy,
+    user: User,
+    body: dict[str, Any],
+    *,
+    client_agent: str,
+    ipaddr: str,
+    now: datetime,
+) -> Submitted:
+    """Queue a text request (or quote it on dry_run); ``user`` must be locked FOR UPDATE."""
+    params = dict(body["params"])
+    check_text_params(body["prompt"], params)
+    n = int(params.pop("n", 1))
+    models = list(body.get("models") or [])
+    cost = kudos.quote(
+        params["max_length"], params["max_context_length"], n, models, policy.horde_tax
+    )
+    if body.get("dry_run"):
+        return Submitted(id=None, kudos=cost)
+    needs_upfront = admit_jobs(session, policy, user, n, params["max_length"], cost)
+    wp = WaitingPrompt(
+        id=uuid.uuid4(),
+        user_id=user.id,
+        prompt=body["prompt"],
+        params=params,
+        n=n,
+        jobs=n,
+        max_length=params["max_length"],
+        max_context_length=params["max_context_length"],
+        models=models,
+        workers=[str(w) for w in body.get("workers") or []],
+        worker_blacklist=bool(body.get("worker_blacklist")),
+        trusted_workers=bool(body.get("trusted_workers")),
+        slow_workers=bool(body.get("slow_workers", True)),
+        extra_slow_workers=bool(body.get("extra_slow_workers")),
+        nsfw=bool(body.get("nsfw")),
+        softprompt=body.get("softprompt"),
+        client_agent=client_agent[:255],
+        ipaddr=ipaddr[:64],
+        extra_priority=queue_priority(policy, user),
+        kudos_estimate=cost,
+        created=now,
+        expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
+    )
+    session.add(wp)
+    session.flush()
+    charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
+    return Submitted(id=wp.id, kudos=cost)
+
+
+def get_text_request(session: Session, request_id: str, *, lock: bool = False) -> WaitingPrompt:
+    return find_request(session, request_id, is_chat=False, request_type=REQUEST_TYPE, lock=lock)
+
+
+def finish_if_complete(session: Session, wp: WaitingPrompt) -> None:
+    """Deactivate a request with nothing left to hand out or wait for; release its holds."""
+    if wp.n > 0 and not (wp.faulted or wp.cancelled):
+        return
+    pending = session.scalar(
+        select(func.count()).select_from(Generation).where(Generation.wp_id == wp.id, *unfinished())
+    )
+    if pending and not (wp.faulted or wp.cancelled):
+        return
+    wp.active = False
+    kudos.release_holds(session, wp.id)
+
+
+def cancel_text_request(session: Session, wp: WaitingPrompt) -> None:
+    """Upstream's DELETE: nothing more is handed out; jobs in flight are cancelled unpaid."""
+    wp.n = 0
+    wp.cancelled = True
+    session.execute(
+        update(Generation).where(Generation.wp_id == wp.id, *unfinished()).values(cancelled=True)
+    )
+    finish_if_complete(session, wp)
+
+
+def text_status(
+    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
+) -> dict[str, Any]:
+    jobs = request_jobs(session, wp)
+    restarted = sum(1 for g, _ in jobs.rows if g.aborted)
+    fitting = []
+    if wp.n > 0:
+        online = online_workers(session, policy, now)
+        fitting = [w for w, t in online if worker_fits(w, t, wp)]
+    threads = sum(w.threads for w in fitting)
+    return {
+        **status_counts(policy, wp, jobs, restarted, queue_position(session, policy, wp, threads)),
+        "is_possible": wp.n == 0 or bool(fitting),
+        "generations": [
+            {
+                "text": g.generation,
+                "seed": g.seed,
+                "worker_id": str(g.worker_id),
+                "worker_name": name,
+                "model": g.model,
+                "id": str(g.id),
+                "state": g.state or "ok",
+                "gen_metadata": g.gen_metadata or [],
+            }
+            for g, name in jobs.landed
+        ],
+    }
+
+
+def online_workers(session: Session, policy: Policy, now: datetime) -> list[tuple[Worker, bool]]:
+    since = now - timedelta(seconds=policy.worker_stale_seconds)
+    rows = session.execute(
+        select(Worker, User.trusted)
+        .join(User, User.id == Worker.user_id)
+        .where(Worker.last_check_in > since, Worker.maintenance.is_(False))
+    ).all()
+    return [(w, bool(t)) for w, t in rows]
