@@ -31,8 +31,8 @@ from generated.chat.names import (
     LIMIT_MAX_LENGTH,
 )
 from runtime.native.accounts.keys import create_user
-from runtime.native.queue.sweep import utcnow
 from runtime.native.db.tables import WaitingPrompt
+from runtime.native.queue.sweep import utcnow
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.native_stack import analyze, native_service, pop_submit_seconds
 from runtime.native.accounts.keys import create_user
-from runtime.native.queue.sweep import utcnow
 from runtime.native.db.tables import WaitingPrompt
+from runtime.native.queue.sweep import utcnow
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 

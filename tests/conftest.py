@@ -48,8 +48,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.config import Settings
 from runtime.native.accounts.keys import ANONYMOUS_API_KEY, ANONYMOUS_USER_ID, create_user
-from runtime.native.db.tables import Base, User
 from runtime.native.db.migrate import upgrade
+from runtime.native.db.tables import Base, User
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores

@@ -18,8 +18,8 @@ from waitress.server import create_server
 from runtime.config import Settings
 from runtime.native.api.app import create_app
 from runtime.native.api.context import NativeContext
-from runtime.native.queue.sweep import Sweeper
 from runtime.native.queue.policy import Policy
+from runtime.native.queue.sweep import Sweeper
 from runtime.stores.database import make_engine, make_sessionmaker
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client

@@ -25,9 +25,9 @@ from generated.chat.names import (
 )
 from generated.errors import UnservableJob
 from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
+from runtime.native.db.tables import Generation, WaitingPrompt
 from runtime.native.objects.intake import referenced_key
 from runtime.native.queue.sweep import sweep, utcnow
-from runtime.native.db.tables import Generation, WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores

@@ -16,9 +16,14 @@ from PIL import Image
 from generated.errors import UnservableJob
 from generated.storage import MESSAGES_URL_TTL_SECONDS, TRANSPORT_BASE64, TRANSPORT_URL
 from runtime.config import Settings
-from runtime.native.objects.transport import for_transports, referenced_keys
 from runtime.native.objects.intake import take_in_images
-from runtime.native.objects.offload import messages_url, offload_if_large, offload_threshold, serialised
+from runtime.native.objects.offload import (
+    messages_url,
+    offload_if_large,
+    offload_threshold,
+    serialised,
+)
+from runtime.native.objects.transport import for_transports, referenced_keys
 from runtime.native.server import NativeService
 from runtime.stores.objects import JPEG, new_key
 from runtime.stores.objects_fs import FilesystemObjectStore

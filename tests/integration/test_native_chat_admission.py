@@ -20,8 +20,8 @@ from generated.chat.names import (
     PARAM_TOOLS,
 )
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
-from runtime.native.queue.sweep import utcnow
 from runtime.native.db.tables import KudosLedger, WaitingPrompt, Worker
+from runtime.native.queue.sweep import utcnow
 from runtime.stores.database import transaction
 from tests.conftest import SERVICE_PASSKEY
 from tests.integration.chat_flow import (

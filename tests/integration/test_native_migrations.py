@@ -7,8 +7,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
 
-from runtime.native.db.tables import Base
 from runtime.native.db.migrate import current_revision
+from runtime.native.db.tables import Base
 from runtime.stores.embedded_postgres import sqlalchemy_url
 
 pytestmark = pytest.mark.integration

@@ -9,8 +9,8 @@ import pytest
 
 from runtime.native.accounts.keys import ledger_balance
 from runtime.native.accounts.kudos import context_multiplier
-from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.queue.policy import Policy
+from runtime.native.queue.sweep import sweep, utcnow
 from tests.integration.native_flow import ledger, pop, status, submit, submit_text
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from generated import streaming as S
 from generated.chat import FEATURES, GUARANTEES, output_estimate
 from runtime.front.progress_stream import relay
 from runtime.native.accounts import kudos
-from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.progress.protocol import ended_kind, posted_text, read_lease
+from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.server import NativeService
 from tests.conftest import MadeUser
 from tests.integration.chat_flow import MODEL, chat_pop, chat_status, submit_chat, submit_reply

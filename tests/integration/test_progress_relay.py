@@ -19,7 +19,13 @@ from runtime.front.progress_stream import RelayedDelta, delta_events, paced_rela
 from runtime.front.responses import Reply
 from runtime.front.sse import chunk_stream
 from runtime.native.accounts.keys import hash_key
-from runtime.native.progress.protocol import finish, mark_cancelled, mark_ended, post_progress, write_lease
+from runtime.native.progress.protocol import (
+    finish,
+    mark_cancelled,
+    mark_ended,
+    post_progress,
+    write_lease,
+)
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.redis_client import redis_client
 from tests.support.openai_schema import assert_chunk

@@ -18,12 +18,12 @@ from generated.chat import output_estimate
 from generated.streaming import STREAMED_REPLY_PART
 from runtime.native.accounts import kudos
 from runtime.native.accounts.keys import hash_key
-from runtime.native.queue.sweep import utcnow
 from runtime.native.db.tables import Generation, Worker
 from runtime.native.progress.protocol import write_lease
 from runtime.native.progress.settlement import settle_cancelled_streams
-from runtime.native.server import NativeService
+from runtime.native.queue.sweep import utcnow
 from runtime.native.requests.text import cancel_text_request, get_text_request
+from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from tests.conftest import MadeUser
 from tests.integration.native_flow import ledger, pop, status, submit_text

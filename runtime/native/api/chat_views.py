@@ -27,7 +27,13 @@ from generated.routes import (
 from generated.signals import CHAT_EVENT_CANCELLED
 from runtime.native.accounts.keys import user_for_key
 from runtime.native.api.body import checked_headers, parse_json
+from runtime.native.api.context import native
+from runtime.native.api.service_passkey import source_address, trusted_service
+from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
+from runtime.native.objects.offload import offload_threshold
+from runtime.native.progress.settlement import settle_cancelled_streams
+from runtime.native.queue.sweep import utcnow
 from runtime.native.requests.chat import (
     ChatSubmitted,
     OperationKeyRace,
@@ -35,14 +41,8 @@ from runtime.native.requests.chat import (
     get_chat_request,
 )
 from runtime.native.requests.chat_status import chat_status
-from runtime.native.api.context import native
-from runtime.native.queue.sweep import utcnow
-from runtime.native.objects.offload import offload_threshold
-from runtime.native.progress.settlement import settle_cancelled_streams
-from runtime.native.api.service_passkey import source_address, trusted_service
 from runtime.native.requests.signals import publish_chat_event
 from runtime.native.requests.text import cancel_text_request
-from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.stores.database import transaction
 
 OPERATION_KEY_ATTEMPTS = 2

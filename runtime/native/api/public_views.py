@@ -11,10 +11,10 @@ from sqlalchemy import func, select
 
 from generated.chat.names import DECL_CHAT_JOBS
 from generated.errors import InvalidPayload, UserNotFound, WorkerNotFound
-from runtime.native.queue.chat_fit import chat_model, serves_chat
 from runtime.native.api.context import native
-from runtime.native.queue.sweep import utcnow
 from runtime.native.db.tables import User, WaitingPrompt, Worker
+from runtime.native.queue.fit import chat_model, serves_chat
+from runtime.native.queue.sweep import utcnow
 from runtime.native.requests.rows import queued as queued_requests
 from runtime.native.requests.text import online_workers
 from runtime.stores.database import transaction

@@ -14,8 +14,8 @@ from flask_limiter import Limiter
 from generated.routes import HEADER_APIKEY
 from runtime.native.accounts.keys import hash_key
 from runtime.native.api.context import native
-from runtime.native.queue.policy import RateLimits
 from runtime.native.api.service_passkey import source_address
+from runtime.native.queue.policy import RateLimits
 from runtime.stores.redis_client import limiter_storage_uri
 
 

@@ -30,8 +30,9 @@ from generated.signals import CHAT_EVENT_GENERATION
 from generated.streaming import streams_deltas
 from runtime.native.accounts.keys import hash_key, worker_owner_for_key
 from runtime.native.api.body import checked_headers, int64, json_body
+from runtime.native.api.context import native
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
-from runtime.native.requests.chat import stored_request
+from runtime.native.progress.protocol import finish, mark_ended, write_lease
 from runtime.native.queue.chat_submit import (
     REPLY_KEYS,
     ChatSubmission,
@@ -39,11 +40,10 @@ from runtime.native.queue.chat_submit import (
     is_chat_job,
     submit_chat_job,
 )
-from runtime.native.api.context import native
+from runtime.native.queue.jobs import Popped, job_payload, pop_text_job, register_worker
 from runtime.native.queue.submit import Submission, submit_text_job
 from runtime.native.queue.sweep import utcnow
-from runtime.native.progress.protocol import finish, mark_ended, write_lease
-from runtime.native.queue.jobs import Popped, job_payload, pop_text_job, register_worker
+from runtime.native.requests.chat import stored_request
 from runtime.native.requests.signals import publish_chat_event
 from runtime.stores.database import transaction
 

@@ -26,11 +26,11 @@ from generated.chat.messages import messages_for_worker
 from generated.chat.names import DECL_IMAGE_TRANSPORTS, PARAM_MESSAGES
 from generated.storage import TRANSPORT_MESSAGES_URL
 from runtime.config import Settings
-from runtime.native.objects.fetch import FetchPolicy
-from runtime.native.objects.transport import data_url, for_transports, referenced_keys
-from runtime.native.objects.intake import IntakePolicy, IntakeResult, reference, take_in_images
 from runtime.native.db.tables import OWNS_OBJECTS, WaitingPrompt
+from runtime.native.objects.fetch import FetchPolicy
+from runtime.native.objects.intake import IntakePolicy, IntakeResult, reference, take_in_images
 from runtime.native.objects.offload import messages_url, offload_if_large, serialised
+from runtime.native.objects.transport import data_url, for_transports, referenced_keys
 from runtime.stores.database import transaction
 from runtime.stores.objects import ObjectStore
 

@@ -1,1 +1,1 @@
-"""The worker side: registration and pop, job submits, which workers fit which requests, the sweep."""
+"""The worker side: registration and pop, job submits, which workers fit which requests, sweep."""

@@ -34,10 +34,10 @@ from generated.chat.names import (
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
-from runtime.native.requests.chat import stored_request
-from runtime.native.queue.submit import FAULTED, fault_job, land_job, load_job
 from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
+from runtime.native.queue.submit import FAULTED, fault_job, land_job, load_job
+from runtime.native.requests.chat import stored_request
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
 # The reply as stored; the reported usage is kept apart (reported_usage).

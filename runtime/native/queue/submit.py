@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
 from runtime.native.accounts import kudos
-from runtime.native.queue.sweep import fault_generation
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.queue.policy import Policy
+from runtime.native.queue.sweep import fault_generation
 from runtime.native.requests.rows import unfinished
 from runtime.native.requests.text import finish_if_complete
 

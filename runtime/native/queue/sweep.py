@@ -23,10 +23,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated.signals import CHAT_EVENT_EXPIRED, CHAT_EVENT_FAULTED
 from runtime.native.accounts import kudos
-from runtime.native.objects.lifecycle import delete_objects, ended_with_objects, release_ended
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
-from runtime.native.queue.policy import Policy
+from runtime.native.objects.lifecycle import delete_objects, ended_with_objects, release_ended
 from runtime.native.progress.protocol import mark_ended
+from runtime.native.queue.policy import Policy
 from runtime.native.requests.signals import publish_chat_event
 from runtime.stores.database import transaction
 from runtime.stores.objects import ObjectStore

@@ -59,12 +59,12 @@ from generated.errors import (
     OperationKeyMismatch,
 )
 from runtime.native.accounts import kudos
-from runtime.native.queue.chat_fit import serving_declarations
-from runtime.native.objects.lifecycle import ChatObjects
-from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.db.tables import OperationKey, User, WaitingPrompt, Worker
-from runtime.native.requests.moderation import screen
+from runtime.native.objects.lifecycle import ChatObjects
+from runtime.native.queue.fit import serving_declarations
 from runtime.native.queue.policy import Policy
+from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
+from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import admit_jobs, charge_queued, find_request, queue_priority
 from runtime.native.requests.text import online_workers
 

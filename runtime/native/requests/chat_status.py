@@ -25,9 +25,13 @@ from generated.chat.names import (
     REPLY_TOOL_CALLS,
     REPLY_USAGE,
 )
-from runtime.native.queue.chat_fit import chat_queue_filters, chat_worker_fits, serving_declarations
-from runtime.native.queue.fit import queue_filters
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.queue.fit import (
+    chat_queue_filters,
+    chat_worker_fits,
+    queue_filters,
+    serving_declarations,
+)
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.status import queue_position, request_jobs, status_counts
 from runtime.native.requests.text import online_workers

@@ -23,8 +23,8 @@ from generated.errors import (
     TooManyStopSequences,
 )
 from runtime.native.accounts import kudos
-from runtime.native.queue.fit import worker_fits
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.queue.fit import worker_fits
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import (
     admit_jobs,
