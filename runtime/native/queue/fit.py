@@ -1,42 +1,123 @@
-"""Which workers may serve which requests: the one filter the queue, status and pop share.
+"""Which workers may serve which requests: the one filter the pop, the status and the queue share.
 
-``queue_filters`` is the SQL form used under the row lock at pop; ``worker_fits`` the
-Python form used for ``is_possible`` and ``skip_reason``. Both encode upstream's rules:
-lengths fit the worker, models overlap (an empty list takes any), worker lists (allow or
-block), trusted workers, NSFW.
+Every rule is written once here, its SQL form (conditions on ``waiting_prompts``, used under
+the row lock at pop and to count upstream's ``skipped``) beside its Python form (one worker
+and one loaded request, used for ``is_possible`` and the chat status).
+
+A text request follows upstream's rules, ``TEXT_RULES`` in the order of upstream's
+``skipped`` keys: lengths fit the worker, models overlap (an empty list takes any), worker
+lists (allow or block), trusted workers, NSFW.
+
+A chat request's requirements were computed once at creation and stored on its row
+(``required_features``, ``required_limits``); eligibility compares a worker's parsed chat
+declaration with them and never loads the messages. A worker serves a chat request when it
+declared chat_jobs, its model_id is one of the request's models, it declares every required
+feature (and guarantee, under strict), no stored limit is above its declared bound, it can
+receive the request's images (an image transport, or messages_url for an offloaded request),
+and upstream's worker list, trusted and NSFW rules (``SHARED_RULES``) let it. The length and
+model rules are replaced by the declaration's limits and model_id. Images need the vision
+feature, which ``required_features`` stores; whether a request has images is the stored
+max_images measure, so the messages stay unread here too.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, cast, false, literal, or_, true
+from sqlalchemy import ColumnElement, Numeric, and_, cast, false, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
+from generated.chat import declaration_covers
+from generated.chat.names import (
+    DECL_CHAT_FEATURES,
+    DECL_CHAT_JOBS,
+    DECL_CHAT_LIMITS,
+    DECL_IMAGE_TRANSPORTS,
+    DECL_MODEL_ID,
+    LIMIT_MAX_IMAGES,
+)
+from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
 from runtime.native.db.tables import WaitingPrompt, Worker
 
-SKIP_REASONS = ("max_context_length", "max_length", "models", "worker_id", "untrusted", "nsfw")
+
+@dataclass(frozen=True)
+class Rule:
+    """One of upstream's rules: its ``skipped`` key, its SQL form and its Python form."""
+
+    name: str
+    sql: Callable[[Worker, bool], ColumnElement[bool]]
+    """Condition on waiting_prompts: the requests the rule lets (worker, trusted) take."""
+    allows: Callable[[Worker, bool, WaitingPrompt], bool]
+    """The same condition on one loaded request."""
+
+
+def _empty_list() -> Any:
+    return cast(literal("[]"), JSONB)
+
+
+def _text_array(values: list[str]) -> Any:
+    return cast(literal(values, ARRAY(Text)), ARRAY(Text))
+
+
+def _flag(value: bool) -> ColumnElement[bool]:
+    return true() if value else false()
+
+
+CONTEXT_LENGTH = Rule(
+    "max_context_length",
+    sql=lambda w, _t: WaitingPrompt.max_context_length <= w.max_context_length,
+    allows=lambda w, _t, wp: wp.max_context_length <= w.max_context_length,
+)
+LENGTH = Rule(
+    "max_length",
+    sql=lambda w, _t: WaitingPrompt.max_length <= w.max_length,
+    allows=lambda w, _t, wp: wp.max_length <= w.max_length,
+)
+MODELS = Rule(
+    "models",
+    sql=lambda w, _t: or_(
+        WaitingPrompt.models == _empty_list(),
+        WaitingPrompt.models.has_any(_text_array(list(w.models))),
+    ),
+    allows=lambda w, _t, wp: not wp.models or bool(set(wp.models) & set(w.models)),
+)
+WORKER_LIST = Rule(
+    "worker_id",
+    sql=lambda w, _t: or_(
+        WaitingPrompt.workers == _empty_list(),
+        and_(WaitingPrompt.worker_blacklist.is_(False), WaitingPrompt.workers.has_key(str(w.id))),
+        and_(WaitingPrompt.worker_blacklist.is_(True), ~WaitingPrompt.workers.has_key(str(w.id))),
+    ),
+    allows=lambda w, _t, wp: not wp.workers or (str(w.id) in wp.workers) != wp.worker_blacklist,
+)
+TRUSTED = Rule(
+    "untrusted",
+    sql=lambda _w, trusted: or_(WaitingPrompt.trusted_workers.is_(False), _flag(trusted)),
+    allows=lambda _w, trusted, wp: not wp.trusted_workers or trusted,
+)
+NSFW = Rule(
+    "nsfw",
+    sql=lambda w, _t: or_(WaitingPrompt.nsfw.is_(False), _flag(w.nsfw)),
+    allows=lambda w, _t, wp: not wp.nsfw or w.nsfw,
+)
+
+SHARED_RULES = (WORKER_LIST, TRUSTED, NSFW)
+"""The upstream rules that apply to chat requests too."""
+TEXT_RULES = (CONTEXT_LENGTH, LENGTH, MODELS, *SHARED_RULES)
+"""Upstream's rules for text requests, in the order of its ``skipped`` keys."""
+SKIP_REASONS = tuple(rule.name for rule in TEXT_RULES)
 """Upstream's ``skipped`` keys on a pop that found nothing."""
+
+
+# Text requests
 
 
 def skip_reason(worker: Worker, trusted: bool, wp: WaitingPrompt) -> str | None:
     """Why ``worker`` cannot take ``wp`` (upstream's skipped key), or None if it can."""
-    if wp.max_context_length > worker.max_context_length:
-        return "max_context_length"
-    if wp.max_length > worker.max_length:
-        return "max_length"
-    if wp.models and not set(wp.models) & set(worker.models):
-        return "models"
-    if wp.workers:
-        listed = str(worker.id) in wp.workers
-        if listed == wp.worker_blacklist:
-            return "worker_id"
-    if wp.trusted_workers and not trusted:
-        return "untrusted"
-    if wp.nsfw and not worker.nsfw:
-        return "nsfw"
-    return None
+    return next((r.name for r in TEXT_RULES if not r.allows(worker, trusted, wp)), None)
 
 
 def worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
@@ -45,21 +126,7 @@ def worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
 
 def queue_filters(worker: Worker, trusted: bool) -> list[ColumnElement[bool]]:
     """SQL conditions on waiting_prompts for ``worker``, in SKIP_REASONS order."""
-    wid = str(worker.id)
-    models = cast(literal(list(worker.models), ARRAY(Text)), ARRAY(Text))
-    empty: Any = cast(literal("[]"), JSONB)
-    return [
-        WaitingPrompt.max_context_length <= worker.max_context_length,
-        WaitingPrompt.max_length <= worker.max_length,
-        or_(WaitingPrompt.models == empty, WaitingPrompt.models.has_any(models)),
-        or_(
-            WaitingPrompt.workers == empty,
-            and_(WaitingPrompt.worker_blacklist.is_(False), WaitingPrompt.workers.has_key(wid)),
-            and_(WaitingPrompt.worker_blacklist.is_(True), ~WaitingPrompt.workers.has_key(wid)),
-        ),
-        or_(WaitingPrompt.trusted_workers.is_(False), true() if trusted else false()),
-        or_(WaitingPrompt.nsfw.is_(False), true() if worker.nsfw else false()),
-    ]
+    return [rule.sql(worker, trusted) for rule in TEXT_RULES]
 
 
 def pick_model(worker: Worker, wp: WaitingPrompt) -> str:
@@ -68,3 +135,81 @@ def pick_model(worker: Worker, wp: WaitingPrompt) -> str:
         if not wp.models or model in wp.models:
             return model
     return worker.models[0] if worker.models else ""
+
+
+# Chat requests
+
+
+def serves_chat(worker: Worker) -> bool:
+    decl = worker.chat_declaration
+    return bool(decl and decl.get(DECL_CHAT_JOBS))
+
+
+def chat_model(worker: Worker) -> str | None:
+    decl = worker.chat_declaration
+    return decl[DECL_MODEL_ID] if decl and serves_chat(worker) else None
+
+
+def serving_declarations(
+    online: list[tuple[Worker, bool]], models: list[str]
+) -> list[dict[str, Any]]:
+    """Chat declarations of the ``online`` workers whose model is one of ``models``."""
+    return [
+        dict(w.chat_declaration or {})
+        for w, _trusted in online
+        if serves_chat(w) and chat_model(w) in models
+    ]
+
+
+def chat_queue_filters(
+    worker: Worker, trusted: bool, declaration: dict[str, Any]
+) -> list[ColumnElement[bool]]:
+    """SQL conditions on waiting_prompts: the chat requests this declaration covers."""
+    declared = _text_array(list(declaration[DECL_CHAT_FEATURES]))
+    conditions = [
+        WaitingPrompt.is_chat.is_(True),
+        WaitingPrompt.models.has_key(declaration[DECL_MODEL_ID]),
+        WaitingPrompt.required_features.contained_by(declared),
+    ]
+    for name, bound in declaration[DECL_CHAT_LIMITS].items():
+        if bound is None:
+            continue
+        value = WaitingPrompt.required_limits[name].astext.cast(Numeric)
+        conditions.append(or_(value.is_(None), value <= bound))
+    conditions.append(_image_delivery(declaration))
+    return conditions + [rule.sql(worker, trusted) for rule in SHARED_RULES]
+
+
+def chat_worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
+    """The Python form of ``chat_queue_filters`` for one worker and one chat request."""
+    if not serves_chat(worker) or chat_model(worker) not in wp.models:
+        return False
+    decl = worker.chat_declaration or {}
+    if declaration_covers(decl, list(wp.required_features), dict(wp.required_limits)):
+        return False  # a gap: a feature or a limit the declaration does not cover
+    if not receives_images(decl, wp):
+        return False
+    return all(rule.allows(worker, trusted, wp) for rule in SHARED_RULES)
+
+
+def inline_image_transport(declaration: dict[str, Any]) -> bool:
+    transports = declaration.get(DECL_IMAGE_TRANSPORTS) or ()
+    return TRANSPORT_URL in transports or TRANSPORT_BASE64 in transports
+
+
+def _image_delivery(declaration: dict[str, Any]) -> ColumnElement[bool]:
+    """The requests whose images this worker can receive (all, without images)."""
+    if inline_image_transport(declaration):
+        return true()
+    no_images = ~WaitingPrompt.required_limits.has_key(LIMIT_MAX_IMAGES)
+    if TRANSPORT_MESSAGES_URL in (declaration.get(DECL_IMAGE_TRANSPORTS) or ()):
+        return or_(no_images, WaitingPrompt.messages_object.is_not(None))
+    return no_images
+
+
+def receives_images(declaration: dict[str, Any], wp: WaitingPrompt) -> bool:
+    """The Python form of ``_image_delivery``."""
+    if LIMIT_MAX_IMAGES not in (wp.required_limits or {}) or inline_image_transport(declaration):
+        return True
+    transports = declaration.get(DECL_IMAGE_TRANSPORTS) or ()
+    return TRANSPORT_MESSAGES_URL in transports and wp.messages_object is not None

@@ -3,7 +3,7 @@
 A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priority, then
 age), so concurrent pops never hand out the same job. Text and chat requests share the
 queue: a pop with a chat declaration also matches the chat requests it covers
-(``chat_fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
+(``fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
 Submissions are ``job_submit``'s.
 """
 
@@ -22,9 +22,8 @@ from generated.errors import (
     WorkerMaintenance,
     WrongCredentials,
 )
-from runtime.native.queue.chat_fit import chat_queue_filters
-from runtime.native.queue.fit import SKIP_REASONS, pick_model, queue_filters
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.queue.fit import SKIP_REASONS, chat_queue_filters, pick_model, queue_filters
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
 
