@@ -1,23 +1,33 @@
 """``horde-chat up``: the stores, the schema, then every service, until SIGINT or SIGTERM.
 
-Services are started in ``SERVICE_STARTERS`` order and stopped in reverse; each is an
-object with ``describe() -> str`` and ``stop()``. The chat front (port 7002) and a worker
-join ``up`` by adding a starter here.
+Services are started in ``SERVICE_STARTERS`` order (the native API, the chat front, the
+demo worker) and stopped in reverse; each is an object with ``describe() -> str`` and
+``stop()``, and another service joins ``up`` by adding a starter here. The launcher also
+creates the demo worker's user (its key kept in ``<data dir>/demo-worker.key``): it holds
+the database URL, and the worker package talks to the horde only through the native API.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Protocol, TextIO
 
+from generated.errors import InvalidAPIKey
 from runtime.config import Settings
+from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.native.db.migrate import upgrade
+from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
+
+DEMO_USER = "demo-worker"
+DEMO_KEY_FILE = "demo-worker.key"
 
 
 class Service(Protocol):
@@ -47,10 +57,35 @@ def start_front(settings: Settings, stores: EmbeddedStores) -> Service:
     return FrontService.start(config, host=settings.front_host, port=settings.front_port)
 
 
+def demo_worker_key(database_url: str, key_file: Path) -> str:
+    """The demo worker user's API key: the kept one while it still names a user, else new."""
+    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        sessions = make_sessionmaker(engine)
+        if key_file.exists():
+            kept = key_file.read_text().strip()
+            try:
+                with transaction(sessions) as session:
+                    user_for_key(session, kept)
+                return kept
+            except InvalidAPIKey:
+                pass  # the database was reset: make a new user
+        with transaction(sessions) as session:
+            _, api_key = create_user(session, DEMO_USER)
+    finally:
+        engine.dispose()
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(api_key + "\n")
+    return api_key
+
+
 def start_demo_worker(settings: Settings, stores: EmbeddedStores) -> Service:
     from runtime.worker.demo import DemoWorkerService
 
-    return DemoWorkerService.start(settings, stores)
+    api_key = demo_worker_key(stores.database_url, settings.data_dir / DEMO_KEY_FILE)
+    return DemoWorkerService.start(settings, api_key)
 
 
 SERVICE_STARTERS: list[ServiceStarter] = [start_native, start_front, start_demo_worker]
