@@ -6,7 +6,7 @@
 | HORDE_REDIS_URL | (unset) | a Redis URL; unset starts the embedded server |
 | HORDE_DATA_DIR | ./var | where the embedded servers keep their data (survives restarts) |
 | HORDE_NATIVE_HOST / HORDE_NATIVE_PORT | 127.0.0.1 / 7001 | the native API |
-| HORDE_FRONT_HOST / HORDE_FRONT_PORT | 127.0.0.1 / 7002 | the chat front (a later issue) |
+| HORDE_FRONT_HOST / HORDE_FRONT_PORT | 127.0.0.1 / 7002 | the chat front |
 | HORDE_RATE_LIMITS | on | "off" disables flask-limiter (never in production) |
 | HORDE_RATE_LIMIT_SCALE | 1 | multiplies every rate limit (tests raise them) |
 | HORDE_SWEEP_SECONDS | 10 | period of the lifecycle sweep (TTL, expiry) |

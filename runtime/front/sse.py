@@ -1,15 +1,17 @@
 """Streamed replies (``stream: true``) as server-sent events.
 
-The stream is built from *reply events*: ``Delta`` (content relayed while the worker
-generates; issue 6's relay yields these) and ``Final`` (the finished reply). Today every
-stream's source is ``whole_reply``: one ``Final`` once the request is done, which gives the
-whole-reply shape: a role chunk, one content chunk, a tool-call chunk when there are calls,
-a finish chunk, a usage chunk (``choices: []``) with stream_options.include_usage, then
-``[DONE]``. The seam for delta streaming is ``ReplyEvents``: a relay that yields ``Delta``
-entries before the ``Final`` gets, from ``chunk_stream``, one content chunk per delta and a
-reconciliation with the final reply (a reply equal to or extending the relayed text sends
-the rest; one that diverges ends the stream with 502 stream_diverged). An error after the
-headers is one event ``{"error": {...}}`` without a choice, then ``[DONE]``.
+The stream is built from *reply events* (``ReplyEvents``): ``Delta`` (content relayed while
+the worker generates) and ``Final`` (the finished reply). ``runtime.front.stream_events``
+picks the source of each request: a plain one (``generated.streaming.streams_deltas``) gets
+``progress_stream.delta_events``, paced deltas while the worker posts then the final reply;
+any other (tools, a structured ``response_format``) gets ``whole_reply``, one ``Final`` once
+the request is done. ``chunk_stream`` turns them into chunks: a role chunk, a content chunk
+per delta, then the rest of the final reply (a reply equal to or extending the relayed text
+sends the rest; one that diverges ends the stream with 502 stream_diverged), a tool-call
+chunk when there are calls, a finish chunk, a usage chunk (``choices: []``) with
+stream_options.include_usage, then ``[DONE]``. Keep-alive comments (``comment``) are
+interleaved by the caller. An error after the headers is one event ``{"error": {...}}``
+without a choice, then ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ SSE_HEADERS = [
 
 @dataclass(frozen=True)
 class Delta:
-    """Content relayed before the reply is final (delta streaming, issue 6)."""
+    """Content relayed before the reply is final (delta streaming)."""
 
     text: str
     model: str = ""

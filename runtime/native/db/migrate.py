@@ -1,7 +1,8 @@
 """Bring the database schema up to date with the Alembic migrations beside this module.
 
-Migrations live in ``runtime/native/db/migrations/versions``; later issues add their own
-revisions there (the chat columns come in the chat migration).
+Migrations live in ``runtime/native/db/migrations/versions``, one revision per schema change
+(0002 the chat columns, 0003 the object-storage columns); a test checks that they build
+exactly the tables of ``tables.py``.
 """
 
 from __future__ import annotations

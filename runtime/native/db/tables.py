@@ -1,11 +1,13 @@
-"""The native API's tables (SQLAlchemy 2 declarative models).
+"""The native API's tables (SQLAlchemy 2 declarative models; Alembic migrations in
+``migrations/versions``, checked equal to these by a test).
 
 Money is ``Numeric(16, 2)`` so a balance equals the sum of its ledger rows exactly.
-``waiting_prompts`` is upstream's TextWaitingPrompt: text and (next issue) chat requests
-share it, told apart by ``is_chat``. The chat columns (migration 0002) hold the validated
-request and its messages (deferred: the queue never loads them), the requirements computed
-once at creation, and on generations the structured reply; ``operation_keys`` makes a chat
-submit idempotent per user.
+``waiting_prompts`` is upstream's TextWaitingPrompt: text and chat requests share it, told
+apart by ``is_chat``. The chat columns (migration 0002) hold the validated request and its
+messages (deferred: the queue never loads them), the requirements computed once at creation,
+and on generations the structured reply; ``workers.chat_declaration`` keeps a chat worker's
+parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. Migration
+0003 adds the object-storage columns (offloaded messages, the objects a request owns).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ class Worker(Base):
 
 
 class WaitingPrompt(Base):
-    """A text request (upstream TextWaitingPrompt); ``n`` counts the jobs not yet handed out."""
+    """A text or chat request (upstream TextWaitingPrompt); ``n``: jobs not yet handed out."""
 
     __tablename__ = "waiting_prompts"
     __table_args__ = (
