@@ -80,6 +80,7 @@ class NativeService:
             # the service passkey (runtime.native.api.service_passkey); remote_addr stays the peer.
             clear_untrusted_proxy_headers=False,
         )
+        # One host and port give a single-socket server; the union includes MultiSocketServer.
         bound_host, bound_port = server.socket.getsockname()[:2]  # type: ignore[union-attr]
         try:
             ctx.objects = open_object_store(settings, base_url=f"http://{bound_host}:{bound_port}")

@@ -67,7 +67,7 @@ def ledger_balance(session: Session, user_id: int) -> float:
     """The balance recomputed from the ledger alone (for audits)."""
     from sqlalchemy import func
 
-    total = session.scalar(
+    total = session.execute(
         select(func.coalesce(func.sum(KudosLedger.delta), 0)).where(KudosLedger.user_id == user_id)
-    )
+    ).scalar_one()
     return float(total)

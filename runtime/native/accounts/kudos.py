@@ -38,7 +38,7 @@ def token_count(generation: str, max_length: int) -> int:
 
 
 def context_multiplier(max_context_length: int) -> float:
-    value = 2.5 ** math.log2(max(max_context_length, 1) / 1024)
+    value = math.pow(2.5, math.log2(max(max_context_length, 1) / 1024))
     return min(30.0, max(0.1, value))
 
 
@@ -127,9 +127,9 @@ def release_holds(session: Session, wp_id: uuid.UUID) -> Decimal:
 
 
 def held_amount(session: Session, user_id: int) -> Decimal:
-    total = session.scalar(
+    total = session.execute(
         select(func.coalesce(func.sum(KudosHold.amount), 0)).where(
             KudosHold.user_id == user_id, KudosHold.released.is_(False)
         )
-    )
+    ).scalar_one()
     return Decimal(total)

@@ -47,6 +47,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
 def create_app(ctx: NativeContext) -> Flask:
     app = Flask("horde_native")
     app.config["MAX_CONTENT_LENGTH"] = ctx.settings.max_body_bytes or DEFAULT_MAX_BODY_BYTES
+    # Flask's DefaultJSONProvider has sort_keys; app.json is typed as its JSONProvider base.
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = ctx
     register_error_handlers(app)

@@ -16,13 +16,15 @@ inside a step, and no step reads Postgres:
   after ``mark_cancelled``: from then on nothing is appended.
 
 Names, lifetimes and the cap come from ``generated.streaming`` (spec/streaming.yaml).
+redis-py types every answer as ``T | Awaitable[T]`` (one signature for its sync and async
+clients); the client here is sync and decodes to str, so reads are cast to what they are.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis import Redis
 from redis.exceptions import NoScriptError
@@ -156,7 +158,7 @@ def write_lease(
 
 
 def read_lease(redis: Redis, generation_id: str) -> Lease | None:
-    raw: dict[str, Any] = redis.hgetall(S.lease_key(generation_id))  # type: ignore[assignment]
+    raw = cast(dict[str, str], redis.hgetall(S.lease_key(generation_id)))
     if not raw:
         return None
     return Lease(
@@ -243,7 +245,7 @@ def mark_cancelled(redis: Redis, generation_id: str) -> bool:
 
 def cancel_request(redis: Redis, request_id: str) -> list[str]:
     """Cancel every leased generation of a request; the ids newly cancelled."""
-    ids = sorted(redis.smembers(S.request_leases_key(request_id)))  # type: ignore[arg-type]
+    ids = sorted(cast(set[str], redis.smembers(S.request_leases_key(request_id))))
     return [str(g) for g in ids if mark_cancelled(redis, str(g))]
 
 
@@ -256,7 +258,8 @@ def ended_kind(redis: Redis, generation_id: str) -> str | None:
 def posted_text(redis: Redis, request_id: str, generation_id: str | None = None) -> str:
     """The content posted for a request (one generation's, when given), in seq order."""
     parts: list[str] = []
-    for _entry_id, fields in redis.xrange(S.stream_key(request_id)):  # type: ignore[union-attr]
+    entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.stream_key(request_id)))
+    for _entry_id, fields in entries:
         if fields.get(S.ENTRY_KIND) != S.KIND_DELTA:
             continue
         if generation_id is not None and fields.get(S.ENTRY_GENERATION_ID) != generation_id:

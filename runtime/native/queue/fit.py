@@ -201,7 +201,7 @@ def _image_delivery(declaration: dict[str, Any]) -> ColumnElement[bool]:
     """The requests whose images this worker can receive (all, without images)."""
     if inline_image_transport(declaration):
         return true()
-    no_images = ~WaitingPrompt.required_limits.has_key(LIMIT_MAX_IMAGES)
+    no_images: ColumnElement[bool] = ~WaitingPrompt.required_limits.has_key(LIMIT_MAX_IMAGES)
     if TRANSPORT_MESSAGES_URL in (declaration.get(DECL_IMAGE_TRANSPORTS) or ()):
         return or_(no_images, WaitingPrompt.messages_object.is_not(None))
     return no_images

@@ -53,11 +53,11 @@ def fault_generation(
     wp = session.scalars(
         select(WaitingPrompt).where(WaitingPrompt.id == gen.wp_id).with_for_update()
     ).one()
-    faults = session.scalar(
+    faults = session.execute(
         select(func.count())
         .select_from(Generation)
         .where(Generation.wp_id == wp.id, Generation.faulted.is_(True))
-    )
+    ).scalar_one()
     if wp.active and not wp.cancelled:
         wp.n += 1
     if faults > policy.fault_limit:
@@ -70,7 +70,7 @@ def fault_generation(
 
 
 def _count_abort(session: Session, policy: Policy, worker_id: uuid.UUID, now: datetime) -> None:
-    recent = session.scalar(
+    recent = session.execute(
         select(func.count())
         .select_from(Generation)
         .where(
@@ -78,7 +78,7 @@ def _count_abort(session: Session, policy: Policy, worker_id: uuid.UUID, now: da
             Generation.aborted.is_(True),
             Generation.aborted_at > now - timedelta(hours=1),
         )
-    )
+    ).scalar_one()
     values: dict[str, object] = {"aborted_jobs": Worker.aborted_jobs + 1}
     if recent > policy.abort_limit_per_hour:
         values |= {

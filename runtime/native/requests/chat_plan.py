@@ -56,9 +56,10 @@ class ChatPlan:
 def largest_declared(declarations: list[dict[str, Any]], limit: str) -> int | float | None:
     """The largest declared bound of ``limit``; None when some worker leaves it unbounded."""
     bounds = [(d.get(DECL_CHAT_LIMITS) or {}).get(limit) for d in declarations]
-    if not bounds or any(b is None for b in bounds):
+    declared: list[int | float] = [b for b in bounds if b is not None]
+    if not bounds or len(declared) < len(bounds):
         return None
-    return max(bounds)
+    return max(declared)
 
 
 def _lower_output(request: dict[str, Any], to: int) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def queued() -> list[ColumnElement[bool]]:
     index ``ix_waiting_prompts_queue`` (``active AND n > 0``, the 0 inlined, not a bound
     parameter) so the planner can use it, prepared statements included. Written ``active IS
     TRUE AND n > $1`` it cannot, and every pop sorted the whole queue (9 ms on 10k rows)."""
-    return [WaitingPrompt.active, WaitingPrompt.n > literal_column("0")]
+    return [WaitingPrompt.active.expression, WaitingPrompt.n > literal_column("0")]
 
 
 def unfinished() -> list[Any]:

@@ -91,7 +91,7 @@ def queue_position(
             ),
         ),
     )
-    work = func.sum(WaitingPrompt.max_length * WaitingPrompt.n)
+    work: ColumnElement[int] = func.sum(WaitingPrompt.max_length * WaitingPrompt.n)
     if takes is not None:
         work = work.filter(takes)
     count, tokens = session.execute(select(func.count(), func.coalesce(work, 0)).where(ahead)).one()
