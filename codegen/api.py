@@ -130,7 +130,9 @@ def _problem(file: str, path: str, problem: str, name: str, known: list[str]) ->
     return SpecError(file, path, problem, hint)
 
 
-def _merge_declaration(body: dict[str, Any], schemas: dict[str, Any], decl: dict[str, Any]):
+def _merge_declaration(
+    body: dict[str, Any], schemas: dict[str, Any], decl: dict[str, Any]
+) -> dict[str, Any]:
     """The pop body: upstream's pop fields with the declaration's properties beside them."""
     base = copy.deepcopy(body)
     while "$ref" in base and len(base) == 1:
@@ -153,7 +155,7 @@ def _errors_under(spec: Spec, folder: str, surface: str) -> list[str]:
     return codes
 
 
-def _route(api_file: str, data: dict[str, Any], op: str, r: dict[str, Any], spec: Spec):
+def _route(api_file: str, data: dict[str, Any], op: str, r: dict[str, Any], spec: Spec) -> Route:
     common = data["common_errors"]
     body = r.get("body")
     under = _errors_under(spec, r["errors_under"], data["surface"]) if "errors_under" in r else []
@@ -183,7 +185,7 @@ def _route(api_file: str, data: dict[str, Any], op: str, r: dict[str, Any], spec
     )
 
 
-def _check(api: Api, raw: dict[str, Any], errors: dict[str, dict]) -> list[SpecError]:
+def _check(api: Api, raw: dict[str, Any], errors: dict[str, dict[str, Any]]) -> list[SpecError]:
     f, problems = api.file, []
     status_key = api.surface
     for where, node in [("schemas", raw["schemas"]), ("routes", raw["routes"])]:

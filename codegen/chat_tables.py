@@ -129,7 +129,7 @@ def limits(spec: Spec) -> dict[str, dict[str, Any]]:
 
 
 def chars_per_token(spec: Spec) -> int:
-    return spec[LIMITS_FILE]["chars_per_token_estimate"]
+    return int(spec[LIMITS_FILE]["chars_per_token_estimate"])
 
 
 def declaration(spec: Spec) -> dict[str, dict[str, Any]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,16 @@ class Spec:
         return [f"spec/{p}" for p in relpaths]
 
 
+class _UndefinedName(ValidationError):
+    """An ``x-ref`` to a name nothing defines; ``hint`` names the closest defined one."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 def _json_path(error: ValidationError) -> str:
-    parts = []
+    parts: list[str] = []
     for p in error.absolute_path:
         parts.append(f"[{p}]" if isinstance(p, int) else (f".{p}" if parts else str(p)))
     return "".join(parts)
@@ -56,7 +64,8 @@ def _json_path(error: ValidationError) -> str:
 
 def _suggest(error: ValidationError) -> str:
     """A concrete next step for the usual mistakes; otherwise the schema's description."""
-    kw, schema, inst = error.validator, error.schema, error.instance
+    kw, inst = error.validator, error.instance
+    schema: Mapping[str, Any] = error.schema if isinstance(error.schema, Mapping) else {}
     if kw == "additionalProperties" and isinstance(inst, dict):
         allowed = sorted(schema.get("properties", {}))
         extra = [k for k in inst if k not in allowed]
@@ -73,15 +82,18 @@ def _suggest(error: ValidationError) -> str:
     if kw == "required":
         return "add the missing key (see the schema's description of it)"
     if kw == "x-ref":
-        return getattr(error, "context_hint", "define it first")
+        return error.hint if isinstance(error, _UndefinedName) else "define it first"
     if kw == "type":
         return f"give a value of type {schema.get('type')}"
     return schema.get("description") or "see the schema file named in $schema"
 
 
-def _checker(registry: dict[str, set[str]] | None) -> type[Draft202012Validator]:
-    """The validator class; with ``registry`` None it only collects defined names."""
-    collected: dict[str, set[str]] = {}
+def _checker(
+    registry: dict[str, set[str]] | None, collected: dict[str, set[str]] | None = None
+) -> type[Draft202012Validator]:
+    """The validator class; with ``registry`` None it only collects defined names (into
+    ``collected``)."""
+    collected = {} if collected is None else collected
 
     def x_defines(_v: Any, kind: str, instance: Any, _s: Any) -> Iterator[ValidationError]:
         if registry is None and isinstance(instance, dict):
@@ -96,13 +108,12 @@ def _checker(registry: dict[str, set[str]] | None) -> type[Draft202012Validator]
         for value in values:
             if isinstance(value, str) and value not in known:
                 close = difflib.get_close_matches(value, sorted(known), n=1)
-                err = ValidationError(
-                    f"{value!r} is not a defined {kind[:-1] if kind.endswith('s') else kind}"
-                )
-                err.context_hint = (
+                hint = (
                     f"did you mean {close[0]!r}?" if close else f"define {value!r} among the {kind}"
                 )
-                yield err
+                yield _UndefinedName(
+                    f"{value!r} is not a defined {kind[:-1] if kind.endswith('s') else kind}", hint
+                )
 
     def x_default_in(v: Any, key: str, instance: Any, _s: Any) -> Iterator[ValidationError]:
         if not isinstance(instance, dict) or "default" not in instance or key not in instance:
@@ -113,11 +124,11 @@ def _checker(registry: dict[str, set[str]] | None) -> type[Draft202012Validator]
                 f"default {instance['default']!r} does not satisfy its own schema: {e.message}"
             )
 
-    cls = validators.extend(
+    # types-jsonschema leaves validators.extend unannotated; it returns a validator class.
+    cls: type[Draft202012Validator] = validators.extend(  # type: ignore[no-untyped-call]
         Draft202012Validator,
         {"x-defines": x_defines, "x-ref": x_ref, "x-default-in": x_default_in},
     )
-    cls.collected = collected  # type: ignore[attr-defined]
     return cls
 
 
@@ -165,11 +176,12 @@ def load_spec(root: Path = SPEC_ROOT) -> Spec:
         schemas[rel] = json.loads(schema_path.read_text(encoding="utf-8"))
     if problems:
         raise SpecErrors(problems)
-    collector = _checker(None)
+    collected: dict[str, set[str]] = {}
+    collector = _checker(None, collected)
     for rel, data in files.items():
         for e in collector(schemas[rel]).iter_errors(data):
             problems.append(SpecError(f"spec/{rel}", _json_path(e), e.message, _suggest(e)))
-    names = {k: set(v) for k, v in collector.collected.items()}  # type: ignore[attr-defined]
+    names = {k: set(v) for k, v in collected.items()}
     if not problems:
         checker = _checker(names)
         for rel, data in files.items():

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from codegen.api import load_apis
-from codegen.render import render
+from codegen.render import Output, render
 from codegen.spec import Spec
 
 
-def build(spec: Spec) -> list:
+def build(spec: Spec) -> list[Output]:
     apis = load_apis(spec)
     surfaces = []
     for surface, api in sorted(apis.items()):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from codegen.render import render
+from codegen.render import Output, render
 from codegen.spec import Spec
 from codegen.targets.errors import class_name, collect
 
@@ -14,7 +14,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def build(spec: Spec) -> list:
+def build(spec: Spec) -> list[Output]:
     errors, files = collect(spec)
     front, native, faults = [], [], []
     for code, e in errors.items():

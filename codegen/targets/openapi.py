@@ -32,7 +32,9 @@ def _param(name: str, where: str, p: dict[str, Any], required: bool) -> dict[str
     }
 
 
-def _error_schema(surface: str, codes: list[str], errors: dict[str, dict]) -> dict[str, Any]:
+def _error_schema(
+    surface: str, codes: list[str], errors: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     if surface == "native":
         return {
             "type": "object",
@@ -59,7 +61,7 @@ def _error_schema(surface: str, codes: list[str], errors: dict[str, dict]) -> di
     }
 
 
-def _front_headers(codes: list[str], errors: dict[str, dict]) -> dict[str, Any]:
+def _front_headers(codes: list[str], errors: dict[str, dict[str, Any]]) -> dict[str, Any]:
     headers: dict[str, Any] = {
         "x-should-retry": {
             "description": "false once the horde may hold the request (or the error says so).",
@@ -74,7 +76,7 @@ def _front_headers(codes: list[str], errors: dict[str, dict]) -> dict[str, Any]:
     return headers
 
 
-def _error_responses(api: Api, route: Route, errors: dict[str, dict]) -> dict[str, Any]:
+def _error_responses(api: Api, route: Route, errors: dict[str, dict[str, Any]]) -> dict[str, Any]:
     by_status: dict[int, list[str]] = {}
     for code in route.errors:
         side = errors[code][api.surface]
@@ -109,7 +111,7 @@ def _success(resp: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def operation(api: Api, route: Route, errors: dict[str, dict]) -> dict[str, Any]:
+def operation(api: Api, route: Route, errors: dict[str, dict[str, Any]]) -> dict[str, Any]:
     params = [_param(n, "path", p, True) for n, p in route.path_params.items()]
     params += [
         _param(n, "query", p, p.get("required", False)) for n, p in route.query_params.items()
