@@ -55,6 +55,14 @@ def _rule(data: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _placeholder(pattern: str) -> str:
+    """The one ``{placeholder}`` of a key pattern (the schema requires exactly one)."""
+    found = PLACEHOLDER.search(pattern)
+    if found is None:
+        raise ValueError(f"key pattern {pattern!r} has no placeholder")
+    return found.group(1)
+
+
 def build(spec: Spec) -> list[Output]:
     data = spec[SOURCE]
     _check(data)
@@ -64,7 +72,7 @@ def build(spec: Spec) -> list[Output]:
         {
             "name": name,
             "pattern": entry["pattern"],
-            "arg": PLACEHOLDER.search(entry["pattern"]).group(1),  # type: ignore[union-attr]
+            "arg": _placeholder(entry["pattern"]),
             "description": " ".join(entry["description"].split()),
         }
         for name, entry in data["keys"].items()
