@@ -31,7 +31,7 @@ from generated.errors import (
     UnsupportedChatParameter,
 )
 from generated.routes import HEADER_AUTHORIZATION
-from runtime.native.accounts.keys import ANONYMOUS_API_KEY
+from generated.wire import ANONYMOUS_API_KEY
 
 BEARER = "bearer "
 

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from generated.errors import HordeError
 from generated.routes import ROUTES
 from generated.signals import chat_channel
+from generated.wire.front import Model, ModelList
 from runtime.front.admission import Admission, api_key_of
 from runtime.front.chat import ChatCompletions
 from runtime.front.config import FrontConfig
@@ -36,7 +37,6 @@ from runtime.front.signals import SignalHub
 OWNER = "horde"
 IN_FLIGHT = 100
 """Native calls in flight at once (and the HTTP pool's size)."""
-CHAT_COUNT = "chat_count"
 
 
 @dataclass
@@ -63,12 +63,12 @@ async def list_models(request: Request) -> Response:
         active = await state.native.models()
     except HordeError as error:
         return error_response(error)
-    names = sorted({str(m["name"]) for m in active if m.get(CHAT_COUNT)})
-    data = [_model(name, state.started) for name in names]
-    return JSONResponse({"object": "list", "data": data})
+    names = sorted({str(m["name"]) for m in active if m.get("chat_count")})
+    listed: ModelList = {"object": "list", "data": [_model(name, state.started) for name in names]}
+    return JSONResponse(listed)
 
 
-def _model(name: str, created: int) -> dict[str, Any]:
+def _model(name: str, created: int) -> Model:
     return {"id": name, "object": "model", "created": created, "owned_by": OWNER}
 
 

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from generated.chat.names import PARAM_STREAM
 from generated.errors import HordeError, InternalError
+from generated.wire.front import ChatCompletion
 from runtime.front.admission import ClientGone, api_key_of, checked_request, read_body
 from runtime.front.errors import error_event, error_response
 from runtime.front.native_client import SubmitLost, new_operation_key
@@ -160,7 +161,7 @@ class _Life:
     async def _event(self, data: bytes, *, more: bool = True) -> None:
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
-    async def _json(self, payload: dict[str, Any]) -> None:
+    async def _json(self, payload: ChatCompletion) -> None:
         response = JSONResponse(payload)
         await response(self.request.scope, self.request.receive, self.send)
 

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -26,11 +26,12 @@ from generated.routes import (
     HEADER_X_OPERATION_KEY,
     ROUTES,
 )
+from generated.wire import HEADER_FORWARDED_FOR
+from generated.wire.native import ActiveModel, AsyncAccepted, ChatStatus
 from runtime.front.errors import from_native
 
 log = logging.getLogger(__name__)
 
-FORWARDED_FOR = "X-Forwarded-For"
 JSON = "application/json"
 NOT_FOUND = 404
 
@@ -119,7 +120,7 @@ class NativeClient:
         if self.passkey:
             headers[HEADER_X_HORDE_SERVICE_PASSKEY] = self.passkey
             if source:
-                headers[FORWARDED_FOR] = source
+                headers[HEADER_FORWARDED_FOR] = source
         return headers
 
     async def submit(
@@ -154,7 +155,7 @@ class NativeClient:
                 raise from_native(
                     response.status_code, response.content, retry_after=_retry_after(response)
                 )
-            payload = response.json()
+            payload: AsyncAccepted = response.json()
             if "id" not in payload:
                 raise HordeUnavailable(detail="the native API returned no request id")
             self._next = (self._next + attempt) % len(self.roots)
@@ -188,7 +189,7 @@ class NativeClient:
             raise from_native(response.status_code, response.content)
         return response.json()
 
-    async def status(self, request_id: str) -> dict[str, Any]:
+    async def status(self, request_id: str) -> ChatStatus:
         """The chat status; ``RequestGone`` when the native API no longer knows the id."""
         path = ROUTES["chat_status"].path.format(id=request_id)
         response = await self._read("GET", path)
@@ -196,17 +197,17 @@ class NativeClient:
             raise RequestGone(request_id)
         if response.status_code >= 400:
             raise from_native(response.status_code, response.content)
-        return dict(response.json())
+        return cast(ChatStatus, dict(response.json()))
 
-    async def cancel(self, request_id: str) -> dict[str, Any] | None:
+    async def cancel(self, request_id: str) -> ChatStatus | None:
         """Cancel on the native side; None when that failed (logged, never raised)."""
         path = ROUTES["chat_cancel"].path.format(id=request_id)
         try:
-            return dict(await self._json("DELETE", path))
+            return cast(ChatStatus, dict(await self._json("DELETE", path)))
         except HordeError as exc:
             log.warning("cancel of %s failed: %s", request_id, exc.message)
             return None
 
-    async def models(self) -> list[dict[str, Any]]:
+    async def models(self) -> list[ActiveModel]:
         """The native active-models list (text models, with chat_count)."""
         return list(await self._json("GET", ROUTES["models"].path))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from generated.chat import CHARS_PER_TOKEN_ESTIMATE, horde_option
 from generated.chat.names import (
@@ -21,17 +21,15 @@ from generated.chat.names import (
     HORDE_INCLUDE_REASONING,
     PARAM_MESSAGES,
     REPLY_CONTENT,
-    REPLY_FINISH_REASON,
-    REPLY_REASONING_CONTENT,
     REPLY_TOOL_CALLS,
-    REPLY_USAGE,
-    ROLE_ASSISTANT,
 )
+from generated.wire import ANSWERING_STATES, STATE_CENSORED
+from generated.wire.front import ChatCompletion, ResponseMessage, Usage, XHorde
+from generated.wire.native import ChatGeneration, ChatStatus
 
 COMPLETION_ID_PREFIX = "chatcmpl-"
-OBJECT_COMPLETION = "chat.completion"
-OBJECT_CHUNK = "chat.completion.chunk"
-ANSWERING_STATES = ("ok", "censored")
+OBJECT_COMPLETION: Final = "chat.completion"
+OBJECT_CHUNK: Final = "chat.completion.chunk"
 
 
 def estimate_tokens(chars: int) -> int:
@@ -67,9 +65,16 @@ class Reply:
     charge_basis: str = ""
 
     @classmethod
-    def from_status(cls, request_id: str, status: dict[str, Any]) -> Reply | None:
-        """The reply of a done status, or None when it holds no answering generation."""
-        generations = [g for g in status.get("generations") or [] if isinstance(g, dict)]
+    def from_status(cls, request_id: str, status: ChatStatus) -> Reply | None:
+        """The reply of a done status, or None when it holds no answering generation.
+
+        The native API's JSON is read defensively: a key or shape its schema requires may
+        still be missing, hence the checks the types call redundant (ignored by code)."""
+        generations = [
+            g
+            for g in status.get("generations") or []
+            if isinstance(g, dict)  # type: ignore[redundant-expr]  # not an object when malformed
+        ]
         for state in ANSWERING_STATES:
             for gen in generations:
                 if gen.get("state") == state:
@@ -77,21 +82,27 @@ class Reply:
         return None
 
     @classmethod
-    def _of(cls, request_id: str, status: dict[str, Any], gen: dict[str, Any]) -> Reply:
-        calls = [dict(c) for c in gen.get(REPLY_TOOL_CALLS) or []]
-        finish = gen.get(REPLY_FINISH_REASON) or (FINISH_TOOL_CALLS if calls else FINISH_STOP)
-        if gen.get("state") == "censored":
+    def _of(cls, request_id: str, status: ChatStatus, gen: ChatGeneration) -> Reply:
+        calls: list[dict[str, Any]] = [dict(c) for c in gen.get("tool_calls") or []]
+        finish: str = gen.get("finish_reason") or (
+            FINISH_TOOL_CALLS if calls else FINISH_STOP  # type: ignore[unreachable]  # absent from a malformed status
+        )
+        if gen.get("state") == STATE_CENSORED:
             finish = FINISH_CONTENT_FILTER
         return cls(
             request_id=request_id,
             model=str(gen.get("model") or ""),
-            content=gen.get(REPLY_CONTENT),
-            reasoning_content=gen.get(REPLY_REASONING_CONTENT),
+            content=gen.get("content"),
+            reasoning_content=gen.get("reasoning_content"),
             tool_calls=calls,
             finish_reason=finish,
-            reported=dict(gen.get(REPLY_USAGE) or {}),
+            reported=dict(gen.get("usage") or {}),
             kudos=float(gen.get("kudos", status.get("kudos", 0)) or 0),
-            charge_basis=str(gen.get("charge_basis") or status.get("charge_basis") or ""),
+            charge_basis=str(
+                gen.get("charge_basis")
+                or status.get("charge_basis")  # type: ignore[unreachable]  # absent from a malformed status
+                or ""
+            ),
         )
 
     def output_chars(self) -> int:
@@ -103,7 +114,7 @@ class Reply:
         return len(self.content or "") + len(self.reasoning_content or "") + calls
 
 
-def usage(reply: Reply, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def usage(reply: Reply, request: dict[str, Any]) -> tuple[Usage, bool]:
     """OpenAI's usage from the worker's counts; the flag says a count was estimated."""
     reported = reply.reported
     estimated = False
@@ -113,7 +124,7 @@ def usage(reply: Reply, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     completion = reported.get("completion_tokens")
     if completion is None:
         completion, estimated = estimate_tokens(reply.output_chars()), True
-    result: dict[str, Any] = {
+    result: Usage = {
         "prompt_tokens": int(prompt),
         "completion_tokens": int(completion),
         "total_tokens": int(prompt) + int(completion),
@@ -126,11 +137,11 @@ def usage(reply: Reply, request: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return result, estimated
 
 
-def x_horde(reply: Reply, estimated: bool) -> dict[str, Any]:
+def x_horde(reply: Reply, estimated: bool) -> XHorde:
     return {
         "request_id": reply.request_id,
         "kudos": reply.kudos,
-        "charge_basis": reply.charge_basis,
+        "charge_basis": reply.charge_basis,  # type: ignore[typeddict-item]  # the native's, relayed
         "estimated_usage": estimated,
     }
 
@@ -143,17 +154,13 @@ def shows_reasoning(request: dict[str, Any]) -> bool:
     return bool(horde_option(request, HORDE_INCLUDE_REASONING))
 
 
-def completion(reply: Reply, request: dict[str, Any], created: int | None = None) -> dict[str, Any]:
+def completion(reply: Reply, request: dict[str, Any], created: int | None = None) -> ChatCompletion:
     """The ``chat.completion`` object of a finished request."""
-    message: dict[str, Any] = {
-        "role": ROLE_ASSISTANT,
-        REPLY_CONTENT: reply.content,
-        "refusal": None,
-    }
+    message: ResponseMessage = {"role": "assistant", "content": reply.content, "refusal": None}
     if reply.reasoning_content is not None and shows_reasoning(request):
-        message[REPLY_REASONING_CONTENT] = reply.reasoning_content
+        message["reasoning_content"] = reply.reasoning_content
     if reply.tool_calls:
-        message[REPLY_TOOL_CALLS] = reply.tool_calls
+        message["tool_calls"] = reply.tool_calls  # type: ignore[typeddict-item]
     counts, estimated = usage(reply, request)
     return {
         "id": completion_id(reply.request_id),
@@ -164,10 +171,10 @@ def completion(reply: Reply, request: dict[str, Any], created: int | None = None
             {
                 "index": 0,
                 "message": message,
-                REPLY_FINISH_REASON: reply.finish_reason,
+                "finish_reason": reply.finish_reason,  # type: ignore[typeddict-item]
                 "logprobs": None,
             }
         ],
-        REPLY_USAGE: counts,
+        "usage": counts,
         "x_horde": x_horde(reply, estimated),
     }

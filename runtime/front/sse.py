@@ -18,20 +18,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from generated.chat.names import (
     PARAM_STREAM_OPTIONS,
-    REPLY_CONTENT,
-    REPLY_FINISH_REASON,
-    REPLY_REASONING_CONTENT,
-    REPLY_TOOL_CALLS,
-    REPLY_USAGE,
-    ROLE_ASSISTANT,
 )
 from generated.errors import StreamDiverged
+from generated.wire.front import ChatCompletionChunk, ChunkDelta, ChunkToolCall
 from runtime.front.responses import (
     OBJECT_CHUNK,
     Reply,
@@ -73,7 +68,7 @@ async def whole_reply(reply: Callable[[], Awaitable[Reply]]) -> ReplyEvents:
     yield Final(await reply())
 
 
-def encode(payload: dict[str, Any]) -> bytes:
+def encode(payload: Mapping[str, object]) -> bytes:
     return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -93,34 +88,36 @@ class ChunkMaker:
         options = request.get(PARAM_STREAM_OPTIONS) or {}
         self.include_usage = bool(options.get(INCLUDE_USAGE))
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def chunk(self, delta: ChunkDelta, finish: str | None = None) -> ChatCompletionChunk:
+        body: ChatCompletionChunk = {
             "id": self.id,
             "object": OBJECT_CHUNK,
             "created": self.created,
             "model": self.model,
             "choices": [
-                {"index": 0, "delta": delta, REPLY_FINISH_REASON: finish, "logprobs": None}
+                # finish: Reply.finish_reason, one of spec/chat/reply.yaml's finish_reasons
+                # (FINISH_*), which codegen holds equal to this enum.
+                {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}  # type: ignore[typeddict-item]
             ],
         }
         if self.include_usage:
-            body[REPLY_USAGE] = None
+            body["usage"] = None
         return body
 
-    def role(self) -> dict[str, Any]:
-        return self.chunk({"role": ROLE_ASSISTANT, REPLY_CONTENT: ""})
+    def role(self) -> ChatCompletionChunk:
+        return self.chunk({"role": "assistant", "content": ""})
 
-    def tool_calls(self, reply: Reply) -> dict[str, Any]:
+    def tool_calls(self, reply: Reply) -> ChatCompletionChunk:
         calls = [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]
-        return self.chunk({REPLY_TOOL_CALLS: calls})
+        return self.chunk({"tool_calls": cast(list[ChunkToolCall], calls)})
 
-    def finish(self, reply: Reply) -> dict[str, Any]:
+    def finish(self, reply: Reply) -> ChatCompletionChunk:
         body = self.chunk({}, reply.finish_reason)
         _, estimated = usage(reply, self.request)
         body["x_horde"] = x_horde(reply, estimated)
         return body
 
-    def usage(self, reply: Reply) -> dict[str, Any]:
+    def usage(self, reply: Reply) -> ChatCompletionChunk:
         counts, estimated = usage(reply, self.request)
         return {
             "id": self.id,
@@ -128,14 +125,14 @@ class ChunkMaker:
             "created": self.created,
             "model": self.model,
             "choices": [],
-            REPLY_USAGE: counts,
+            "usage": counts,
             "x_horde": x_horde(reply, estimated),
         }
 
 
 async def chunk_stream(
     events: ReplyEvents, request_id: str, request: dict[str, Any]
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncIterator[ChatCompletionChunk]:
     """The chunks of one streamed reply, in the documented order."""
     maker = ChunkMaker(request_id, request)
     relayed = ""
@@ -147,7 +144,7 @@ async def chunk_stream(
                 started = True
                 yield maker.role()
             relayed += event.text
-            yield maker.chunk({REPLY_CONTENT: event.text})
+            yield maker.chunk({"content": event.text})
             continue
         reply = event.reply
         maker.model = reply.model
@@ -156,11 +153,11 @@ async def chunk_stream(
         content = reply.content or ""
         if relayed and not content.startswith(relayed):
             raise StreamDiverged()
-        delta: dict[str, Any] = {}
+        delta: ChunkDelta = {}
         if content[len(relayed) :] or not relayed:
-            delta[REPLY_CONTENT] = content[len(relayed) :] if reply.content is not None else None
+            delta["content"] = content[len(relayed) :] if reply.content is not None else None
         if reply.reasoning_content is not None and shows_reasoning(request):
-            delta[REPLY_REASONING_CONTENT] = reply.reasoning_content
+            delta["reasoning_content"] = reply.reasoning_content
         if delta:
             yield maker.chunk(delta)
         if reply.tool_calls:

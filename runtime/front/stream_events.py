@@ -21,16 +21,18 @@ from redis.asyncio import Redis
 
 from generated.chat.names import PARAM_MODEL, PARAM_MODELS
 from generated.streaming import streams_deltas
+from generated.wire.native import ChatStatus
 from runtime.front.progress_stream import delta_events
 from runtime.front.sse import Delta, ReplyEvents, comment, whole_reply
 from runtime.front.waiter import ReplyWait
 
 
-def stream_model(status: dict[str, Any] | None, request: dict[str, Any]) -> str:
+def stream_model(status: ChatStatus | None, request: dict[str, Any]) -> str:
     """The model to name in chunks before the reply: the first generation's in the last
     status read, else the request's model (a one-entry models list counts)."""
-    for generation in (status or {}).get("generations") or []:
-        if isinstance(generation, dict) and generation.get("model"):
+    for generation in (status.get("generations") if status else None) or []:
+        malformed = not isinstance(generation, dict)  # the native JSON is not trusted
+        if not malformed and generation.get("model"):
             return str(generation["model"])
     if request.get(PARAM_MODEL):
         return str(request[PARAM_MODEL])
@@ -59,7 +61,7 @@ def reply_events(
     return _named(relayed, lambda: stream_model(wait.status, request))
 
 
-def queue_note(status: dict[str, Any] | None) -> str:
+def queue_note(status: ChatStatus | None) -> str:
     """The keep-alive comment's text for the last status read."""
     if status is None:
         return "waiting for the Horde"

@@ -35,6 +35,7 @@ from generated.errors import (
     QueueUnavailable,
     StreamDiverged,
 )
+from generated.wire.native import ChatStatus
 from runtime.front.native_client import NativeClient, RequestGone
 from runtime.front.responses import Reply
 from runtime.front.signals import SignalHub
@@ -60,7 +61,7 @@ def needs_cancel(error: BaseException) -> bool:
     return not isinstance(error, NEEDS_NO_CANCEL)
 
 
-def gap_error(status: dict[str, Any]) -> HordeError | None:
+def gap_error(status: ChatStatus) -> HordeError | None:
     """The declaration gap (404) or limits gap (400) a status reports, if any."""
     missing = [str(m) for m in status.get("missing_features") or []]
     if missing:
@@ -77,7 +78,7 @@ def gap_error(status: dict[str, Any]) -> HordeError | None:
     return None
 
 
-def _has_queue_info(status: dict[str, Any]) -> bool:
+def _has_queue_info(status: ChatStatus) -> bool:
     return bool(
         status.get("queue_position") or status.get("wait_time") or status.get("processing")
     ) or bool(status.get("finished") or status.get("done"))
@@ -102,7 +103,7 @@ class ReplyWait:
         self.budget = budget
         self.clock = clock or asyncio.get_running_loop().time
         self.started = self.clock()
-        self.status: dict[str, Any] | None = None
+        self.status: ChatStatus | None = None
         self.reads = 0
         self._impossible_since: float | None = None
         self._signal: asyncio.Event | None = None
@@ -120,7 +121,7 @@ class ReplyWait:
     def _left(self) -> float:
         return self.started + self.budget.deadline - self.clock()
 
-    async def _read(self) -> dict[str, Any] | None:
+    async def _read(self) -> ChatStatus | None:
         """One status read; None when the native API could not be reached this time."""
         self.reads += 1
         try:
@@ -154,7 +155,7 @@ class ReplyWait:
         if self.fail_fast:
             await self._decide_fail_fast(status)
 
-    async def _decide_fail_fast(self, status: dict[str, Any]) -> None:
+    async def _decide_fail_fast(self, status: ChatStatus) -> None:
         until = self.clock() + self.budget.queue_info_wait
         while True:
             if status.get("done") or status.get("faulted") or status.get("processing"):
@@ -173,7 +174,7 @@ class ReplyWait:
             await self._sleep(QUEUE_INFO_RECHECK)
             status = await self._read() or status
 
-    def _outcome(self, status: dict[str, Any]) -> Reply | None:
+    def _outcome(self, status: ChatStatus) -> Reply | None:
         if status.get("faulted"):
             raise ChatRequestFaulted(reason="workers faulted it more times than its limit")
         if status.get("done"):
@@ -183,7 +184,7 @@ class ReplyWait:
             return reply
         return None
 
-    def _check_possible(self, status: dict[str, Any]) -> float:
+    def _check_possible(self, status: ChatStatus) -> float:
         """Raises after the grace; else the seconds until the grace would end (or inf)."""
         if status.get("is_possible", True):
             self._impossible_since = None
