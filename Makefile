@@ -6,7 +6,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install run test unit generate check-generated lint format bench clean
+.DEFAULT_GOAL := help
+
+.PHONY: help install run test unit fuzz typecheck generate check-generated lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,15 +16,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+## install: create .venv and install the project with its test dependencies
 install: $(STAMP)
 
 ## run: the whole horde locally, on the embedded Postgres and Redis
 run: $(STAMP)
 	$(BIN)/horde-chat up
 
-## test: regenerate-and-compare, lint, then the whole pytest suite
-test: $(STAMP) check-generated lint
+## test: regenerate-and-compare, lint, type-check, then the whole pytest suite
+test: $(STAMP) check-generated lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## unit: the unit tests only (no servers; seconds)
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit -m 'not integration' $(PYTEST_ARGS)
+
+## fuzz: the schemathesis tests (marker fuzz) against the live native API and front
+fuzz: $(STAMP)
+	$(BIN)/python -m pytest -m fuzz tests/fuzz $(PYTEST_ARGS)
+
+## typecheck: mypy over runtime/, codegen/ and generated/ (settings in pyproject.toml)
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 ## generate: spec/ -> generated/
 generate: $(STAMP)
@@ -32,16 +47,25 @@ generate: $(STAMP)
 check-generated: $(STAMP)
 	$(BIN)/python -m codegen check
 
+## lint: ruff's rules, ruff's format check and the import contracts (pyproject [tool.importlinter])
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
+## format: apply ruff's fixes and format
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+## bench: run every benchmark in bench/ and print its figures
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+## clean: remove .venv and the tools' caches
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+
+## help: this list
+help:
+	@grep -E '^## [a-z-]+:' $(MAKEFILE_LIST) | sed -e 's/^## //' | awk -F': ' '{ printf "  %-16s %s\n", $$1, $$2 }'

@@ -186,8 +186,15 @@ def _route(api_file: str, data: dict[str, Any], op: str, r: dict[str, Any], spec
 
 
 def _check(api: Api, raw: dict[str, Any], errors: dict[str, dict[str, Any]]) -> list[SpecError]:
+    problems = _check_refs(api, raw)
+    for route in api.routes:
+        problems += _check_route(api, route, errors)
+    return problems
+
+
+def _check_refs(api: Api, raw: dict[str, Any]) -> list[SpecError]:
+    """Every $ref of the file's schemas and routes names a schema that exists."""
     f, problems = api.file, []
-    status_key = api.surface
     for where, node in [("schemas", raw["schemas"]), ("routes", raw["routes"])]:
         for kind, name in _refs(node):
             if kind == "bad":
@@ -202,39 +209,44 @@ def _check(api: Api, raw: dict[str, Any], errors: dict[str, dict[str, Any]]) -> 
                 problems.append(
                     _problem(f, where, f"no contract schema {name!r}", name, sorted(EXTERNAL))
                 )
-    for route in api.routes:
-        at = f"routes.{route.operation_id}"
-        for h in (*route.headers, *route.required_headers):
-            if h not in api.headers:
-                problems.append(
-                    _problem(f, f"{at}.headers", f"no header {h!r}", h, sorted(api.headers))
-                )
-        for h in route.required_headers:
-            if h not in route.headers:
-                problems.append(
-                    SpecError(f, f"{at}.required_headers", f"{h!r} is not among headers", "add it")
-                )
-        in_path = re.findall(r"{([^}]+)}", route.path)
-        if sorted(in_path) != sorted(route.path_params):
+    return problems
+
+
+def _check_route(api: Api, route: Route, errors: dict[str, dict[str, Any]]) -> list[SpecError]:
+    """One route's headers, path parameters and errors agree with the file and the errors."""
+    f, problems, status_key = api.file, [], api.surface
+    at = f"routes.{route.operation_id}"
+    for h in (*route.headers, *route.required_headers):
+        if h not in api.headers:
+            problems.append(
+                _problem(f, f"{at}.headers", f"no header {h!r}", h, sorted(api.headers))
+            )
+    for h in route.required_headers:
+        if h not in route.headers:
+            problems.append(
+                SpecError(f, f"{at}.required_headers", f"{h!r} is not among headers", "add it")
+            )
+    in_path = re.findall(r"{([^}]+)}", route.path)
+    if sorted(in_path) != sorted(route.path_params):
+        problems.append(
+            SpecError(
+                f,
+                f"{at}.path_params",
+                f"path parameters {in_path} differ from {sorted(route.path_params)}",
+                "describe each {name} of the path in path_params, and only those",
+            )
+        )
+    for code in (*route.errors, route.invalid_body):
+        if code in errors and status_key not in errors[code]:
             problems.append(
                 SpecError(
                     f,
-                    f"{at}.path_params",
-                    f"path parameters {in_path} differ from {sorted(route.path_params)}",
-                    "describe each {name} of the path in path_params, and only those",
+                    f"{at}.errors",
+                    f"error {code!r} has no {status_key} status",
+                    f"give errors.{code}.{status_key} a status in its errors file, "
+                    "or drop it from this route",
                 )
             )
-        for code in (*route.errors, route.invalid_body):
-            if code in errors and status_key not in errors[code]:
-                problems.append(
-                    SpecError(
-                        f,
-                        f"{at}.errors",
-                        f"error {code!r} has no {status_key} status",
-                        f"give errors.{code}.{status_key} a status in its errors file, "
-                        "or drop it from this route",
-                    )
-                )
     return problems
 
 

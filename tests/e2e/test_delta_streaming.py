@@ -202,7 +202,8 @@ def test_text_arrives_in_chunks_before_the_job_is_submitted(
     assert {c["id"] for c in chunks} == {f"chatcmpl-{request_id}"}
     finish, usage = chunks[-2], chunks[-1]
     assert finish["choices"][0]["finish_reason"] == "stop"
-    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] > 0
+    assert usage["choices"] == []
+    assert usage["usage"]["completion_tokens"] > 0
     assert all(c["usage"] is None for c in chunks[:-1])
     assert chat_status(native_client, request_id)["finished"] == 1
 
@@ -228,7 +229,8 @@ def test_pacing_spreads_one_post_over_several_chunks(
     texts = [content_of(c) for c in received if content_of(c)]
     assert "".join(texts) == "".join(pieces)
     posts = [e[S.ENTRY_DELTA] for e in delta_entries(redis, request_id_of(received[0]))]
-    assert posts and "".join(posts) == "".join(pieces)[: len("".join(posts))]
+    assert posts
+    assert "".join(posts) == "".join(pieces)[: len("".join(posts))]
     assert len(texts[0]) < len(posts[0])  # the first post was cut into pieces
     assert len(texts) >= 2 * len(posts)
 
@@ -319,13 +321,18 @@ def test_a_client_leaving_mid_stream_cancels_and_settles_on_the_posted_text(
         generation = until(settled, "the settlement of the cancelled generation")
         until(lambda: worker.loop.served == 1, "the worker's stop on cancelled: true")
     posted = posted_text(redis, request_id)
-    assert received and posted.startswith(received)
-    assert generation.generation == posted and generation.state == "ok"
-    assert not generation.faulted and not generation.aborted  # not counted as dropped
+    assert received
+    assert posted.startswith(received)
+    assert generation.generation == posted
+    assert generation.state == "ok"
+    assert not generation.faulted
+    assert not generation.aborted
     assert submits == []  # the worker stopped without submitting
     with native_db() as session:
         wp = session.get(WaitingPrompt, job)
-        assert wp is not None and wp.cancelled and not wp.faulted
+        assert wp is not None
+        assert wp.cancelled
+        assert not wp.faulted
         tokens = output_estimate({S.STREAMED_REPLY_PART: posted}, wp.max_length)
         price = kudos.money(kudos.generation_kudos(tokens, MODEL, wp.max_context_length, False))
         worker_row = session.scalars(select(Worker)).one()
@@ -356,7 +363,8 @@ def test_a_divergent_final_reply_ends_with_one_error_event(
     assert [line for line in lines if line][-1] == "data: [DONE]"
     events = [sse_data(line) for line in lines[:-1]]
     *chunks, error = events
-    assert error is not None and "choices" not in error
+    assert error is not None
+    assert "choices" not in error
     assert error["error"]["code"] == "stream_diverged"
     assert "".join(content_of(c) for c in chunks if c) == "Hello wor"
     assert all(c and c["choices"][0]["finish_reason"] is None for c in chunks)

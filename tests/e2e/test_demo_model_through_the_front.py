@@ -122,7 +122,8 @@ def test_a_named_tool_choice_comes_back_as_that_call(stack: tuple[OpenAI, Runnin
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
-    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) == 1
+    assert choice.message.tool_calls is not None
+    assert len(choice.message.tool_calls) == 1
     call = choice.message.tool_calls[0]
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")  # type: ignore[union-attr]

@@ -117,12 +117,15 @@ def test_plain_completion_is_charged_once(
         body = raw_create(client, model=MODEL, messages=MESSAGES)
     message = body["choices"][0]["message"]
     assert message["content"] == "You said: Say hello"
-    assert body["model"] == MODEL and body["choices"][0]["finish_reason"] == "stop"
+    assert body["model"] == MODEL
+    assert body["choices"][0]["finish_reason"] == "stop"
     request_id = body["x_horde"]["request_id"]
     assert body["id"] == f"chatcmpl-{request_id}"
-    assert body["x_horde"]["charge_basis"] == "output_estimate" and body["x_horde"]["kudos"] > 0
+    assert body["x_horde"]["charge_basis"] == "output_estimate"
+    assert body["x_horde"]["kudos"] > 0
     assert body["x_horde"]["estimated_usage"] is True  # the test worker reports no counts
-    assert len(worker.jobs) == 1 and chat_rows(native_db) == 1
+    assert len(worker.jobs) == 1
+    assert chat_rows(native_db) == 1
     assert charges(native_db, requester) == ["horde_tax", "charge"]
 
 
@@ -141,7 +144,8 @@ def test_async_sdk_and_reported_usage(
         completion = asyncio.run(call())
     assert completion.choices[0].message.content == "Hi!"
     assert (completion.choices[0].message.model_extra or {})["reasoning_content"] == "Greet."
-    assert completion.usage is not None and completion.usage.total_tokens == 11
+    assert completion.usage is not None
+    assert completion.usage.total_tokens == 11
     assert (completion.model_extra or {})["x_horde"]["estimated_usage"] is False
 
 
@@ -203,7 +207,8 @@ def test_whole_reply_stream_with_usage(
         assert_chunk(chunk)
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     assert text == "You said: Say hello"
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] > 0
 
 
 def refused(call: Callable[[], Any], cls: type[openai.APIStatusError]) -> openai.APIStatusError:
@@ -260,7 +265,8 @@ def test_refusals_carry_the_sdk_class_param_and_code(
             )
             assert error.code == "InvalidAPIKey"
     big = httpx.post(front + "/v1/chat/completions", content=b"{" + b" " * 2_000_000 + b"}")
-    assert big.status_code == 413 and big.json()["error"]["code"] == "PayloadTooLarge"
+    assert big.status_code == 413
+    assert big.json()["error"]["code"] == "PayloadTooLarge"
     assert chat_rows(native_db) == 0  # nothing was queued by any refusal
 
 
@@ -334,7 +340,8 @@ def test_lost_submit_response_is_recovered_and_charged_once(
         completion = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
     assert proxy.dropped == 1
     assert completion.choices[0].message.content == "You said: Say hello"
-    assert chat_rows(native_db) == 1 and len(worker.jobs) == 1
+    assert chat_rows(native_db) == 1
+    assert len(worker.jobs) == 1
     assert charges(native_db, requester) == ["horde_tax", "charge"]
 
 

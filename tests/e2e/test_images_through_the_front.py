@@ -171,9 +171,11 @@ def test_a_url_worker_gets_a_signed_url_per_image_and_sends_them_inline(
         sdk, start_worker, (TRANSPORT_URL, TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL), TWO_IMAGES
     )
     handed = _handed_images(job)
-    assert len(handed) == 2 and all(u.startswith(f"{native.url}/api/v2/objects/") for u in handed)
+    assert len(handed) == 2
+    assert all(u.startswith(f"{native.url}/api/v2/objects/") for u in handed)
     red, blue = _backend_images(backend)
-    assert jpeg_color(red)[0] > 180 and jpeg_color(blue)[2] > 180  # same order, as JPEG
+    assert jpeg_color(red)[0] > 180
+    assert jpeg_color(blue)[2] > 180
     assert stored_files(store) == []  # done: its objects are gone
 
 
@@ -214,7 +216,8 @@ def test_an_offloaded_request_goes_by_messages_url(
     assert "messages" not in job["payload"]
     assert job["payload"][TRANSPORT_MESSAGES_URL].startswith(f"{native.url}/api/v2/objects/msg-")
     (image,) = _backend_images(backend)
-    assert len(image) > OFFLOAD_AT // 2 and image.startswith("data:image/jpeg;base64,")
+    assert len(image) > OFFLOAD_AT // 2
+    assert image.startswith("data:image/jpeg;base64,")
     assert backend.chat_requests()[-1].body["messages"][0]["content"][0]["text"] == "Describe it."
     assert stored_files(store) == []  # the image and the messages object
 
@@ -260,7 +263,8 @@ def test_bad_and_private_images_are_400_naming_the_part(
     with start_worker((TRANSPORT_BASE64,)):
         error = _refused(sdk, messages)
     assert error.code == "ImageValidationFailed"
-    assert "messages[0].content[2]" in error.message and why in error.message
+    assert "messages[0].content[2]" in error.message
+    assert why in error.message
     assert _queued(native) == 0
     assert stored_files(store) == []  # the good image before it is deleted too
 
@@ -272,7 +276,8 @@ def test_an_oversized_image_is_refused(
     url = "data:image/png;base64," + base64.b64encode(b"\0" * too_big).decode()
     with start_worker((TRANSPORT_BASE64,)):
         error = _refused(sdk, user_turn(image_part(url)))
-    assert "messages[0].content[0]" in error.message and "over the limit" in error.message
+    assert "messages[0].content[0]" in error.message
+    assert "over the limit" in error.message
     assert _queued(native) == 0
 
 
@@ -287,4 +292,5 @@ def test_too_many_images_are_refused(
     with start_worker((TRANSPORT_BASE64,)):
         error = _refused(sdk, user_turn(*parts))
     assert f"{cap + 1} image parts; at most {cap}" in error.message
-    assert _queued(native) == 0 and stored_files(store) == []
+    assert _queued(native) == 0
+    assert stored_files(store) == []

@@ -101,7 +101,9 @@ def test_submit_stores_jpegs_by_reference_with_their_measures(
     with native_db() as session:
         messages = session.get(WaitingPrompt, wp.id).messages  # type: ignore[union-attr]
     keys = [referenced_key(p["image_url"]["url"]) for p in messages[0]["content"][1:]]
-    assert keys == wp.object_keys and all(keys) and wp.messages_object is None
+    assert keys == wp.object_keys
+    assert all(keys)
+    assert wp.messages_object is None
     sizes = [len(store.get(str(k)).data) for k in keys]
     assert wp.required_limits[LIMIT_MAX_IMAGES] == 2
     assert wp.required_limits[LIMIT_MAX_IMAGE_BYTES] == max(sizes)  # the stored JPEG's
@@ -142,7 +144,8 @@ def test_cancel_fault_and_expiry_delete_the_objects(
     faulted = _submit(native_client, requester.api_key, _body())
     for _ in range(policy.fault_limit + 1):
         job = _vision_pop(native_client, worker.api_key, [TRANSPORT_BASE64])
-        assert job["id"] and len(stored_files(store)) == 2
+        assert job["id"]
+        assert len(stored_files(store)) == 2
         submit_reply(native_client, worker.api_key, job["id"], None, state="faulted")
     assert _row(native_db, faulted).faulted is True  # type: ignore[union-attr]
     assert stored_files(store) == []
@@ -150,7 +153,8 @@ def test_cancel_fault_and_expiry_delete_the_objects(
     expired = _submit(native_client, requester.api_key, _body())
     later = utcnow() + timedelta(seconds=policy.waiting_expiry_seconds + 1)
     sweep(native_db, policy, now=later, objects=store)
-    assert _row(native_db, expired) is None and stored_files(store) == []
+    assert _row(native_db, expired) is None
+    assert stored_files(store) == []
 
 
 def test_the_sweep_releases_ended_requests_still_owning_objects(
@@ -163,7 +167,8 @@ def test_the_sweep_releases_ended_requests_still_owning_objects(
         session.get(WaitingPrompt, uuid.UUID(request_id)).active = False  # type: ignore[union-attr]
     assert len(stored_files(store)) == 2
     sweep(native_db, native_service.context.policy, objects=store)
-    assert stored_files(store) == [] and _row(native_db, request_id).object_keys == []  # type: ignore[union-attr]
+    assert stored_files(store) == []
+    assert _row(native_db, request_id).object_keys == []
 
 
 def test_dry_runs_refusals_and_replays_leave_nothing_behind(
@@ -172,11 +177,14 @@ def test_dry_runs_refusals_and_replays_leave_nothing_behind(
     requester, worker = users
     _vision_pop(native_client, worker.api_key, [TRANSPORT_BASE64])
     dry = chat_async(native_client, requester.api_key, _body(horde={"dry_run": True}))
-    assert dry.status_code == 200 and stored_files(store) == []
+    assert dry.status_code == 200
+    assert stored_files(store) == []
     unknown = chat_async(native_client, requester.api_key, {**_body(), "model": "no-such"})
-    assert unknown.status_code == 404 and stored_files(store) == []
+    assert unknown.status_code == 404
+    assert stored_files(store) == []
     bad_key = chat_async(native_client, "not-a-key", _body())
-    assert bad_key.status_code == 401 and stored_files(store) == []
+    assert bad_key.status_code == 401
+    assert stored_files(store) == []
     first = _submit(native_client, requester.api_key, _body(), **{"X-Operation-Key": "op-1"})
     owned = {p.name for p in stored_files(store)}
     again = _submit(native_client, requester.api_key, _body(), **{"X-Operation-Key": "op-1"})
@@ -197,7 +205,8 @@ def test_a_job_whose_objects_are_gone_is_faulted_with_the_reason(
         (gen,) = session.scalars(
             select(Generation).where(Generation.wp_id == uuid.UUID(request_id))
         ).all()
-    assert gen.faulted and gen.gen_metadata[0]["type"] == UnservableJob.code
+    assert gen.faulted
+    assert gen.gen_metadata[0]["type"] == UnservableJob.code
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +226,8 @@ def test_a_messages_url_only_worker_takes_offloaded_image_requests(
             client, requester.api_key, _body(user_turn(image_part(noisy_data_url(200))))
         )
         job = _vision_pop(client, worker.api_key, [TRANSPORT_MESSAGES_URL])
-        assert job["payload"][TRANSPORT_MESSAGES_URL] and "messages" not in job["payload"]
+        assert job["payload"][TRANSPORT_MESSAGES_URL]
+        assert "messages" not in job["payload"]
         assert _row(native_db, large).messages_object is not None  # type: ignore[union-attr]
         assert not _vision_pop(client, worker.api_key, [TRANSPORT_MESSAGES_URL])["id"]
         assert _row(native_db, small).n == 1  # type: ignore[union-attr]
@@ -245,5 +255,6 @@ def test_the_worker_faults_a_job_it_cannot_fetch(
             select(Generation).where(Generation.wp_id == uuid.UUID(request_id))
         ).one()
     (reason,) = gen.gen_metadata  # the worker's fault entry (runtime.worker.horde)
-    assert gen.faulted and reason["ref"].startswith(f"{UnservableJob.code}: ")
+    assert gen.faulted
+    assert reason["ref"].startswith(f"{UnservableJob.code}: ")
     assert "HTTP 404" in reason["ref"]

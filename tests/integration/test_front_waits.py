@@ -152,12 +152,14 @@ def test_plain_completion_forwards_key_passkey_source_and_operation_key(
     assert body["usage"] == {"prompt_tokens": 11, "completion_tokens": 3, "total_tokens": 14}
     (submit,) = proxy.sent(SUBMIT)
     headers, sent = split(submit)
-    assert headers["apikey"] == requester.api_key and row.user_id == requester.id
+    assert headers["apikey"] == requester.api_key
+    assert row.user_id == requester.id
     assert headers["x-horde-service-passkey"] == SERVICE_PASSKEY
     assert headers["x-forwarded-for"] == "127.0.0.1" == row.ipaddr
     assert len(headers["x-operation-key"]) >= 16
     stored = json.loads(sent)
-    assert "logprobs" not in stored and "store" not in stored  # the front's default no-ops
+    assert "logprobs" not in stored
+    assert "store" not in stored
     assert not row.cancelled
 
 
@@ -219,7 +221,8 @@ def test_whole_reply_stream_with_tool_calls_and_usage(
     assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
     assert chunks[-3]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "f"
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] == 14
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["total_tokens"] == 14
     assert all(c["usage"] is None for c in chunks[:-1])
     (row,) = rows(native_db)
     assert {c["id"] for c in chunks} == {f"chatcmpl-{row.id}"}
@@ -274,9 +277,11 @@ def test_faulted_is_502_and_not_cancelled(
     with serve(lambda job: {"state": "faulted"}) as worker:  # past the request's fault limit
         error = refused_chat(client)
     assert (error.status_code, error.body["code"]) == (502, "ChatRequestFaulted")  # type: ignore[index]
-    assert len(proxy.sent(SUBMIT)) == 1 and len(worker.jobs) == 3
+    assert len(proxy.sent(SUBMIT)) == 1
+    assert len(worker.jobs) == 3
     (row,) = rows(native_db)
-    assert row.faulted and not row.cancelled
+    assert row.faulted
+    assert not row.cancelled
 
 
 def test_done_without_a_generation_is_502_and_cancels(
@@ -367,7 +372,8 @@ def test_fail_fast_refuses_a_wait_over_the_budget(
         )
     assert error.body["code"] == "queue_unavailable"  # type: ignore[index]
     found = re.search(r"estimated wait of (\d+) s", error.message)
-    assert found is not None and int(found.group(1)) > FAST["deadline"], error.message
+    assert found is not None, error.message
+    assert int(found.group(1)) > FAST["deadline"], error.message
 
 
 def test_lost_submit_response_is_recovered_with_the_same_key(
@@ -388,7 +394,8 @@ def test_lost_submit_response_is_recovered_with_the_same_key(
     assert completion.id == f"chatcmpl-{row.id}"
     assert lossy.dropped == 1
     first, second = (split(request) for request in lossy.sent(SUBMIT))
-    assert first[1] and first[1] == second[1]  # the identical body
+    assert first[1]
+    assert first[1] == second[1]
     assert first[0]["x-operation-key"] == second[0]["x-operation-key"]
     with native_db() as session:
         assert len(session.scalars(select(OperationKey)).all()) == 1
@@ -412,7 +419,8 @@ def test_submit_lost_every_time_is_502_and_not_retried(
     assert (error.status_code, error.code) == (502, "horde_unavailable")
     assert error.response.headers["x-should-retry"] == "false"  # the Horde may hold it
     submits = [split(request) for request in lossy.sent(SUBMIT)]
-    assert len(submits) == 3 and len({h["x-operation-key"] for h, _ in submits}) == 1
+    assert len(submits) == 3
+    assert len({h["x-operation-key"] for h, _ in submits}) == 1
     assert len(rows(native_db)) == 1  # one request at most
 
 
@@ -483,10 +491,12 @@ def test_error_after_stream_headers_is_one_error_event_then_done(
         ) as response:
             assert response.status_code == 200
             lines = [line for line in response.iter_lines() if line.startswith("data: ")]
-        assert lines[-1] == "data: [DONE]" and len(lines) == 2
+        assert lines[-1] == "data: [DONE]"
+        assert len(lines) == 2
         event = json.loads(lines[0][len("data: ") :])
         assert_error(event)
-        assert "choices" not in event and event["error"]["code"] == "deadline_exceeded"
+        assert "choices" not in event
+        assert event["error"]["code"] == "deadline_exceeded"
         assert [row.cancelled for row in rows(native_db)] == [True]
         with pytest.raises(openai.APIError, match="deadline"):
             list(client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))

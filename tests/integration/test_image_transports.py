@@ -74,9 +74,11 @@ def test_a_url_worker_gets_one_signed_url_per_image(
 ) -> None:
     sent = for_transports(stored_messages, store, [TRANSPORT_URL, TRANSPORT_BASE64])
     urls = _urls(sent)
-    assert len(urls) == 2 and all(u.startswith(store.base_url) for u in urls)
+    assert len(urls) == 2
+    assert all(u.startswith(store.base_url) for u in urls)
     red, ctype = fetch_signed(urls[0])
-    assert ctype == JPEG and _color(red)[0] > 200
+    assert ctype == JPEG
+    assert _color(red)[0] > 200
     assert stored_messages[0]["content"][1]["image_url"]["url"] != urls[0]  # row untouched
     inlined = job_messages({"messages": sent})
     data = [u.split(",", 1) for u in _urls(inlined)]

@@ -123,7 +123,8 @@ def test_response_model_echoes_whatever_the_request_named(client: OpenAI) -> Non
 def test_max_tokens_cuts_the_reply_with_finish_reason_length(client: OpenAI) -> None:
     completion = client.chat.completions.create(model=MODEL_NAME, messages=PROBE, max_tokens=3)  # type: ignore[arg-type]
     assert completion.choices[0].finish_reason == "length"
-    assert completion.usage is not None and completion.usage.completion_tokens == 3
+    assert completion.usage is not None
+    assert completion.usage.completion_tokens == 3
     assert DEMO_REPLY.startswith(completion.choices[0].message.content or "")
 
 
@@ -177,7 +178,8 @@ def test_named_tool_choice_is_forced_by_grammar(client: OpenAI) -> None:
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
-    assert choice.message.tool_calls is not None and len(choice.message.tool_calls) == 1
+    assert choice.message.tool_calls is not None
+    assert len(choice.message.tool_calls) == 1
     call = choice.message.tool_calls[0]
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert call.id.startswith("call_")

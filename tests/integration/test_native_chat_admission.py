@@ -64,7 +64,8 @@ def test_unknown_and_colon_models_are_not_found(native_client, native_db, make_u
         {**chat_body(), PARAM_MODELS: [MODEL, "no-such-model"]},
     ):
         response = chat_async(native_client, requester.api_key, body)
-        assert response.status_code == 404 and response.json()["rc"] == "model_not_found"
+        assert response.status_code == 404
+        assert response.json()["rc"] == "model_not_found"
         assert "no-such-model" in response.text or "chat:model" in response.text
     assert _queued(native_db) == 0
 
@@ -76,7 +77,8 @@ def test_a_model_without_an_online_chat_worker_is_503_and_nothing_is_queued(
     chat_pop(native_client, worker.api_key)
     _go_offline(native_db, "chat-worker")
     response = chat_async(native_client, requester.api_key, chat_body())
-    assert response.status_code == 503 and response.json()["rc"] == "no_eligible_worker"
+    assert response.status_code == 503
+    assert response.json()["rc"] == "no_eligible_worker"
     assert _queued(native_db) == 0
     chat_pop(native_client, worker.api_key)  # back online
     assert chat_async(native_client, requester.api_key, chat_body()).status_code == 202
@@ -115,10 +117,12 @@ def test_a_feature_gap_is_404_and_a_limit_gap_is_400(native_client, native_db, m
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key, limits={LIMIT_MAX_CONTEXT_LENGTH: 100})
     tools = chat_async(native_client, requester.api_key, chat_body(**{PARAM_TOOLS: [TOOL]}))
-    assert tools.status_code == 404 and tools.json()["rc"] == "no_worker_supports_features"
+    assert tools.status_code == 404
+    assert tools.json()["rc"] == "no_worker_supports_features"
     assert FEATURE_TOOLS in tools.json()["message"]
     long = chat_async(native_client, requester.api_key, chat_body("word " * 400))
-    assert long.status_code == 400 and long.json()["rc"] == "no_worker_supports_limit"
+    assert long.status_code == 400
+    assert long.json()["rc"] == "no_worker_supports_limit"
     assert _queued(native_db) == 0
 
 
@@ -135,14 +139,16 @@ def test_truncate_oldest_keeps_system_and_the_latest_turn(native_client, native_
     ]
     body = {"model": MODEL, "messages": messages, PARAM_MAX_TOKENS: 50}
     refused = chat_async(native_client, requester.api_key, body)
-    assert refused.status_code == 400 and refused.json()["rc"] == "no_worker_supports_limit"
+    assert refused.status_code == 400
+    assert refused.json()["rc"] == "no_worker_supports_limit"
     body["horde"] = {HORDE_CONTEXT_FIT: "truncate_oldest"}
     request_id = chat_async(native_client, requester.api_key, body).json()["id"]
     sent = chat_pop(native_client, worker.api_key, limits=limits)["payload"]["messages"]
     assert [m["content"] for m in sent] == ["You are terse.", "The latest question?"]
     with native_db() as session:
         wp = session.get(WaitingPrompt, request_id)
-        assert old.strip() in wp.submitted_prompt and old.strip() not in wp.prompt
+        assert old.strip() in wp.submitted_prompt
+        assert old.strip() not in wp.prompt
 
 
 def test_moderation_screens_the_full_submission_before_truncation(native_client, make_user):
@@ -155,7 +161,8 @@ def test_moderation_screens_the_full_submission_before_truncation(native_client,
     ]
     body = {"model": MODEL, "messages": messages, "horde": {HORDE_CONTEXT_FIT: "truncate_oldest"}}
     response = chat_async(native_client, requester.api_key, body)
-    assert response.status_code == 400 and response.json()["rc"] == "CorruptPrompt"
+    assert response.status_code == 400
+    assert response.json()["rc"] == "CorruptPrompt"
     assert chat_async(native_client, requester.api_key, chat_body("Harmless")).status_code == 202
 
 
@@ -166,7 +173,8 @@ def test_the_service_passkey_trusts_the_forwarded_address(native_client, native_
     wrong = chat_async(
         native_client, requester.api_key, chat_body(), **{HEADER_X_HORDE_SERVICE_PASSKEY: "no"}
     )
-    assert wrong.status_code == 403 and wrong.json()["rc"] == "InvalidServicePasskey"
+    assert wrong.status_code == 403
+    assert wrong.json()["rc"] == "InvalidServicePasskey"
     front = chat_async(
         native_client,
         requester.api_key,
@@ -194,14 +202,16 @@ def test_max_kudos_below_the_quote_is_refused_before_anything_is_held(
     price = quote.json()["kudos"]
     capped = chat_body(horde={HORDE_MAX_KUDOS: price / 2})
     refused = chat_async(native_client, requester.api_key, capped)
-    assert refused.status_code == 400 and refused.json()["rc"] == "KudosCapExceeded"
+    assert refused.status_code == 400
+    assert refused.json()["rc"] == "KudosCapExceeded"
     with native_db() as session:
         assert session.scalar(select(func.count()).select_from(KudosLedger)) == 1  # the grant
     assert _queued(native_db) == 0
     accepted = chat_async(
         native_client, requester.api_key, chat_body(horde={HORDE_MAX_KUDOS: price})
     )
-    assert accepted.status_code == 202 and accepted.json()["kudos"] == price
+    assert accepted.status_code == 202
+    assert accepted.json()["kudos"] == price
 
 
 def test_status_reports_availability_against_the_online_pool(native_client, native_db, make_user):
@@ -209,18 +219,22 @@ def test_status_reports_availability_against_the_online_pool(native_client, nati
     chat_pop(native_client, worker.api_key, threads=3)
     request_id = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
     body = chat_status(native_client, request_id)
-    assert body["is_possible"] and body["eligible_threads"] == 3
-    assert body["missing_features"] == [] and body["exceeded_limits"] == []
+    assert body["is_possible"]
+    assert body["eligible_threads"] == 3
+    assert body["missing_features"] == []
+    assert body["exceeded_limits"] == []
     chat_pop(native_client, worker.api_key, features=[], threads=3)  # drops the guarantee
     body = chat_status(native_client, request_id)
-    assert body["eligible_threads"] == 0 and not body["is_possible"]
+    assert body["eligible_threads"] == 0
+    assert not body["is_possible"]
     assert body["missing_features"] == BASIC
     chat_pop(native_client, worker.api_key, limits={LIMIT_MAX_LENGTH: 16})
     body = chat_status(native_client, request_id)
     assert body["exceeded_limits"] == [{"limit": LIMIT_MAX_LENGTH, "value": 100, "maximum": 16}]
     _go_offline(native_db, "chat-worker")
     body = chat_status(native_client, request_id)
-    assert not body["is_possible"] and body["missing_features"] == []
+    assert not body["is_possible"]
+    assert body["missing_features"] == []
 
 
 def test_wait_time_counts_only_work_the_eligible_workers_could_take(native_client, make_user):

@@ -52,16 +52,22 @@ def test_round_trip_charges_the_output_estimate_and_shows_reported_usage(
     chat_pop(native_client, worker.api_key)
     request_id = submit_chat(native_client, requester.api_key, max_tokens=300)
     job = chat_pop(native_client, worker.api_key)
-    assert job["id"] and job["is_chat"] is True and "prompt" not in job["payload"]
+    assert job["id"]
+    assert job["is_chat"] is True
+    assert "prompt" not in job["payload"]
     reply = "x" * 400
     usage = {"prompt_tokens": 12, "completion_tokens": 9999}
     response = submit_reply(native_client, worker.api_key, job["id"], reply, usage=usage)
     assert response.status_code == 200, response.text
 
     body = chat_status(native_client, request_id)
-    assert body["done"] and body["finished"] == 1 and body["charge_basis"] == "output_estimate"
+    assert body["done"]
+    assert body["finished"] == 1
+    assert body["charge_basis"] == "output_estimate"
     gen = body["generations"][0]
-    assert gen["content"] == reply and gen["model"] == MODEL and gen["finish_reason"] == "stop"
+    assert gen["content"] == reply
+    assert gen["model"] == MODEL
+    assert gen["finish_reason"] == "stop"
     assert gen["usage"] == {**usage, "reasoning_tokens": None}
     tokens = output_estimate({"content": reply}, 300)
     assert tokens == 100  # 400 characters / 4, not the reported 9999
@@ -97,7 +103,8 @@ def test_a_pre_chat_worker_never_gets_a_chat_job(native_client, make_user):
     assert chat_status(native_client, request_id)["waiting"] == 1
     text_id = submit_text(native_client, requester.api_key)
     job = pop(native_client, old_worker.api_key, name="old", models=[MODEL])
-    assert job["id"] and "prompt" in job["payload"]
+    assert job["id"]
+    assert "prompt" in job["payload"]
     assert status(native_client, text_id)["processing"] == 1
 
 
@@ -108,7 +115,9 @@ def test_a_chat_worker_keeps_getting_text_jobs_unless_prompt_jobs_is_false(
     submit_text(native_client, requester.api_key)
     assert chat_pop(native_client, worker.api_key, "chat-only", prompt_jobs=False)["id"] is None
     job = chat_pop(native_client, worker.api_key, "both")
-    assert job["id"] and job["is_chat"] is False and job["payload"]["prompt"]
+    assert job["id"]
+    assert job["is_chat"] is False
+    assert job["payload"]["prompt"]
 
 
 def test_the_job_carries_every_sampling_field_and_developer_as_system(native_client, make_user):
@@ -160,7 +169,8 @@ def test_dispatch_narrows_tools_and_the_status_keeps_the_clients_values(
 
     with native_db() as session:
         stored = session.get(WaitingPrompt, request_id).chat_request
-    assert stored[PARAM_TOOLS] == [TOOL, OTHER_TOOL] and stored[PARAM_TOOL_CHOICE] == choice
+    assert stored[PARAM_TOOLS] == [TOOL, OTHER_TOOL]
+    assert stored[PARAM_TOOL_CHOICE] == choice
 
 
 def test_completion_signal_on_generation_done_and_cancel(native_client, native_service, make_user):
@@ -198,6 +208,7 @@ def test_best_effort_does_not_require_guarantees(native_client, make_user):
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key, features=[])
     strict = chat_async(native_client, requester.api_key, chat_body())
-    assert strict.status_code == 404 and strict.json()["rc"] == "no_worker_supports_features"
+    assert strict.status_code == 404
+    assert strict.json()["rc"] == "no_worker_supports_features"
     relaxed = chat_body(horde={HORDE_CONFORMANCE: "best_effort"})
     assert chat_async(native_client, requester.api_key, relaxed).status_code == 202

@@ -48,7 +48,8 @@ def test_same_key_with_another_body_is_422(native_client, native_db, make_user):
     chat_pop(native_client, worker.api_key)
     assert _keyed(native_client, requester.api_key, "op-1", chat_body("a")).status_code == 202
     other = _keyed(native_client, requester.api_key, "op-1", chat_body("b"))
-    assert other.status_code == 422 and other.json()["rc"] == "OperationKeyMismatch"
+    assert other.status_code == 422
+    assert other.json()["rc"] == "OperationKeyMismatch"
     assert _rows(native_db) == 1
 
 
@@ -61,14 +62,16 @@ def test_keys_are_scoped_to_the_user_and_models_count_as_a_set(native_client, na
     a = _keyed(native_client, alice.api_key, "shared", body).json()
     assert _keyed(native_client, alice.api_key, "shared", reordered).json() == a
     b = _keyed(native_client, bob.api_key, "shared", body).json()
-    assert b["id"] != a["id"] and _rows(native_db) == 2
+    assert b["id"] != a["id"]
+    assert _rows(native_db) == 2
 
 
 def test_a_malformed_key_is_refused(native_client, make_user):
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)
     response = _keyed(native_client, requester.api_key, "no spaces allowed", chat_body())
-    assert response.status_code == 400 and response.json()["rc"] == "InvalidOperationKey"
+    assert response.status_code == 400
+    assert response.json()["rc"] == "InvalidOperationKey"
 
 
 def test_concurrent_identical_submits_give_one_request_and_one_charge(

@@ -52,9 +52,11 @@ def test_a_refused_reply_faults_the_job_and_requeues_until_the_fault_limit(
         job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
         assert job["id"], f"attempt {attempt}: the request should be back in the queue"
         refused = submit_reply(native_client, worker.api_key, job["id"], "not json")
-        assert refused.status_code == 400 and refused.json()["rc"] == "ChatReplyRejected"
+        assert refused.status_code == 400
+        assert refused.json()["rc"] == "ChatReplyRejected"
         again = submit_reply(native_client, worker.api_key, job["id"], '{"a": 1}')
-        assert again.status_code == 400 and again.json()["rc"] == "AbortedGen"
+        assert again.status_code == 400
+        assert again.json()["rc"] == "AbortedGen"
         body = chat_status(native_client, request_id)
         assert body["restarted"] == attempt + 1
         assert body["faulted"] == (attempt == limit)
@@ -82,9 +84,12 @@ def test_a_conforming_reply_after_a_refusal_lands(native_client, make_user):
     ok = submit_reply(native_client, second.api_key, job["id"], None, tool_calls=[call("c1")])
     assert ok.status_code == 200, ok.text
     status = chat_status(native_client, request_id)
-    assert status["done"] and not status["faulted"] and status["restarted"] == 1
+    assert status["done"]
+    assert not status["faulted"]
+    assert status["restarted"] == 1
     gen = status["generations"][0]
-    assert gen["worker_name"] == "second" and gen["finish_reason"] == "tool_calls"
+    assert gen["worker_name"] == "second"
+    assert gen["finish_reason"] == "tool_calls"
 
 
 @pytest.mark.parametrize("conformance", ["strict", "best_effort"])
@@ -99,7 +104,8 @@ def test_calls_outside_the_tools_or_sharing_an_id_are_refused_in_both_modes(
     for calls in ([call("c1", "launch_rockets")], [call("c1"), call("c1")]):
         job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
         response = submit_reply(native_client, worker.api_key, job["id"], None, tool_calls=calls)
-        assert response.status_code == 400 and response.json()["rc"] == "ChatReplyRejected"
+        assert response.status_code == 400
+        assert response.json()["rc"] == "ChatReplyRejected"
 
 
 def test_parallel_tool_calls_false_keeps_only_the_first_call(native_client, make_user):

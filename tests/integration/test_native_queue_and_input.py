@@ -100,7 +100,8 @@ def test_bad_worker_input_gets_a_clear_4xx(native_client, make_user):
     unknown_key = native_client.post(
         "/generate/text/async", headers={"apikey": "wrong"}, json={"prompt": "a"}
     )
-    assert unknown_key.status_code == 401 and unknown_key.json()["rc"] == "InvalidAPIKey"
+    assert unknown_key.status_code == 401
+    assert unknown_key.json()["rc"] == "InvalidAPIKey"
 
 
 def test_migrations_match_the_models(horde_stores):

@@ -23,8 +23,10 @@ def test_async_pop_submit_status_with_reward_and_charge_in_the_ledger(
     owner = make_user("worker-owner")
     request_id = submit_text(native_client, requester.api_key, max_length=80)
     job = pop(native_client, owner.api_key)
-    assert job["id"] and job["payload"]["prompt"] == "Once upon a time"
-    assert job["payload"]["n"] == 1 and job["model"] == "test-model-7B"
+    assert job["id"]
+    assert job["payload"]["prompt"] == "Once upon a time"
+    assert job["payload"]["n"] == 1
+    assert job["model"] == "test-model-7B"
     reply = "x" * 200  # 50 tokens by upstream's count
     response = submit(native_client, owner.api_key, job["id"], reply, seed=42)
     assert response.status_code == 200, response.text
@@ -32,8 +34,11 @@ def test_async_pop_submit_status_with_reward_and_charge_in_the_ledger(
     assert Decimal(str(response.json()["reward"])) == expected
 
     done = status(native_client, request_id)
-    assert done["done"] is True and done["finished"] == 1 and done["waiting"] == 0
-    assert done["generations"][0]["text"] == reply and done["generations"][0]["seed"] == 42
+    assert done["done"] is True
+    assert done["finished"] == 1
+    assert done["waiting"] == 0
+    assert done["generations"][0]["text"] == reply
+    assert done["generations"][0]["seed"] == 42
     assert ledger(native_db, owner.id) == [("reward", expected)]
     assert ledger(native_db, requester.id) == [
         ("grant", Decimal("100.00")),
@@ -51,7 +56,8 @@ def test_cancel_returns_the_status_and_takes_the_request_off_the_queue(native_cl
     request_id = submit_text(native_client, requester.api_key)
     cancelled = native_client.delete(f"/generate/text/status/{request_id}")
     assert cancelled.status_code == 200
-    assert cancelled.json()["done"] is True and cancelled.json()["waiting"] == 0
+    assert cancelled.json()["done"] is True
+    assert cancelled.json()["waiting"] == 0
     assert pop(native_client, owner.api_key)["id"] is None
 
 
@@ -67,7 +73,8 @@ def test_a_job_past_its_ttl_is_aborted_and_handed_out_again(native_client, nativ
     second = pop(native_client, owner.api_key)
     assert second["id"] not in (None, first["id"])
     late = submit(native_client, owner.api_key, first["id"])
-    assert late.status_code == 400 and late.json()["rc"] == "AbortedGen"
+    assert late.status_code == 400
+    assert late.json()["rc"] == "AbortedGen"
     assert submit(native_client, owner.api_key, second["id"]).status_code == 200
 
 
@@ -81,7 +88,8 @@ def test_more_than_two_faulted_generations_fault_the_request(native_client, make
         faulted = submit(native_client, owner.api_key, job["id"], state="faulted")
         assert faulted.json() == {"reward": 0}
     final = status(native_client, request_id)
-    assert final["faulted"] is True and final["done"] is True
+    assert final["faulted"] is True
+    assert final["done"] is True
     assert pop(native_client, owner.api_key)["id"] is None
 
 
@@ -99,7 +107,8 @@ def test_more_than_twenty_aborts_in_an_hour_put_the_worker_in_maintenance(
         headers={"apikey": owner.api_key},
         json={"name": "worker-1", "models": ["test-model-7B"]},
     )
-    assert refused.status_code == 403 and refused.json()["rc"] == "WorkerMaintenance"
+    assert refused.status_code == 403
+    assert refused.json()["rc"] == "WorkerMaintenance"
 
 
 def test_a_resubmit_is_refused_and_paid_once(native_client, native_db, make_user):
@@ -109,7 +118,8 @@ def test_a_resubmit_is_refused_and_paid_once(native_client, native_db, make_user
     job = pop(native_client, owner.api_key)
     assert submit(native_client, owner.api_key, job["id"]).status_code == 200
     again = submit(native_client, owner.api_key, job["id"])
-    assert again.status_code == 400 and again.json()["rc"] == "DuplicateGen"
+    assert again.status_code == 400
+    assert again.json()["rc"] == "DuplicateGen"
     assert [reason for reason, _ in ledger(native_db, owner.id)] == ["reward"]
 
 
@@ -120,16 +130,20 @@ def test_worker_credentials_are_checked(native_client, make_user):
     anon = native_client.post(
         "/generate/text/pop", headers={"apikey": "0000000000"}, json={"name": "anon-worker"}
     )
-    assert anon.status_code == 403 and anon.json()["rc"] == "AnonForbiddenWorker"
+    assert anon.status_code == 403
+    assert anon.json()["rc"] == "AnonForbiddenWorker"
     job = pop(native_client, owner.api_key)
     stolen = submit(native_client, other.api_key, job["id"])
-    assert stolen.status_code == 403 and stolen.json()["rc"] == "WrongCredentials"
+    assert stolen.status_code == 403
+    assert stolen.json()["rc"] == "WrongCredentials"
     taken_name = native_client.post(
         "/generate/text/pop", headers={"apikey": other.api_key}, json={"name": "worker-1"}
     )
-    assert taken_name.status_code == 403 and taken_name.json()["rc"] == "WrongCredentials"
+    assert taken_name.status_code == 403
+    assert taken_name.json()["rc"] == "WrongCredentials"
     unknown = submit(native_client, owner.api_key, "00000000-0000-0000-0000-000000000000")
-    assert unknown.status_code == 404 and unknown.json()["rc"] == "InvalidJobID"
+    assert unknown.status_code == 404
+    assert unknown.json()["rc"] == "InvalidJobID"
 
 
 def test_large_requests_hold_kudos_upfront_and_release_them(native_client, native_db, make_user):
@@ -139,7 +153,8 @@ def test_large_requests_hold_kudos_upfront_and_release_them(native_client, nativ
         headers={"apikey": poor.api_key},
         json={"prompt": "long", "params": {"max_length": 1024}},
     )
-    assert refused.status_code == 403 and refused.json()["rc"] == "KudosUpfront"
+    assert refused.status_code == 403
+    assert refused.json()["rc"] == "KudosUpfront"
     rich = make_user("rich", kudos=1000)
     request_id = submit_text(native_client, rich.api_key, max_length=1024)
     native_client.delete(f"/generate/text/status/{request_id}")
@@ -155,7 +170,8 @@ def test_concurrency_limit_refuses_with_too_many_prompts(native_client, make_use
     refused = native_client.post(
         "/generate/text/async", headers={"apikey": user.api_key}, json={"prompt": "one more"}
     )
-    assert refused.status_code == 429 and refused.json()["rc"] == "TooManyPrompts"
+    assert refused.status_code == 429
+    assert refused.json()["rc"] == "TooManyPrompts"
 
 
 def test_dry_run_quotes_without_queueing(native_client, make_user):
@@ -165,5 +181,7 @@ def test_dry_run_quotes_without_queueing(native_client, make_user):
         headers={"apikey": user.api_key},
         json={"prompt": "hi", "dry_run": True},
     )
-    assert quote.status_code == 200 and quote.json()["kudos"] > 0 and "id" not in quote.json()
+    assert quote.status_code == 200
+    assert quote.json()["kudos"] > 0
+    assert "id" not in quote.json()
     assert pop(native_client, make_user("owner").api_key)["id"] is None

@@ -66,7 +66,8 @@ def test_plain_streamed_job_is_leased_streamed_and_finished(
     request_id, job = streamed_job(native_client, requester, worker, stream=True)
     assert job["stream"] is True
     lease = read_lease(redis, job["id"])
-    assert lease is not None and lease.request_id == request_id
+    assert lease is not None
+    assert lease.request_id == request_id
     post(native_client, worker.api_key, job["id"], 0, "Hello")
     post(native_client, worker.api_key, job["id"], 1, ", wor")
     assert posted_text(redis, request_id) == "Hello, wor"
@@ -88,7 +89,8 @@ def test_other_jobs_get_no_lease(
 ) -> None:
     requester, worker = make_user("req", kudos=1000), make_user("wk")
     _request_id, job = streamed_job(native_client, requester, worker, **fields)
-    assert job["id"] and job["stream"] is False
+    assert job["id"]
+    assert job["stream"] is False
     assert read_lease(redis, job["id"]) is None
     refused = native_client.post(
         "/generate/text/progress",

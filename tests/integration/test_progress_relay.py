@@ -195,7 +195,8 @@ def test_delta_events_relay_then_reconcile_with_the_final_reply(
     assert "".join(texts) == "Hello, world!"
     assert len(texts) > 3  # paced pieces, then the rest of the final reply
     assert texts[-1] == "ld!"
-    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] is not None
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] is not None
 
 
 def test_delta_events_end_with_divergence_when_the_final_reply_differs(

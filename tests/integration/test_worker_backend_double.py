@@ -104,7 +104,8 @@ def _job(payload: dict[str, Any], *, stream: bool = False, ttl: float | None = N
 def test_generic_backend_declares_what_its_replies_showed(make_backend: Callable) -> None:
     backend = make_backend()
     probed = _probe(backend)
-    assert probed.kind.name == "openai" and probed.model_id == "double-model"
+    assert probed.kind.name == "openai"
+    assert probed.model_id == "double-model"
     assert probed.counter.kind == "byte-bound"
     assert set(probed.features) == {
         FEATURE_JSON_OBJECT,
@@ -115,7 +116,8 @@ def test_generic_backend_declares_what_its_replies_showed(make_backend: Callable
         GUARANTEE_PROMPT_OVERFLOW_REFUSED,
     }
     declaration = pop_declaration(probed, _config(backend, chat_only=True))
-    assert declaration["chat_jobs"] is True and declaration["prompt_jobs"] is False
+    assert declaration["chat_jobs"] is True
+    assert declaration["prompt_jobs"] is False
     assert declaration["model_id"] == "double-model"
     assert declaration["chat_limits"] == {"max_context_length": CONTEXT, "max_length": 512}
 
@@ -134,7 +136,8 @@ def test_tools_are_declared_only_when_the_forced_calls_come_back(make_backend: C
     probed = _probe(backend, template_overhead=64)
     assert {FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED} <= set(probed.features)
     sent = backend.chat_requests()[0].body
-    assert sent["tool_choice"] == "required" and len(sent["tools"]) == 1
+    assert sent["tool_choice"] == "required"
+    assert len(sent["tools"]) == 1
 
 
 def test_byte_bound_without_template_overhead_does_not_declare_tools(
@@ -242,7 +245,8 @@ def test_llama_cpp_python_job_mapping_and_reasoning_split(
     assert (sent["seed"], sent["stop"], sent["model"]) == (5, ["END"], "double-model")
     assert sent["tool_choice"] == {"type": "function", "function": {"name": "lookup"}}
     assert sent["response_format"] == {"type": "json_object", "schema": schema}
-    assert "reasoning_effort" not in sent and "parallel_tool_calls" not in sent
+    assert "reasoning_effort" not in sent
+    assert "parallel_tool_calls" not in sent
     assert reply is not None
     assert (reply.content, reply.reasoning_content) == ("The answer", "weighing")
     assert reply.usage["prompt_tokens"] == backend.prompt_tokens_for(sent["messages"])
@@ -259,7 +263,8 @@ def test_tool_call_replies_are_submitted_structured(make_backend: Callable) -> N
     }
     reply = runner.chat_reply(_job(payload), None)
     client.close()
-    assert reply is not None and reply.finish_reason == "tool_calls"
+    assert reply is not None
+    assert reply.finish_reason == "tool_calls"
     assert reply.tool_calls[0]["function"] == {"name": "lookup", "arguments": '{"q": 1}'}
 
 
@@ -346,7 +351,8 @@ def test_streamed_job_posts_its_content_through_the_progress_seam(make_backend: 
     posted: list[str] = []
     job = _job({"messages": [{"role": "user", "content": "x"}]}, stream=True)
     reply = runner.chat_reply(job, lambda delta: posted.append(delta) or False)
-    assert reply is not None and reply.content == "one two three"
+    assert reply is not None
+    assert reply.content == "one two three"
     assert "".join(posted) == "one two three"
     assert backend.chat_requests()[-1].body["stream"] is True
     backend.script(Reply(content="one two three"))
@@ -380,7 +386,8 @@ def test_the_loop_faults_a_job_the_backend_cannot_serve(
         # Each fault puts the request back; the third fault faults the request itself.
         waited = threading.Event()
         while not status(native_client, request_id)["faulted"]:
-            assert not waited.wait(0.05) and worker.loop.served < 10, "the request never faulted"
+            assert not waited.wait(0.05), "the request never faulted"
+            assert worker.loop.served < 10, "the request never faulted"
     finally:
         worker.stop(grace=5)
     assert worker.loop.served == 3  # popped, failed on the backend, faulted: three times
@@ -422,4 +429,5 @@ def test_stopping_faults_the_job_it_holds(
         faulted = worker.stop(grace=0.2)
     assert faulted == held
     state = chat_status(native_client, request_id)
-    assert state["processing"] == 0 and not state["done"]  # back in the queue, not held
+    assert state["processing"] == 0
+    assert not state["done"]

@@ -86,7 +86,8 @@ def _chat(payload: dict[str, Any], stream: bool = False) -> Job:
 
 
 def test_probe_declares_the_exact_counter_and_what_the_grammar_enforces(probed: Probed) -> None:
-    assert probed.kind.name == "llama-cpp-python" and probed.model_id == MODEL_NAME
+    assert probed.kind.name == "llama-cpp-python"
+    assert probed.model_id == MODEL_NAME
     assert probed.counter.kind == "exact"
     assert probed.calibration.probe_count == probed.calibration.probe_usage
     features = set(probed.features)
@@ -121,17 +122,21 @@ def test_chat_job_gets_the_demo_reply_with_the_backends_usage(runner: JobRunner)
     assert reply is not None
     assert (reply.content, reply.finish_reason, reply.tool_calls) == (DEMO_REPLY, "stop", [])
     assert reply.usage["prompt_tokens"] == runner.probed.counter.count(PROBE_MESSAGES, None)
-    assert reply.usage["completion_tokens"] and reply.usage["completion_tokens"] > 0
+    assert reply.usage["completion_tokens"]
+    assert reply.usage["completion_tokens"] > 0
 
 
 def test_forced_tool_choice_is_a_structured_call(runner: JobRunner) -> None:
     # Dispatch sends a named tool_choice as that one function under "required".
     payload = {"messages": PROBE_MESSAGES, "tools": [UNIT_TOOL], "tool_choice": "required"}
     reply = runner.chat_reply(_chat(payload), None)
-    assert reply is not None and reply.finish_reason == "tool_calls"
-    assert reply.content is None and len(reply.tool_calls) == 1
+    assert reply is not None
+    assert reply.finish_reason == "tool_calls"
+    assert reply.content is None
+    assert len(reply.tool_calls) == 1
     call = reply.tool_calls[0]
-    assert call["function"]["name"] == "get_weather" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    assert call["id"].startswith("call_")
     assert json.loads(call["function"]["arguments"])["unit"] in ("celsius", "fahrenheit")
 
 
@@ -140,7 +145,9 @@ def test_streamed_job_posts_the_demo_reply_through_the_progress_seam(runner: Job
     reply = runner.chat_reply(
         _chat({"messages": PROBE_MESSAGES}, stream=True), lambda d: posted.append(d) or False
     )
-    assert reply is not None and reply.content == DEMO_REPLY and reply.finish_reason == "stop"
+    assert reply is not None
+    assert reply.content == DEMO_REPLY
+    assert reply.finish_reason == "stop"
     assert "".join(posted) == DEMO_REPLY
 
 
@@ -170,11 +177,13 @@ def test_a_text_job_is_served_through_the_native_api(
     try:
         waited = threading.Event()
         while not status(native_client, request_id)["done"]:
-            assert not waited.wait(0.05) and worker.loop.served < 3, "the job was not served"
+            assert not waited.wait(0.05), "the job was not served"
+            assert worker.loop.served < 3, "the job was not served"
     finally:
         worker.stop(grace=5)
     generations = status(native_client, request_id)["generations"]
-    assert len(generations) == 1 and generations[0]["state"] == "ok"
+    assert len(generations) == 1
+    assert generations[0]["state"] == "ok"
     assert generations[0]["model"] == MODEL_NAME
 
 
@@ -201,11 +210,13 @@ def test_a_chat_job_end_to_end_through_the_native_api(
         assert response.status_code == 202, response.text
         request_id = response.json()["id"]
         while not chat_status(native_client, request_id)["done"]:
-            assert not waited.wait(0.05) and worker.loop.served < 3, "the job was not served"
+            assert not waited.wait(0.05), "the job was not served"
+            assert worker.loop.served < 3, "the job was not served"
         counted = worker.probed.counter.count(PROBE_MESSAGES, None)
     finally:
         worker.stop(grace=5)
     generation = chat_status(native_client, request_id)["generations"][0]
     assert (generation["content"], generation["finish_reason"]) == (DEMO_REPLY, "stop")
-    assert generation["model"] == MODEL_NAME and generation["tool_calls"] == []
+    assert generation["model"] == MODEL_NAME
+    assert generation["tool_calls"] == []
     assert generation["usage"]["prompt_tokens"] == counted

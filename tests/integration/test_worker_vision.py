@@ -44,7 +44,8 @@ def test_vision_is_declared_only_under_the_flag_and_after_the_probe() -> None:
             tiled = probe(client, _config(backend, vision=True, image_tokens=600))
         base64_only = _config(backend, image_transports=(TRANSPORT_BASE64,))
         default = _config(backend)
-    assert FEATURE_VISION not in plain.features and plain.image_tokens == 0
+    assert FEATURE_VISION not in plain.features
+    assert plain.image_tokens == 0
     assert FEATURE_VISION in seeing.features
     assert seeing.image_tokens == IMAGE_MARK_TOKENS  # measured: with minus without the image
     assert tiled.image_tokens == 600  # the operator's larger figure wins

@@ -66,9 +66,12 @@ def test_every_content_part_type_and_message_shape_is_flattened() -> None:
     assert lines[0] == "developer: Be terse."
     assert lines[1] == "system: No jokes."
     assert lines[2].startswith("user (ann): What is this? [image]")
-    assert "https://example.org/a.png" in lines[2] and "QUJD" not in lines[2]
+    assert "https://example.org/a.png" in lines[2]
+    assert "QUJD" not in lines[2]
     assert "Cannot." in lines[3]
-    assert "Still no." in lines[4] and "get" in lines[4] and '{"q": 1}' in lines[4]
+    assert "Still no." in lines[4]
+    assert "get" in lines[4]
+    assert '{"q": 1}' in lines[4]
     assert lines[5] == "tool (call_9): 42"
 
 
@@ -172,7 +175,8 @@ def request(**extra: Any) -> dict[str, Any]:
 def test_the_fingerprint_is_stable_and_models_count_as_a_set() -> None:
     first = operation_fingerprint(request())
     assert first == operation_fingerprint(request())
-    assert len(first) == 64 and int(first, 16) >= 0
+    assert len(first) == 64
+    assert int(first, 16) >= 0
     assert operation_fingerprint(request(models=["c", "a", "b"])) == first
     assert operation_fingerprint(request(models=["b", "a", "c", "a"])) == first
     raw = {"models": ["c", "b", "a"], "messages": [{"role": "user", "content": "hi"}]}

@@ -46,7 +46,8 @@ def test_none_sends_no_tool_definitions_and_the_stored_request_keeps_them() -> N
     req = request(tools=TOOLS, tool_choice="none")
     stored = copy.deepcopy(req)
     payload = chat_job_payload(req, worker("tools"))
-    assert "tools" not in payload and "tool_choice" not in payload
+    assert "tools" not in payload
+    assert "tool_choice" not in payload
     assert req == stored
 
 
@@ -154,7 +155,9 @@ def test_charge_basis_is_the_spec_name() -> None:
 def test_reply_text_is_the_content_then_each_call_without_reasoning() -> None:
     text = reply_text(reply("Sure.", "thinking hard", ("get", '{"city": "Oslo"}')))
     assert text.startswith("Sure.")
-    assert "get" in text and '{"city": "Oslo"}' in text and "call_0" in text
+    assert "get" in text
+    assert '{"city": "Oslo"}' in text
+    assert "call_0" in text
     assert "thinking" not in text
     assert reply_text(reply("only words")) == "only words"
     assert reply_text(reply()) == ""

@@ -98,13 +98,15 @@ def test_images_seed_penalties_and_reasoning_require_features() -> None:
     req = best_effort(messages=[msg], seed=7, presence_penalty=0.5, reasoning_effort="high")
     assert required_chat_features(req) == ["penalties", "reasoning", "seed", "vision"]
     limits = required_chat_limits(req)
-    assert limits["max_images"] == 1 and limits["max_image_bytes"] == 6
+    assert limits["max_images"] == 1
+    assert limits["max_image_bytes"] == 6
 
 
 def test_limits_measure_context_output_and_tool_temperature() -> None:
     req = request(max_tokens=50, tools=[TOOL], temperature=1.5)
     limits = required_chat_limits(req)
-    assert limits["max_length"] == 50 and limits["tools_max_temperature"] == 1.5
+    assert limits["max_length"] == 50
+    assert limits["tools_max_temperature"] == 1.5
     assert limits["max_context_length"] >= 100 + 50
     assert "tools_max_temperature" not in required_chat_limits(request(temperature=1.5))
 
@@ -115,7 +117,8 @@ def declaration(**keys: Any) -> dict[str, Any]:
 
 def test_declaration_defaults_and_pop_fallbacks() -> None:
     d = declaration(max_context_length=4096)
-    assert d["chat_features"] == [] and d["prompt_jobs"] is True
+    assert d["chat_features"] == []
+    assert d["prompt_jobs"] is True
     assert d["chat_limits"]["max_context_length"] == 4096
     assert d["chat_limits"]["max_length"] == 512
     assert d["chat_limits"]["tools_max_temperature"] is None
@@ -136,7 +139,8 @@ def test_declaration_defaults_and_pop_fallbacks() -> None:
 def test_a_malformed_declaration_is_refused(keys: dict[str, Any], words: str) -> None:
     with pytest.raises(InvalidChatDeclaration) as info:
         declaration(**keys)
-    assert info.value.native_status == 400 and words in info.value.message
+    assert info.value.native_status == 400
+    assert words in info.value.message
 
 
 def test_a_feature_gap_is_a_404_and_a_limit_gap_a_400() -> None:
@@ -144,19 +148,23 @@ def test_a_feature_gap_is_a_404_and_a_limit_gap_a_400() -> None:
     required, limits = required_chat_features(req), required_chat_limits(req)
     bare = declaration()
     gap = declaration_covers(bare, required, limits)
-    assert gap is not None and gap.kind == "features"
+    assert gap is not None
+    assert gap.kind == "features"
     assert set(gap.missing) == {"prompt_overflow_refused", "tools"}
     err = gap.error()
-    assert isinstance(err, NoWorkerSupportsFeatures) and err.front_status == 404
+    assert isinstance(err, NoWorkerSupportsFeatures)
+    assert err.front_status == 404
     able = declaration(chat_features=["tools", "prompt_overflow_refused"], max_length=512)
     gap = declaration_covers(able, required, limits)
-    assert gap is not None and (gap.kind, gap.limit, gap.value, gap.maximum) == (
+    assert gap is not None
+    assert (gap.kind, gap.limit, gap.value, gap.maximum) == (
         "limit",
         "max_length",
         600,
         512,
     )
-    assert isinstance(gap.error(), NoWorkerSupportsLimit) and gap.error().front_status == 400
+    assert isinstance(gap.error(), NoWorkerSupportsLimit)
+    assert gap.error().front_status == 400
     roomy = declaration(chat_features=["tools", "prompt_overflow_refused"], max_length=1024)
     assert declaration_covers(roomy, required, limits) is None
 
@@ -170,7 +178,8 @@ def test_pool_gap_prefers_the_feature_gap_and_reports_the_largest_limit() -> Non
         declaration(chat_features=feats, max_length=800),
     )
     gap = pool_gap([small, mid], required, limits)
-    assert gap is not None and (gap.kind, gap.maximum) == ("limit", 800)
+    assert gap is not None
+    assert (gap.kind, gap.maximum) == ("limit", 800)
     assert pool_gap([declaration()], required, limits).kind == "features"
     assert (
         pool_gap([small, declaration(chat_features=feats, max_length=1000)], required, limits)
@@ -181,11 +190,14 @@ def test_pool_gap_prefers_the_feature_gap_and_reports_the_largest_limit() -> Non
 def test_sampling_payload_fills_openai_defaults_and_reasoning_for_reasoning_workers() -> None:
     plain = sampling_payload(request(), [])
     assert plain == SAMPLING_DEFAULTS
-    assert plain["temperature"] == 1 and plain["top_p"] == 1 and plain["presence_penalty"] == 0
+    assert plain["temperature"] == 1
+    assert plain["top_p"] == 1
+    assert plain["presence_penalty"] == 0
     assert "reasoning_effort" not in plain
     req = request(temperature=0.2, max_completion_tokens=64, max_tokens=99)
     payload = sampling_payload(req, ["reasoning"])
-    assert payload["temperature"] == 0.2 and payload["max_tokens"] == 64
+    assert payload["temperature"] == 0.2
+    assert payload["max_tokens"] == 64
     assert payload["reasoning_effort"] == "medium"
     assert (
         sampling_payload(request(reasoning_effort="low"), ["reasoning"])["reasoning_effort"]

@@ -40,7 +40,8 @@ def refused(payload: object, cls: type[HordeError], param: str | None) -> HordeE
     assert envelope["code"] == cls.code
     assert envelope["type"] == cls.openai_type == "invalid_request_error"
     assert err.native_status == cls.front_status == (404 if cls is ModelNotFound else 400)
-    assert envelope["param"] == param and envelope["message"] == err.message
+    assert envelope["param"] == param
+    assert envelope["message"] == err.message
     return err
 
 
@@ -97,7 +98,8 @@ def test_unknown_keys_inside_messages_parts_tools_and_tool_choice_are_dropped() 
 )
 def test_unknown_keys_are_refused_where_openai_refuses_them(payload: dict, param: str) -> None:
     err = refused(payload, UnsupportedChatParameter, param)
-    assert err.front_status == 400 and param in err.message
+    assert err.front_status == 400
+    assert param in err.message
 
 
 @pytest.mark.parametrize(
@@ -122,7 +124,8 @@ def test_unsupported_values_are_refused_naming_the_key(key: str, value: Any) -> 
 
 def test_capability_fields_are_never_dropped_even_at_default() -> None:
     got = validate_chat_request(body(response_format={"type": "text"}, tools=[TOOL]))
-    assert got["response_format"] == {"type": "text"} and got["tools"] == [TOOL]
+    assert got["response_format"] == {"type": "text"}
+    assert got["tools"] == [TOOL]
 
 
 @pytest.mark.parametrize(
@@ -148,7 +151,8 @@ def test_wrong_types_and_bounds_name_the_field(payload: dict, param: str, words:
 
 def test_a_model_id_with_a_colon_is_not_found() -> None:
     err = refused(body(model="llama:7b"), ModelNotFound, "model")
-    assert err.front_status == 404 and "llama:7b" in err.message
+    assert err.front_status == 404
+    assert "llama:7b" in err.message
     refused(body(models=["ok", "a:b"]), ModelNotFound, "models.[1]")
 
 
@@ -244,6 +248,7 @@ def test_body_must_be_an_object() -> None:
 
 
 def test_front_drops_default_noops_only_at_their_values() -> None:
-    assert "store" in FRONT_DEFAULT_DROPS and "n" not in FRONT_DEFAULT_DROPS
+    assert "store" in FRONT_DEFAULT_DROPS
+    assert "n" not in FRONT_DEFAULT_DROPS
     assert drop_front_defaults(body(store=False, service_tier="auto")) == body()
     assert drop_front_defaults(body(store=True)) == body(store=True)

@@ -63,4 +63,5 @@ def test_every_generated_file_has_the_do_not_edit_header() -> None:
     for path in (REPO / "generated").rglob("*"):
         if path.is_file() and "__pycache__" not in path.parts:
             first = path.read_text().splitlines()[0]
-            assert "make generate" in first and "DO NOT EDIT" in first, path
+            assert "make generate" in first, path
+            assert "DO NOT EDIT" in first, path

@@ -161,7 +161,7 @@ def test_stream_error_event_raises_in_the_sdk_after_partial_text(
 ) -> None:
     backend.script(Reply(content="one two three", stream_error_after=1))
     received: list[str] = []
-    with pytest.raises(openai.APIError, match="scripted stream failure"):
+    with pytest.raises(openai.APIError, match="scripted stream failure"):  # noqa: PT012 (raised mid-iteration)
         for chunk in _chat(client, stream=True):  # type: ignore[attr-defined]
             received.append(chunk.choices[0].delta.content or "")
     assert "".join(received) == "one"

@@ -92,7 +92,8 @@ def test_an_error_without_a_status_on_the_surface_is_refused(spec_copy: Path) ->
         openapi.build(load_spec(spec_copy))
     (err,) = info.value.errors
     assert (err.file, err.path) == ("spec/api/front.yaml", "routes.list_models.errors")
-    assert "DuplicateGen" in err.problem and "front" in err.suggestion
+    assert "DuplicateGen" in err.problem
+    assert "front" in err.suggestion
 
 
 def test_a_dangling_schema_reference_is_refused(spec_copy: Path) -> None:
@@ -105,7 +106,8 @@ def test_a_dangling_schema_reference_is_refused(spec_copy: Path) -> None:
         openapi.build(load_spec(spec_copy))
     (err,) = info.value.errors
     assert err.file == "spec/api/native.yaml"
-    assert "SubmitOutputs" in err.problem and "SubmitOutput" in err.suggestion
+    assert "SubmitOutputs" in err.problem
+    assert "SubmitOutput" in err.suggestion
 
 
 def test_a_finish_reason_enum_apart_from_the_reply_spec_is_refused(spec_copy: Path) -> None:

@@ -52,7 +52,9 @@ async def _comments_while_silent() -> tuple[list[bytes], bool]:
 
 def test_keep_alive_comments_fill_the_silence_and_closing_closes_the_source() -> None:
     seen, closed = asyncio.run(_comments_while_silent())
-    assert seen[0] == b"data: first\n\n" and seen[-1] == b"data: second\n\n"
+    assert seen[0] == b"data: first\n\n"
+    assert seen[-1] == b"data: second\n\n"
     comments = seen[1:-1]
-    assert len(comments) >= 3 and set(comments) == {b": queued: position 2\n\n"}
+    assert len(comments) >= 3
+    assert set(comments) == {b": queued: position 2\n\n"}
     assert closed  # the pending read was cancelled and the source closed

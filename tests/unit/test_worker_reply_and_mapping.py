@@ -152,8 +152,10 @@ def test_llama_cpp_python_mapping() -> None:
     assert body["messages"] == [{"role": "user", "content": "ab"}]
     assert body["tool_choice"] == {"type": "function", "function": {"name": "f"}}
     assert body["response_format"] == {"type": "json_object", "schema": SCHEMA}
-    assert "reasoning_effort" not in body and "parallel_tool_calls" not in body
-    assert "max_tokens" not in body and body["temperature"] == 0.5
+    assert "reasoning_effort" not in body
+    assert "parallel_tool_calls" not in body
+    assert "max_tokens" not in body
+    assert body["temperature"] == 0.5
 
 
 def test_openai_shaped_backends_get_the_payload_as_it_is() -> None:
