@@ -1,8 +1,10 @@
 """Validate front responses, stream chunks and errors against OpenAI's own OpenAPI schema.
 
-The schema is ``../shared/peers/openai-openapi/openapi.yaml`` relative to the repository
-(loaded once). ``assert_openai(instance, "CreateChatCompletionResponse")`` raises an
-AssertionError naming the path inside the instance and the rule it breaks.
+The schema is OpenAI's own document, kept in the repository at
+``tests/support/openai-openapi/openapi.yaml`` (its commit, sha256 and license beside it in
+``SOURCE`` and ``LICENSE``) and loaded once.
+``assert_openai(instance, "CreateChatCompletionResponse")`` raises an AssertionError naming
+the path inside the instance and the rule it breaks.
 
     assert_completion(body)        # CreateChatCompletionResponse
     assert_chunk(chunk)            # CreateChatCompletionStreamResponse
@@ -13,7 +15,8 @@ AssertionError naming the path inside the instance and the rule it breaks.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import yaml
@@ -21,8 +24,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-REPO = Path(__file__).resolve().parents[2]
-OPENAPI_PATH = REPO.parent / "shared" / "peers" / "openai-openapi" / "openapi.yaml"
+OPENAPI_DOCUMENT: Traversable = files(__package__) / "openai-openapi" / "openapi.yaml"
 BASE_URI = "urn:openai-openapi"
 
 
@@ -48,15 +50,12 @@ def _nullable_as_31(node: Any) -> Any:
 def openai_document() -> dict[str, Any]:
     """OpenAI's OpenAPI document, nulls read as 3.1 means them.
 
-    It is reference data beside the repository (CI lays ``shared/`` there); a missing file
-    fails loudly rather than skipping, so no conformance or coverage check goes quiet.
+    It is test data inside the repository (read through importlib.resources, so nothing
+    beside the checkout is needed); a missing file fails loudly rather than skipping, so no
+    conformance or coverage check goes quiet.
     """
-    if not OPENAPI_PATH.is_file():
-        raise FileNotFoundError(
-            f"OpenAI's schema is not at {OPENAPI_PATH}: check out shared/ beside the repository"
-        )
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with OPENAPI_PATH.open(encoding="utf-8") as handle:
+    with OPENAPI_DOCUMENT.open(encoding="utf-8") as handle:
         return dict(_nullable_as_31(yaml.load(handle, Loader=loader)))
 
 
