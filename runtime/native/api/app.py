@@ -1,7 +1,7 @@
 """The native API's Flask application factory.
 
-Routes come from ``generated.routes.ROUTES`` (surface ``native``); each operation id this
-issue implements has a view in ``VIEWS``; an operation without one is not registered and
+Routes come from ``generated.routes.ROUTES`` (surface ``native``); each implemented
+operation id has a view in ``VIEWS``; an operation without one is not registered and
 answers 404 RouteNotFound.
 """
 
