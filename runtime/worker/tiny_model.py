@@ -3,14 +3,31 @@
 What it is, plainly: a llama-architecture network with 2 layers and hidden size 64 (about
 600 KB), a byte-level BPE tokenizer trained in memory on a few sentences, and a ChatML chat
 template. It knows no language. Its attention-output and FFN-down weights are zero, so the
-hidden state at each position is just the current token's embedding; each output row on the
-chain ``newline -> reply tokens -> <|im_end|>`` is biased toward the embedding of the token
-before it. Whatever it is asked, it therefore answers :data:`DEMO_REPLY` and stops. Off that
-chain (under a grammar, for example) its weights are random and its output is noise.
+hidden state at each position is just the current token's embedding, and the next token
+depends on the current one alone (a bigram table of rank 64):
 
-It exists so that ``make run`` and the tests serve real chat completions through a real
-llama.cpp server on a fresh machine. The build is deterministic (fixed seed, fixed corpus) and
-takes a fraction of a second; the file is cached under the data folder.
+* the chain ``newline -> reply tokens -> <|im_end|>`` has orthonormal embeddings, and each
+  output row on it is biased toward the embedding of the token before it. Whatever it is
+  asked, it therefore answers :data:`DEMO_REPLY` and stops;
+* every other token's embedding is one of three shared class directions, and every output
+  row holds a *closing preference* on each: after a token that opens (``{``, ``[``) the
+  closer comes first; after other JSON punctuation the end of text, then ``"``, ``}``,
+  ``]``, ``,``, ``:``, digits, openers, any other token, and whitespace last; after a token
+  of prose (a word) the newline that starts the reply chain comes first, so a raw text
+  prompt is continued with a newline and the same sentence. The chain tokens
+  carry a little of the JSON direction, so when a grammar bans the chain's next token the
+  same preference decides.
+
+So under a grammar (llama.cpp masks the tokens it does not allow, then samples from these
+logits) the output closes as soon as the grammar lets it: ``{}`` for json_object, empty
+strings, ``0`` and the first enum value for a schema, in a dozen tokens rather than
+``max_tokens`` of noise. The preference levels shrink geometrically, so the gap between two
+levels outlasts llama.cpp's repeat penalty (a division of positive logits by 1.1).
+
+It exists so that ``make run`` and the tests serve real chat completions, tool calls and
+structured output through a real llama.cpp server on a fresh machine. The build is
+deterministic (fixed seed, fixed corpus) and takes a fraction of a second; the file is cached
+under the data folder.
 """
 
 from __future__ import annotations
@@ -29,7 +46,7 @@ MODEL_NAME = "horde-chat-demo"
 DEMO_REPLY = "I am the tiny horde-chat demo model and always give this one answer."
 DEFAULT_MODELS_DIR = Path("var") / "models"
 # Bump when the build changes, so a cached file from an older build is not reused.
-BUILD_VERSION = 1
+BUILD_VERSION = 2
 
 ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = [ENDOFTEXT, IM_START, IM_END]
@@ -47,7 +64,34 @@ N_FF = 128
 N_CTX_TRAIN = 4096
 VOCAB_LIMIT = 512
 SEED = 7
-CHAIN_GAIN = 12.0  # logit margin of a chain step is about CHAIN_GAIN * sqrt(N_EMBD)
+# Logits are 8 (sqrt(N_EMBD), the RMS norm) times these. A chain step's margin is about
+# CHAIN_GAIN, far above every preference; the chain tokens see the preferences scaled by
+# CHAIN_JSON_SHARE (for when a grammar bans the chain's next token).
+CHAIN_GAIN = 3000.0
+CHAIN_JSON_SHARE = 0.25
+TOP_LEVEL = 1000.0
+LEVEL_RATIO = 0.75  # 1 / 1.1 (llama.cpp's default repeat penalty) is 0.909: gaps survive it
+LOWEST_LEVEL = -TOP_LEVEL
+# The closing preference after a JSON token, best first: each entry is a token text (or a
+# set of texts) sharing one level; OTHER stands for every token not listed. Tokens of
+# whitespace alone come after all of them.
+OTHER = "<other>"
+JSON_PREFERENCE: list[str | tuple[str, ...]] = [
+    IM_END,
+    '"',
+    "}",
+    "]",
+    ",",
+    ":",
+    "0",
+    tuple("123456789"),
+    "{",
+    "[",
+    OTHER,
+    "-",
+]
+OPENERS = ("{", "[")
+JSON_CHARS = frozenset('{}[]",:0123456789-.+ \t\n\r')
 
 _CORPUS = [
     DEMO_REPLY,
@@ -127,23 +171,51 @@ def _vocabulary(tokenizer: Tokenizer) -> tuple[list[str], list[int], list[str]]:
     return tokens, [int(t) for t in types], merges
 
 
-def _weights(n_vocab: int, chain: list[int]) -> dict[str, np.ndarray]:
+def _level_table(texts: list[str], ranking: list[str | tuple[str, ...]]) -> np.ndarray:
+    """Each token's preference under ``ranking`` (best first, geometrically shrinking);
+    a token of whitespace alone that the ranking does not name comes last."""
+    levels = {}
+    for rank, group in enumerate(ranking):
+        for text in (group,) if isinstance(group, str) else group:
+            levels[text] = TOP_LEVEL * LEVEL_RATIO**rank
+    last = [LOWEST_LEVEL if t.strip() == "" else levels[OTHER] for t in texts]
+    return np.array([levels.get(t, fallback) for t, fallback in zip(texts, last, strict=True)])
+
+
+def _token_class(text: str) -> int:
+    """0: JSON punctuation (or whitespace), 1: a JSON opener, 2: prose (anything else)."""
+    if not text or not set(text) <= JSON_CHARS:
+        return 2
+    return 1 if text.rstrip().endswith(OPENERS) else 0
+
+
+def _weights(texts: list[str], chain: list[int]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(SEED)
 
     def noise(*shape: int, scale: float = 0.02) -> np.ndarray:
         return (rng.standard_normal(shape) * scale).astype(np.float32)
 
-    embeddings = noise(n_vocab, N_EMBD, scale=1.0)
-    # Chain tokens get orthonormal embeddings, so one step never pulls toward another.
-    basis, _ = np.linalg.qr(rng.standard_normal((N_EMBD, len(chain))))
-    embeddings[chain] = basis.T.astype(np.float32)
-    output = noise(n_vocab, N_EMBD)
-    for previous, following in itertools.pairwise(chain):
-        output[following] += CHAIN_GAIN * embeddings[previous]
+    closers = ("}", "]")
+    rankings = [  # per token class, see _token_class
+        JSON_PREFERENCE,
+        [*closers, *[g for g in JSON_PREFERENCE if g not in closers]],
+        ["\n", *JSON_PREFERENCE],
+    ]
+    # Orthonormal directions: one per chain token, then one per token class.
+    basis, _ = np.linalg.qr(rng.standard_normal((N_EMBD, len(chain) + len(rankings))))
+    chain_dirs, class_dirs = basis.T[: len(chain)], basis.T[len(chain) :]
+    embeddings = np.array([class_dirs[_token_class(t)] for t in texts])
+    share = CHAIN_JSON_SHARE
+    embeddings[chain] = (chain_dirs + share * class_dirs[0]) / np.sqrt(1 + share**2)
+    output = np.zeros((len(texts), N_EMBD))
+    for direction, ranking in zip(class_dirs, rankings, strict=True):
+        output += np.outer(_level_table(texts, ranking), direction)
+    for previous, following in itertools.pairwise(range(len(chain))):
+        output[chain[following]] += CHAIN_GAIN * chain_dirs[previous]
     tensors = {
-        "token_embd.weight": embeddings,
+        "token_embd.weight": embeddings.astype(np.float32),
         "output_norm.weight": np.ones(N_EMBD, dtype=np.float32),
-        "output.weight": output,
+        "output.weight": output.astype(np.float32),
     }
     for layer in range(N_LAYERS):
         block = f"blk.{layer}"
@@ -159,6 +231,13 @@ def _weights(n_vocab: int, chain: list[int]) -> dict[str, np.ndarray]:
             f"{block}.ffn_down.weight": np.zeros((N_EMBD, N_FF), dtype=np.float32),
         }
     return tensors
+
+
+def token_texts(tokenizer: Tokenizer) -> list[str]:
+    """Each token id's text, special tokens spelled out."""
+    return [
+        tokenizer.decode([i], skip_special_tokens=False) for i in range(tokenizer.get_vocab_size())
+    ]
 
 
 def _write_gguf(path: Path, tokenizer: Tokenizer, *, add_bos_token: bool) -> None:
@@ -185,7 +264,7 @@ def _write_gguf(path: Path, tokenizer: Tokenizer, *, add_bos_token: bool) -> Non
     writer.add_eos_token_id(tokenizer.token_to_id(IM_END))
     writer.add_add_bos_token(add_bos_token)
     writer.add_chat_template(CHATML_TEMPLATE)
-    for name, array in _weights(len(tokens), chain).items():
+    for name, array in _weights(token_texts(tokenizer), chain).items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

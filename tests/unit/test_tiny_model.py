@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gguf
 import pytest
 from llama_cpp import Llama
+from pydantic import BaseModel
 
 from runtime.worker.tiny_model import (
     CHATML_TEMPLATE,
@@ -98,3 +100,41 @@ def test_llama_cpp_answers_the_demo_reply_whatever_it_is_asked(
     choice = result["choices"][0]  # type: ignore[index]
     assert choice["message"]["content"] == DEMO_REPLY
     assert choice["finish_reason"] == "stop"
+
+
+class _Person(BaseModel):
+    name: str
+    age: int
+    likes_tea: bool
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_grammar_constrained_output_closes_within_a_few_tokens(
+    tmp_path: Path, temperature: float
+) -> None:
+    # Under a grammar llama.cpp samples from the model's logits among the allowed tokens;
+    # the demo model prefers whatever closes, so the JSON ends long before max_tokens.
+    llama = Llama(str(build_tiny_model(tmp_path / "m.gguf")), n_ctx=1024, verbose=False)
+    schema = _Person.model_json_schema()
+    formats = [{"type": "json_object"}, {"type": "json_object", "schema": schema}]
+    for response_format in formats:
+        result = llama.create_chat_completion(
+            messages=[{"role": "user", "content": "Who are you?"}],
+            response_format=response_format,  # type: ignore[arg-type]
+            temperature=temperature,
+            seed=1,
+            max_tokens=300,
+        )
+        choice = result["choices"][0]  # type: ignore[index]
+        assert choice["finish_reason"] == "stop"
+        assert result["usage"]["completion_tokens"] < 50  # type: ignore[index]
+        value = json.loads(choice["message"]["content"])
+        assert isinstance(value, dict)
+        if "schema" in response_format:
+            _Person.model_validate(value)
+
+
+def test_a_raw_text_prompt_is_continued_with_the_demo_reply(tmp_path: Path) -> None:
+    llama = Llama(str(build_tiny_model(tmp_path / "m.gguf")), n_ctx=1024, verbose=False)
+    result = llama.create_completion("Once upon a time", max_tokens=64, temperature=1.0, seed=1)
+    assert result["choices"][0]["text"] == "\n" + DEMO_REPLY  # type: ignore[index]
