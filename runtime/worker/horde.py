@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from generated.errors import HordeError
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, ROUTES
+from generated.wire import STATE_FAULTED
+from generated.wire.native import PopOutput, SubmitInput
 
 log = logging.getLogger("horde-chat.worker")
 
@@ -25,7 +27,6 @@ SUBMIT_ATTEMPTS = 6
 FIRST_BACKOFF_SECONDS = 0.5
 FAULT_METADATA_TYPE = "generation"
 FAULT_METADATA_VALUE = "faulted"
-STATE_OK, STATE_FAULTED = "ok", "faulted"
 
 
 def _route_path(operation: str) -> str:
@@ -61,16 +62,18 @@ class HordeClient:
     def close(self) -> None:
         self._http.close()
 
-    def pop(self, body: dict[str, Any]) -> dict[str, Any]:
-        """One pop; raises httpx errors and HTTP errors for the loop to back off on."""
+    def pop(self, body: dict[str, Any]) -> PopOutput:
+        """One pop; raises httpx errors and HTTP errors for the loop to back off on.
+
+        ``body`` is PopInput's fields with the worker's chat declaration merged in."""
         response = self._http.post(_route_path("text_pop"), json=body)
         response.raise_for_status()
         answer = response.json()
         if not isinstance(answer, dict):
             raise ValueError("the pop answer is not a JSON object")
-        return answer
+        return cast(PopOutput, answer)
 
-    def submit(self, body: dict[str, Any]) -> bool:
+    def submit(self, body: SubmitInput) -> bool:
         """Deliver a submit (or fault); True when the native API took it."""
         delay = FIRST_BACKOFF_SECONDS
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
@@ -100,5 +103,9 @@ class HordeClient:
 
     def fault(self, job_id: str, reason: HordeError) -> bool:
         log.info("job %s: faulted: %s: %s", job_id, reason.code, reason.message)
-        body = {"id": job_id, "state": STATE_FAULTED, "gen_metadata": fault_metadata(reason)}
+        body: SubmitInput = {
+            "id": job_id,
+            "state": STATE_FAULTED,
+            "gen_metadata": fault_metadata(reason),
+        }
         return self.submit(body)

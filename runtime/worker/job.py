@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from generated.chat.names import (
     PARAM_MAX_TOKENS,
@@ -34,18 +34,15 @@ from generated.chat.names import (
     PARAM_TEMPERATURE,
     PARAM_TOOLS,
     PARAM_TOP_P,
-    REPLY_CONTENT,
-    REPLY_FINISH_REASON,
-    REPLY_REASONING_CONTENT,
-    REPLY_TOOL_CALLS,
-    REPLY_USAGE,
 )
 from generated.errors import BackendInvalidReply, HordeError, PromptOverflow, UnservableJob
+from generated.wire import STATE_OK
+from generated.wire.native import PopOutput, ReportedUsage, SubmitInput, ToolCall
 from runtime.worker.backend import BackendClient
 from runtime.worker.backend_kinds import chat_body
 from runtime.worker.declaration import Probed
 from runtime.worker.fetch import job_messages
-from runtime.worker.horde import STATE_OK, HordeClient
+from runtime.worker.horde import HordeClient
 from runtime.worker.reply import ChatReply, StreamAccumulator, parse_chat_completion
 from runtime.worker.vision import without_images
 
@@ -67,12 +64,13 @@ class Job:
     ttl: float | None
 
     @classmethod
-    def from_pop(cls, answer: dict[str, Any]) -> Job | None:
-        if not answer.get("id"):
+    def from_pop(cls, answer: PopOutput) -> Job | None:
+        job_id = answer.get("id")
+        if not job_id:
             return None
         ttl = answer.get("ttl")
         return cls(
-            id=str(answer["id"]),
+            id=str(job_id),
             payload=answer.get("payload") or {},
             is_chat=bool(answer.get("is_chat")),
             stream=bool(answer.get("stream")),
@@ -94,6 +92,7 @@ class JobRunner:
 
     def run(self, job: Job, progress: ProgressCallback | None = None) -> bool:
         """Serve one job to the end: submitted or faulted. True when a reply was submitted."""
+        body: SubmitInput
         try:
             if job.is_chat:
                 reply = self.chat_reply(job, progress)
@@ -101,7 +100,11 @@ class JobRunner:
                     return False
                 body = submission(job.id, reply)
             else:
-                body = {"id": job.id, "state": STATE_OK, "generation": self.text_reply(job)}
+                body = {
+                    "id": job.id,
+                    "state": STATE_OK,
+                    "generation": self.text_reply(job),
+                }
         except HordeError as reason:
             self.horde.fault(job.id, reason)
             return False
@@ -179,14 +182,16 @@ class JobRunner:
         return text
 
 
-def submission(job_id: str, reply: ChatReply) -> dict[str, Any]:
+def submission(job_id: str, reply: ChatReply) -> SubmitInput:
     """The structured chat submit (SubmitInput of spec/api/native.yaml)."""
     return {
         "id": job_id,
         "state": STATE_OK,
-        REPLY_CONTENT: reply.content,
-        REPLY_REASONING_CONTENT: reply.reasoning_content,
-        REPLY_TOOL_CALLS: reply.tool_calls,
-        REPLY_FINISH_REASON: reply.finish_reason,
-        REPLY_USAGE: reply.usage,
+        "content": reply.content,
+        "reasoning_content": reply.reasoning_content,
+        # reply.py normalised the calls to OpenAI's shape and the counts to ints or None
+        "tool_calls": cast(list[ToolCall], reply.tool_calls),
+        # parse_chat_completion refuses a finish reason outside FINISH_REASONS, the enum here
+        "finish_reason": reply.finish_reason,  # type: ignore[typeddict-item]
+        "usage": cast(ReportedUsage, reply.usage),
     }

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import cast
 
 import httpx
 
 from generated.routes import ROUTES
 from generated.streaming import RESYNC_LAST_SEQ, RESYNC_POSTED_CHARS
+from generated.wire.native import ProgressInput, ProgressOutput
 from runtime.worker.horde import HordeClient
 from runtime.worker.job import Job, ProgressCallback
 
@@ -31,7 +33,6 @@ log = logging.getLogger("horde-chat.worker")
 
 OPERATION = "text_progress"
 RESYNC_ATTEMPTS = 3
-CANCELLED = "cancelled"
 
 
 class ProgressPoster:
@@ -52,8 +53,11 @@ class ProgressPoster:
         if self.cancelled or self.stopped:
             return self.cancelled
         for _ in range(RESYNC_ATTEMPTS):
-            body = {"id": self.generation_id, "seq": self.next_seq}
-            body["delta"] = self.text[self.accepted_chars :]
+            body: ProgressInput = {
+                "id": self.generation_id,
+                "seq": self.next_seq,
+                "delta": self.text[self.accepted_chars :],
+            }
             try:
                 response = self.http.post(self.path, json=body)
             except httpx.TransportError as exc:
@@ -61,9 +65,10 @@ class ProgressPoster:
                 return False
             answer = response.json() if response.content else {}
             if response.status_code == 200:
+                ack = cast(ProgressOutput, answer)
                 self.accepted_chars = len(self.text)
-                self.next_seq = int(answer[RESYNC_LAST_SEQ]) + 1
-                self.cancelled = bool(answer[CANCELLED])
+                self.next_seq = int(ack["last_seq"]) + 1
+                self.cancelled = bool(ack["cancelled"])
                 return self.cancelled
             if response.status_code == 409 and RESYNC_LAST_SEQ in answer:
                 self.next_seq = int(answer[RESYNC_LAST_SEQ]) + 1
