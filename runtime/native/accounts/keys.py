@@ -9,10 +9,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.errors import AnonForbiddenWorker, InvalidAPIKey
+from generated.wire import ANONYMOUS_API_KEY as ANONYMOUS_API_KEY
 from runtime.native.db.tables import ApiKey, KudosLedger, User
 
-ANONYMOUS_API_KEY = "0000000000"
-"""The public key of the anonymous user (id 0), as upstream."""
 ANONYMOUS_USER_ID = 0
 
 

@@ -14,7 +14,8 @@ from flask import Response, jsonify, request
 
 from generated.errors import AnonForbiddenWorker, InvalidJobID, ProgressOutOfOrder
 from generated.routes import HEADER_APIKEY
-from runtime.native.accounts.keys import ANONYMOUS_API_KEY, hash_key
+from generated.wire import ANONYMOUS_API_KEY
+from runtime.native.accounts.keys import hash_key
 from runtime.native.api.body import checked_headers, json_body
 from runtime.native.api.context import native
 from runtime.native.progress.protocol import post_progress

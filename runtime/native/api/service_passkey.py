@@ -15,9 +15,10 @@ from flask import request
 
 from generated.errors import InvalidServicePasskey
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
+from generated.wire import HEADER_FORWARDED_FOR
 from runtime.config import Settings
 
-FORWARDED_FOR = "X-Forwarded-For"
+FORWARDED_FOR = HEADER_FORWARDED_FOR
 MAX_ADDRESS_CHARS = 64
 
 

@@ -28,6 +28,7 @@ from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION
 from generated.streaming import streams_deltas
+from generated.wire import STATE_FAULTED
 from runtime.native.accounts.keys import hash_key, worker_owner_for_key
 from runtime.native.api.body import checked_headers, int64, json_body
 from runtime.native.api.context import native
@@ -198,7 +199,7 @@ def text_submit() -> Response:
     if chat:
         return _chat_submit(body)
     text = body.get("generation")
-    if text is None and body["state"] != "faulted":
+    if text is None and body["state"] != STATE_FAULTED:
         raise InvalidPayload(
             field="generation", problem="is required for a text job", param="generation"
         )

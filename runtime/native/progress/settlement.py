@@ -27,12 +27,13 @@ from sqlalchemy.orm import Session
 
 from generated.chat import CHARGE_BASIS, output_estimate
 from generated.streaming import STREAMED_REPLY_PART
+from generated.wire import STATE_OK
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import mark_cancelled, posted_text
 from runtime.native.requests.rows import unfinished
 
-SETTLED_STATE = "ok"
+SETTLED_STATE = STATE_OK
 
 
 @dataclass(frozen=True)

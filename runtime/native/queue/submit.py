@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
+from generated.wire import STATE_FAULTED, STATE_OK
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.queue.policy import Policy
@@ -26,7 +27,7 @@ from runtime.native.queue.sweep import fault_generation
 from runtime.native.requests.rows import unfinished
 from runtime.native.requests.text import finish_if_complete
 
-FAULTED = "faulted"
+FAULTED = STATE_FAULTED
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def land_job(
     """Claim a finished job with ``stored`` (its result) and pay for ``tokens`` through the
     text formula (nothing charged when censored); returns the reward and the locked request."""
     reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
-    censored = state != "ok"
+    censored = state != STATE_OK
     charge = Decimal(0) if censored else reward
     claim_job(
         session,

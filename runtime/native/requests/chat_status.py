@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import cast
 
 from sqlalchemy import ColumnElement, and_, false, or_
 from sqlalchemy.orm import Session
@@ -23,8 +23,9 @@ from generated.chat.names import (
     REPLY_FINISH_REASON,
     REPLY_REASONING_CONTENT,
     REPLY_TOOL_CALLS,
-    REPLY_USAGE,
 )
+from generated.wire import DEFAULT_STATE
+from generated.wire.native import ChatGeneration, ChatStatus, ExceededLimit, ReportedUsage
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.queue.fit import (
     chat_queue_filters,
@@ -41,7 +42,7 @@ from runtime.native.requests.text import online_workers
 class Availability:
     eligible: list[tuple[Worker, bool]]
     missing_features: list[str]
-    exceeded_limits: list[dict[str, Any]]
+    exceeded_limits: list[ExceededLimit]
 
     @property
     def threads(self) -> int:
@@ -56,11 +57,12 @@ def availability(
     serving = serving_declarations(online, list(wp.models))
     gap = pool_gap(serving, list(wp.required_features), dict(wp.required_limits))
     missing: list[str] = []
-    exceeded: list[dict[str, Any]] = []
+    exceeded: list[ExceededLimit] = []
     if gap is not None and gap.kind == "features":
         missing = list(gap.missing)
     elif gap is not None:
-        exceeded = [{"limit": gap.limit, "value": gap.value, "maximum": gap.maximum}]
+        # a limits gap always names them (PoolGap types them optional for the features kind)
+        exceeded = [{"limit": gap.limit, "value": gap.value, "maximum": gap.maximum}]  # type: ignore[typeddict-item]
     return Availability(eligible, missing, exceeded)
 
 
@@ -75,40 +77,40 @@ def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
     return or_(false(), *kinds)
 
 
-def _generation_json(gen: Generation, worker_name: str) -> dict[str, Any]:
+def _generation_json(gen: Generation, worker_name: str) -> ChatGeneration:
     reply = gen.reply or {}
     return {
         "id": str(gen.id),
         "worker_id": str(gen.worker_id),
         "worker_name": worker_name,
         "model": gen.model,
-        "state": gen.state or "ok",
-        REPLY_CONTENT: reply.get(REPLY_CONTENT),
-        REPLY_REASONING_CONTENT: reply.get(REPLY_REASONING_CONTENT),
-        REPLY_TOOL_CALLS: list(reply.get(REPLY_TOOL_CALLS) or []),
-        REPLY_FINISH_REASON: reply.get(REPLY_FINISH_REASON),
-        REPLY_USAGE: gen.reported_usage or {},
+        # the stored state and basis are what the submit route validated against these enums
+        "state": gen.state or DEFAULT_STATE,  # type: ignore[typeddict-item]
+        "content": reply.get(REPLY_CONTENT),
+        "reasoning_content": reply.get(REPLY_REASONING_CONTENT),
+        "tool_calls": list(reply.get(REPLY_TOOL_CALLS) or []),
+        "finish_reason": reply.get(REPLY_FINISH_REASON),  # type: ignore[typeddict-item]
+        "usage": cast(ReportedUsage, gen.reported_usage or {}),
         "kudos": float(gen.charge),
-        "charge_basis": gen.charge_basis or CHARGE_BASIS,
+        "charge_basis": gen.charge_basis or CHARGE_BASIS,  # type: ignore[typeddict-item]
         "seed": gen.seed,
         "gen_metadata": gen.gen_metadata or [],
     }
 
 
-def chat_status(
-    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
-) -> dict[str, Any]:
+def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: datetime) -> ChatStatus:
     jobs = request_jobs(session, wp)
     restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
     pool = availability(session, policy, wp, now)
     takes = takes_any(pool.eligible) if wp.n > 0 else None
     position = queue_position(session, policy, wp, pool.threads, takes)
     return {
-        **status_counts(policy, wp, jobs, restarted, position),
-        "is_possible": wp.n == 0 or pool.threads > 0,
+        **status_counts(
+            policy, wp, jobs, restarted, position, is_possible=wp.n == 0 or pool.threads > 0
+        ),
         "generations": [_generation_json(g, name) for g, name in jobs.landed],
         "eligible_threads": pool.threads,
-        "charge_basis": CHARGE_BASIS,
+        "charge_basis": CHARGE_BASIS,  # type: ignore[typeddict-item]
         "missing_features": pool.missing_features,
         "exceeded_limits": pool.exceeded_limits,
         "max_tokens_lowered_to": wp.max_tokens_lowered_to,

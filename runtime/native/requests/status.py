@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session
 
+from generated.wire.native import RequestStatus
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
@@ -49,8 +49,14 @@ def request_jobs(session: Session, wp: WaitingPrompt) -> Jobs:
 
 
 def status_counts(
-    policy: Policy, wp: WaitingPrompt, jobs: Jobs, restarted: int, position: tuple[int, int]
-) -> dict[str, Any]:
+    policy: Policy,
+    wp: WaitingPrompt,
+    jobs: Jobs,
+    restarted: int,
+    position: tuple[int, int],
+    *,
+    is_possible: bool,
+) -> RequestStatus:
     """The fields every status starts with (``position``: requests ahead, wait seconds)."""
     landed = jobs.landed
     processing = jobs.processing
@@ -66,6 +72,7 @@ def status_counts(
         "wait_time": position[1],
         "queue_position": position[0],
         "kudos": float(charged),
+        "is_possible": is_possible,
     }
 
 

@@ -22,6 +22,7 @@ from generated.errors import (
     TokenOverflow,
     TooManyStopSequences,
 )
+from generated.wire import DEFAULT_STATE
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.queue.fit import worker_fits
@@ -155,8 +156,14 @@ def text_status(
         fitting = [w for w, t in online if worker_fits(w, t, wp)]
     threads = sum(w.threads for w in fitting)
     return {
-        **status_counts(policy, wp, jobs, restarted, queue_position(session, policy, wp, threads)),
-        "is_possible": wp.n == 0 or bool(fitting),
+        **status_counts(
+            policy,
+            wp,
+            jobs,
+            restarted,
+            queue_position(session, policy, wp, threads),
+            is_possible=wp.n == 0 or bool(fitting),
+        ),
         "generations": [
             {
                 "text": g.generation,
@@ -165,7 +172,7 @@ def text_status(
                 "worker_name": name,
                 "model": g.model,
                 "id": str(g.id),
-                "state": g.state or "ok",
+                "state": g.state or DEFAULT_STATE,
                 "gen_metadata": g.gen_metadata or [],
             }
             for g, name in jobs.landed
