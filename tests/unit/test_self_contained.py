@@ -26,24 +26,42 @@ REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "tests" / "unit"
 LONE_COPY = "HORDE_CHAT_LONE_COPY"
 IMPORTS_SCHEMA = re.compile(r"^from tests\.support\.openai_schema import", re.MULTILINE)
-NOT_COPIED = (".git", ".venv", "var", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
+NOT_COPIED = (
+    ".git",
+    ".venv",
+    "var",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+)
+
+
+def _tracked_files() -> list[str] | None:
+    """The files git tracks, or None without a usable git checkout (a tarball, no git)."""
+    if not (REPO / ".git").exists():
+        return None
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached"], cwd=REPO, check=True, capture_output=True
+        ).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return [name for name in listed.split("\0") if name]
 
 
 def _copy_repository(target: Path) -> None:
-    if (REPO / ".git").exists():
-        listed = subprocess.run(
-            ["git", "ls-files", "-z", "--cached"],
-            cwd=REPO,
-            check=True,
-            capture_output=True,
-        ).stdout.decode()
-        for name in filter(None, listed.split("\0")):
-            source = REPO / name
-            if source.is_file():  # tracked but deleted in the working tree: not copied
-                (target / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, target / name)
-    else:
+    tracked = _tracked_files()
+    if tracked is None:
         shutil.copytree(REPO, target, ignore=shutil.ignore_patterns(*NOT_COPIED))
+        return
+    for name in tracked:
+        source = REPO / name
+        if source.is_file():  # tracked but deleted in the working tree: not copied
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
 
 
 def _schema_users() -> list[str]:
