@@ -27,7 +27,7 @@ from runtime.front.errors import error_response, from_native
 from runtime.front.responses import Reply, completion
 from runtime.front.sse import Delta, Final, chunk_stream
 from runtime.front.waiter import gap_error, needs_cancel
-from runtime.native.accounts.keys import ANONYMOUS_API_KEY
+from generated.wire import ANONYMOUS_API_KEY
 from tests.support.openai_schema import assert_chunk, assert_completion, assert_error
 
 REQUEST: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "abcdef"}]}
