@@ -42,7 +42,8 @@ MINIMAL_MESSAGES: list[dict[str, Any]] = [{"role": ROLE_USER, "content": "."}]
 
 
 class PromptCounter(Protocol):
-    kind: str
+    @property
+    def kind(self) -> str: ...
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         """Tokens the prompt takes (an upper bound where not exact)."""

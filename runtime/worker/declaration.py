@@ -91,7 +91,7 @@ FLAG_SCHEMA = {
     "required": ["ok"],
     "additionalProperties": False,
 }
-PROBE_TOOLS = [
+PROBE_TOOLS: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": name, "parameters": FLAG_SCHEMA}}
     for name in ("probe_flag", "probe_other_flag")
 ]

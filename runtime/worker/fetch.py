@@ -89,7 +89,9 @@ def inline_image_urls(
         content = message.get("content")
         for part in content if isinstance(content, list) else []:
             holder = part.get(PART_IMAGE) if isinstance(part, dict) else None
-            url = holder.get(IMAGE_URL_KEY) if isinstance(holder, dict) else None
+            if not isinstance(holder, dict):
+                continue
+            url = holder.get(IMAGE_URL_KEY)
             if isinstance(url, str) and url.startswith(FETCHED_SCHEMES):
                 data, content_type = fetch(url)
                 if not content_type.startswith("image/"):

@@ -97,7 +97,8 @@ def parse_chat_completion(body: dict[str, Any]) -> ChatReply:
         raw_calls = [{"function": message["function_call"]}]
     tool_calls = [_tool_call(raw) for raw in raw_calls]
     finish = choice.get(REPLY_FINISH_REASON)
-    finish = FINISH_ALIASES.get(finish, finish)
+    if isinstance(finish, str):
+        finish = FINISH_ALIASES.get(finish, finish)
     if finish not in FINISH_REASONS:
         raise BackendInvalidReply(detail=f"finish_reason {finish!r}")
     if tool_calls and finish == FINISH_STOP:
