@@ -22,12 +22,12 @@ from generated.errors import (
     TooManyPrompts,
     UnsupportedChatParameter,
 )
+from generated.wire import ANONYMOUS_API_KEY
 from runtime.front.admission import Admission, api_key_of, checked_request
 from runtime.front.errors import error_response, from_native
 from runtime.front.responses import Reply, completion
 from runtime.front.sse import Delta, Final, chunk_stream
 from runtime.front.waiter import gap_error, needs_cancel
-from generated.wire import ANONYMOUS_API_KEY
 from tests.support.openai_schema import assert_chunk, assert_completion, assert_error
 
 REQUEST: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "abcdef"}]}
@@ -59,7 +59,8 @@ def test_caps_refuse_per_source_then_global_and_release() -> None:
             admission.admit("c"),
         ):
             pass
-    assert admission.total == 0 and not admission.by_source
+    assert admission.total == 0
+    assert not admission.by_source
     with admission.admit("a"):
         assert admission.total == 1
 
@@ -81,7 +82,8 @@ def test_bearer_key_and_anonymous_default() -> None:
 def test_checked_request_drops_front_defaults_and_refuses_as_the_validator() -> None:
     body = {**REQUEST, "store": False, "service_tier": "auto", "temperature": 0.5}
     forward, normalised = checked_request(json.dumps(body).encode())
-    assert "store" not in forward and "service_tier" not in forward
+    assert "store" not in forward
+    assert "service_tier" not in forward
     assert forward["temperature"] == 0.5 == normalised["temperature"]
     with pytest.raises(UnsupportedChatParameter) as info:
         checked_request(json.dumps({**REQUEST, "n": 2}).encode())
@@ -100,7 +102,8 @@ def test_checked_request_drops_front_defaults_and_refuses_as_the_validator() -> 
 def test_native_refusals_keep_their_code_and_status() -> None:
     body = json.dumps({"message": "Parallel requests (3) exceeded", "rc": "TooManyPrompts"})
     error = from_native(429, body.encode(), retry_after=4)
-    assert isinstance(error, TooManyPrompts) and error.front_status == 429
+    assert isinstance(error, TooManyPrompts)
+    assert error.front_status == 429
     response = error_response(error)
     assert response.headers["retry-after"] == "4"
     assert "x-should-retry" not in response.headers
@@ -115,9 +118,11 @@ def test_native_refusals_keep_their_code_and_status() -> None:
 def test_gaps_from_the_first_status() -> None:
     assert gap_error({"missing_features": [], "exceeded_limits": []}) is None
     features = gap_error({"missing_features": ["tools"], "exceeded_limits": []})
-    assert isinstance(features, NoWorkerSupportsFeatures) and features.front_status == 404
+    assert isinstance(features, NoWorkerSupportsFeatures)
+    assert features.front_status == 404
     limit = gap_error({"exceeded_limits": [{"limit": "max_length", "value": 9, "maximum": 4}]})
-    assert isinstance(limit, NoWorkerSupportsLimit) and "max_length 9" in limit.message
+    assert isinstance(limit, NoWorkerSupportsLimit)
+    assert "max_length 9" in limit.message
     assert needs_cancel(limit)
 
 
@@ -141,7 +146,8 @@ def test_completion_shape_and_estimated_usage() -> None:
 def test_censored_generation_finishes_with_content_filter() -> None:
     status = {"generations": [{"state": "faulted"}, {"state": "censored", "model": "m"}]}
     answered = Reply.from_status("r1", status)
-    assert answered is not None and answered.finish_reason == "content_filter"
+    assert answered is not None
+    assert answered.finish_reason == "content_filter"
     assert Reply.from_status("r1", {"generations": [{"state": "faulted"}]}) is None
 
 
@@ -168,7 +174,8 @@ def test_whole_reply_chunks_in_order() -> None:
     assert deltas[1] == {"content": "Hello."}
     assert deltas[2]["tool_calls"][0]["index"] == 0
     assert chunks[3]["choices"][0]["finish_reason"] == "tool_calls"
-    assert deltas[4] is None and chunks[4]["usage"]["total_tokens"] == 7
+    assert deltas[4] is None
+    assert chunks[4]["usage"]["total_tokens"] == 7
     assert [c["usage"] for c in chunks[:4]] == [None] * 4
 
 
