@@ -166,12 +166,13 @@ def wire_schemas(api: Api, spec: Spec) -> dict[str, Any]:
 def _models(api: Api, spec: Spec) -> str:
     """The TypedDicts of one surface, from datamodel-code-generator (no clock, no paths)."""
     from datamodel_code_generator import (
-        DataModelType,
         Formatter,
         InputFileType,
+        LiteralType,
         PythonVersion,
         generate,
     )
+    from datamodel_code_generator.enums import DataModelType
 
     doc = {
         "openapi": "3.1.0",
@@ -192,7 +193,7 @@ def _models(api: Api, spec: Spec) -> str:
             input_file_type=InputFileType.OpenAPI,
             output_model_type=DataModelType.TypingTypedDict,
             target_python_version=PythonVersion.PY_311,
-            enum_field_as_literal="all",
+            enum_field_as_literal=LiteralType.All,
             use_standard_collections=True,
             use_union_operator=True,
             use_schema_description=True,
