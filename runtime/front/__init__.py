@@ -8,6 +8,8 @@ and answers in OpenAI's shape, or as server-sent events for ``stream: true``.
 Modules: ``config`` (FrontConfig), ``admission`` (caps, body, key, validation),
 ``native_client`` (submit with lost-response recovery, status, cancel, models),
 ``signals`` (one shared pub/sub connection), ``waiter`` (the wait's state machine),
-``responses`` (completion and usage), ``sse`` (the stream and its relay seam),
-``errors`` (the OpenAI envelope), ``app`` (routes), ``server`` (uvicorn in a thread).
+``responses`` (completion and usage), ``sse`` (the stream's chunks), ``stream_events``
+(which source a stream reads, keep-alive notes), ``progress_stream`` (delta relay from the
+request's Redis stream, pacing, reconciliation), ``errors`` (the OpenAI envelope), ``app``
+(routes), ``server`` (uvicorn in a thread).
 """
