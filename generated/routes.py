@@ -4,16 +4,22 @@
 ``ROUTES[operation_id]`` gives the method, the full path (``{id}`` placeholders;
 ``Route.flask_rule`` for Flask), the headers, the JSON Schema of the body and the error
 code a bad body gets. ``validate_body`` and ``validate_headers`` raise that HordeError with
-a message naming the field, so no service spells a body rule itself. The schemas' shared
-definitions are in ``DEFS[surface]``; header names are the ``HEADER_*`` constants.
+a message naming the field, so no service spells a body rule itself. Header names are the
+``HEADER_*`` constants.
+
+The schemas are data: route_schemas.json, beside this file, loaded once at import, gives each
+surface's named schemas (``DEFS[surface]``, which bodies refer to as ``#/$defs/NAME``), the
+headers' schemas (``HEADERS``) and the bodies that are not one named schema.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
@@ -21,13 +27,34 @@ from jsonschema.exceptions import best_match
 
 from generated.errors import ERRORS
 
-HEADER_AUTHORIZATION = 'Authorization'
-HEADER_APIKEY = 'apikey'
-HEADER_CLIENT_AGENT = 'Client-Agent'
-HEADER_X_OPERATION_KEY = 'X-Operation-Key'
-HEADER_X_HORDE_SERVICE_PASSKEY = 'X-Horde-Service-Passkey'
+HEADER_AUTHORIZATION = "Authorization"
+HEADER_APIKEY = "apikey"
+HEADER_CLIENT_AGENT = "Client-Agent"
+HEADER_X_OPERATION_KEY = "X-Operation-Key"
+HEADER_X_HORDE_SERVICE_PASSKEY = "X-Horde-Service-Passkey"
 
-BASE_PATHS: dict[str, str] = {'front': '/v1', 'native': '/api/v2'}
+BASE_PATHS: dict[str, str] = {"front": "/v1", "native": "/api/v2"}
+
+_SCHEMAS: dict[str, Any] = json.loads(
+    Path(__file__).with_name("route_schemas.json").read_text(encoding="utf-8")
+)
+
+HEADERS: dict[str, dict[str, dict[str, Any]]] = _SCHEMAS["headers"]
+"""Per surface: header name -> its JSON Schema and the error code a bad value gets."""
+
+DEFS: dict[str, dict[str, Any]] = {
+    surface: {**own, **_SCHEMAS["shared_defs"]} for surface, own in _SCHEMAS["defs"].items()
+}
+"""Per surface: the named schemas body schemas refer to as ``#/$defs/NAME`` (the contract's
+chat request and worker declaration, ``shared_defs``, are in both)."""
+
+_BODIES: dict[str, dict[str, Any]] = _SCHEMAS["bodies"]
+"""By operation id: the body schemas that are not one named schema."""
+
+
+def _named(name: str) -> dict[str, Any]:
+    """A body that is the named schema ``DEFS[surface][name]``."""
+    return {"$ref": "#/$defs/" + name}
 
 
 @dataclass(frozen=True)
@@ -38,12 +65,12 @@ class Route:
     surface: str
     method: str
     path: str
-    headers: tuple[str, ...]
-    required_headers: tuple[str, ...]
-    path_params: dict[str, Any]
-    body: dict[str, Any] | None
-    invalid_body: str
-    errors: tuple[str, ...]
+    headers: tuple[str, ...] = ()
+    required_headers: tuple[str, ...] = ()
+    path_params: dict[str, Any] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    invalid_body: str = "InvalidPayload"
+    errors: tuple[str, ...] = ()
 
     @property
     def flask_rule(self) -> str:
@@ -51,1333 +78,302 @@ class Route:
         return re.sub(r"{(\w+)}", r"<\1>", self.path)
 
 
-_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF: dict[str, Any] = {'type': 'object',
- 'required': ['type', 'text'],
- 'properties': {'type': {'const': 'text'}, 'text': {'type': 'string'}}}
-_SCHEMA_CONTENT: dict[str, Any] = {'anyOf': [{'type': 'string'},
-           {'type': 'array',
-            'minItems': 1,
-            'items': {'anyOf': [_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF]}}]}
-_SCHEMA_CHAT_REQUEST: dict[str, Any] = {'type': 'object',
- 'description': 'An OpenAI chat-completions body plus the horde object and models.',
- 'additionalProperties': False,
- 'required': ['messages'],
- 'anyOf': [{'required': ['model']}, {'required': ['models']}],
- 'properties': {'messages': {'type': 'array',
-                             'minItems': 1,
-                             'maxItems': 2048,
-                             'items': {'oneOf': [{'type': 'object',
-                                                  'description': 'Instructions for the model.',
-                                                  'required': ['role', 'content'],
-                                                  'properties': {'role': {'const': 'system'},
-                                                                 'content': _SCHEMA_CONTENT,
-                                                                 'name': {'type': 'string'}}},
-                                                 {'type': 'object',
-                                                  'description': "Instructions, OpenAI's newer "
-                                                                 'name for system. Stored and '
-                                                                 'sent to the worker as '
-                                                                 'system, so templates that '
-                                                                 'predate the role render it '
-                                                                 '(its precedence over system '
-                                                                 'is lost).',
-                                                  'required': ['role', 'content'],
-                                                  'properties': {'role': {'const': 'developer'},
-                                                                 'content': _SCHEMA_CONTENT,
-                                                                 'name': {'type': 'string'}}},
-                                                 {'type': 'object',
-                                                  'description': "The user's turn; text and "
-                                                                 'image parts.',
-                                                  'required': ['role', 'content'],
-                                                  'properties': {'role': {'const': 'user'},
-                                                                 'content': {'anyOf': [{'type': 'string'},
-                                                                                       {'type': 'array',
-                                                                                        'minItems': 1,
-                                                                                        'items': {'anyOf': [_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF,
-                                                                                                            {'type': 'object',
-                                                                                                             'required': ['type',
-                                                                                                                          'image_url'],
-                                                                                                             'properties': {'type': {'const': 'image_url'},
-                                                                                                                            'image_url': {'type': 'object',
-                                                                                                                                          'required': ['url'],
-                                                                                                                                          'properties': {'url': {'type': 'string',
-                                                                                                                                                                 'minLength': 1,
-                                                                                                                                                                 'pattern': '^(https?:|data:image/)'},
-                                                                                                                                                         'detail': {'enum': ['auto',
-                                                                                                                                                                             'low',
-                                                                                                                                                                             'high']}}}}}]}}]},
-                                                                 'name': {'type': 'string'}}},
-                                                 {'type': 'object',
-                                                  'description': 'An earlier reply. Content '
-                                                                 'may be null when it holds '
-                                                                 'tool_calls; tool_calls is '
-                                                                 'allowed only on assistant '
-                                                                 'messages and must be '
-                                                                 'answered by tool messages '
-                                                                 'right after it.',
-                                                  'required': ['role'],
-                                                  'properties': {'role': {'const': 'assistant'},
-                                                                 'content': {'anyOf': [{'type': 'string'},
-                                                                                       {'type': 'array',
-                                                                                        'minItems': 1,
-                                                                                        'items': {'anyOf': [_SCHEMA_CONTENT_ANY_OF_ITEMS_ANY_OF,
-                                                                                                            {'type': 'object',
-                                                                                                             'required': ['type',
-                                                                                                                          'refusal'],
-                                                                                                             'properties': {'type': {'const': 'refusal'},
-                                                                                                                            'refusal': {'type': 'string'}}}]}},
-                                                                                       {'type': 'null'}]},
-                                                                 'name': {'type': 'string'},
-                                                                 'refusal': {'type': ['string',
-                                                                                      'null']},
-                                                                 'tool_calls': {'type': 'array'}}},
-                                                 {'type': 'object',
-                                                  'description': 'The result of one tool call, '
-                                                                 'naming it by tool_call_id.',
-                                                  'required': ['role',
-                                                               'content',
-                                                               'tool_call_id'],
-                                                  'properties': {'role': {'const': 'tool'},
-                                                                 'content': _SCHEMA_CONTENT,
-                                                                 'tool_call_id': {'type': 'string',
-                                                                                  'minLength': 1}}}]},
-                             'description': '[supported] The conversation (see '
-                                            'spec/chat/messages.yaml).'},
-                'model': {'type': 'string',
-                          'minLength': 1,
-                          'maxLength': 255,
-                          'description': '[supported] The exact native model name; a colon is '
-                                         'reserved (404 model_not_found).'},
-                'models': {'type': 'array',
-                           'minItems': 1,
-                           'maxItems': 16,
-                           'items': {'type': 'string', 'minLength': 1, 'maxLength': 255},
-                           'description': '[supported] Acceptable models, as OpenRouter takes '
-                                          'them; any listed model (or model) may serve the '
-                                          'request. A set: its order does not matter.'},
-                'horde': {'type': ['object', 'null'],
-                          'description': 'The horde extension object; unknown keys are '
-                                         'refused.',
-                          'additionalProperties': False,
-                          'properties': {'conformance': {'enum': ['strict', 'best_effort'],
-                                                         'description': 'strict (the default): '
-                                                                        'the request requires '
-                                                                        'the guarantees of its '
-                                                                        'fields and the reply '
-                                                                        'is verified against '
-                                                                        'the contract. '
-                                                                        'best_effort: no '
-                                                                        'guarantee is '
-                                                                        'required; limits '
-                                                                        'still apply.',
-                                                         'default': 'strict'},
-                                         'availability_mode': {'enum': ['wait', 'fail_fast'],
-                                                               'description': 'wait (the '
-                                                                              'default): wait '
-                                                                              'for a worker '
-                                                                              "for the front's "
-                                                                              'whole budget. '
-                                                                              'fail_fast: the '
-                                                                              'front refuses '
-                                                                              'at the first '
-                                                                              'status read '
-                                                                              'with 503 '
-                                                                              'queue_unavailable '
-                                                                              'when no '
-                                                                              'eligible thread '
-                                                                              'is online or '
-                                                                              'the estimated '
-                                                                              'wait exceeds '
-                                                                              'the budget '
-                                                                              'left.',
-                                                               'default': 'wait'},
-                                         'context_fit': {'enum': ['refuse', 'truncate_oldest'],
-                                                         'description': 'refuse (the default): '
-                                                                        'a conversation too '
-                                                                        'long for every served '
-                                                                        'context is refused. '
-                                                                        'truncate_oldest: its '
-                                                                        'oldest whole turns '
-                                                                        'are dropped, keeping '
-                                                                        'every system and '
-                                                                        'developer message and '
-                                                                        'the latest user turn; '
-                                                                        'moderation screens '
-                                                                        'the full submission '
-                                                                        'first.',
-                                                         'default': 'refuse'},
-                                         'include_reasoning': {'type': 'boolean',
-                                                               'description': 'false: the '
-                                                                              'front leaves '
-                                                                              'reasoning_content '
-                                                                              'out of the '
-                                                                              'reply (the '
-                                                                              'native status '
-                                                                              'shows it either '
-                                                                              'way).',
-                                                               'default': True},
-                                         'max_kudos': {'type': ['number', 'null'],
-                                                       'minimum': 0,
-                                                       'description': 'Refuse before anything '
-                                                                      'is queued when the '
-                                                                      'dry-run quote (at the '
-                                                                      'full max_length) '
-                                                                      'exceeds this many '
-                                                                      'kudos.',
-                                                       'default': None},
-                                         'openai_guards': {'type': 'boolean',
-                                                           'description': 'true: also refuse '
-                                                                          "what only OpenAI's "
-                                                                          'backend refuses, '
-                                                                          'such as a '
-                                                                          'json_object request '
-                                                                          'whose messages '
-                                                                          'never mention JSON.',
-                                                           'default': False},
-                                         'workers': {'type': 'array',
-                                                     'maxItems': 20,
-                                                     'uniqueItems': True,
-                                                     'items': {'type': 'string',
-                                                               'minLength': 1,
-                                                               'maxLength': 64},
-                                                     'description': 'Worker ids allowed to '
-                                                                    'serve the request '
-                                                                    "(upstream's workers "
-                                                                    'list).',
-                                                     'default': []},
-                                         'worker_blacklist': {'type': 'boolean',
-                                                              'description': 'true turns '
-                                                                             '`workers` into a '
-                                                                             'list of workers '
-                                                                             'that may not '
-                                                                             'serve it.',
-                                                              'default': False},
-                                         'trusted_workers': {'type': 'boolean',
-                                                             'description': 'Only trusted '
-                                                                            'workers may serve '
-                                                                            'the request.',
-                                                             'default': False},
-                                         'validated_backends': {'type': 'boolean',
-                                                                'description': 'Only workers '
-                                                                               'running a '
-                                                                               'validated '
-                                                                               'backend may '
-                                                                               'serve the '
-                                                                               'request.',
-                                                                'default': True},
-                                         'slow_workers': {'type': 'boolean',
-                                                          'description': 'false keeps slow '
-                                                                         'workers away from '
-                                                                         'the request.',
-                                                          'default': True},
-                                         'extra_slow_workers': {'type': 'boolean',
-                                                                'description': 'true lets '
-                                                                               'workers marked '
-                                                                               'extra slow '
-                                                                               'serve the '
-                                                                               'request.',
-                                                                'default': False},
-                                         'dry_run': {'type': 'boolean',
-                                                     'description': 'true returns the kudos '
-                                                                    'quote without queueing '
-                                                                    'anything.',
-                                                     'default': False},
-                                         'webhook': {'type': ['string', 'null'],
-                                                     'maxLength': 1024,
-                                                     'pattern': '^https://',
-                                                     'description': 'An https URL the native '
-                                                                    'API calls once the '
-                                                                    'request is done.',
-                                                     'default': None}}},
-                'max_completion_tokens': {'type': ['integer', 'null'],
-                                          'minimum': 1,
-                                          'description': '[supported] Upper bound on generated '
-                                                         'tokens, reasoning included.'},
-                'max_tokens': {'type': ['integer', 'null'],
-                               'minimum': 1,
-                               'description': '[supported] Deprecated alias of '
-                                              'max_completion_tokens (used when that is '
-                                              'absent).'},
-                'temperature': {'type': ['number', 'null'],
-                                'minimum': 0,
-                                'maximum': 2,
-                                'description': '[supported] Sampling temperature.',
-                                'default': 1},
-                'top_p': {'type': ['number', 'null'],
-                          'minimum': 0,
-                          'maximum': 1,
-                          'description': '[supported] Nucleus sampling mass.',
-                          'default': 1},
-                'frequency_penalty': {'type': ['number', 'null'],
-                                      'minimum': -2,
-                                      'maximum': 2,
-                                      'description': '[supported] Penalty on tokens by their '
-                                                     'frequency so far.',
-                                      'default': 0},
-                'presence_penalty': {'type': ['number', 'null'],
-                                     'minimum': -2,
-                                     'maximum': 2,
-                                     'description': '[supported] Penalty on tokens that '
-                                                    'already appeared.',
-                                     'default': 0},
-                'seed': {'type': ['integer', 'null'],
-                         'minimum': -9223372036854775808,
-                         'maximum': 9223372036854775807,
-                         'description': '[supported] Sampling seed, for repeatable sampling on '
-                                        'one worker.',
-                         'default': None},
-                'stop': {'anyOf': [{'type': 'null'},
-                                   {'type': 'string', 'minLength': 1},
-                                   {'type': 'array',
-                                    'minItems': 1,
-                                    'maxItems': 4,
-                                    'items': {'type': 'string', 'minLength': 1}}],
-                         'description': '[supported] Up to 4 sequences where generation stops.',
-                         'default': None},
-                'stream': {'type': ['boolean', 'null'],
-                           'description': '[supported] Reply as server-sent events.',
-                           'default': False},
-                'stream_options': {'type': ['object', 'null'],
-                                   'additionalProperties': False,
-                                   'properties': {'include_usage': {'type': 'boolean'},
-                                                  'include_obfuscation': {'type': 'boolean'}},
-                                   'description': '[supported] Stream options; only with '
-                                                  'stream true. include_usage adds a usage '
-                                                  'chunk; include_obfuscation is accepted (the '
-                                                  'horde adds no obfuscation). Unknown keys '
-                                                  'refused.',
-                                   'default': None},
-                'reasoning_effort': {'anyOf': [{'type': 'null'},
-                                               {'enum': ['none',
-                                                         'minimal',
-                                                         'low',
-                                                         'medium',
-                                                         'high',
-                                                         'xhigh',
-                                                         'max']}],
-                                     'description': '[supported] Reasoning budget. A worker '
-                                                    'that declares reasoning receives medium '
-                                                    "(OpenAI's default) when the client "
-                                                    'omitted it.',
-                                     'default': 'medium'},
-                'tools': {'type': 'array',
-                          'minItems': 1,
-                          'maxItems': 128,
-                          'items': {'type': 'object'},
-                          'description': '[capability] Function tool definitions (custom tools '
-                                         'are refused).'},
-                'tool_choice': {'anyOf': [{'enum': ['none', 'auto', 'required']},
-                                          {'type': 'object'}],
-                                'description': '[supported] none, auto, required, or a named '
-                                               'function; only with tools. With tools, auto is '
-                                               'the default. none sends no tool definitions to '
-                                               'the worker; a named function goes to the '
-                                               'worker as that one function under required.'},
-                'parallel_tool_calls': {'type': ['boolean', 'null'],
-                                        'description': '[supported] Whether the reply may hold '
-                                                       'several tool calls; only with tools. '
-                                                       'Under strict with false, verification '
-                                                       'keeps only the first call, so routing '
-                                                       'requires no guarantee.',
-                                        'default': True},
-                'response_format': {'type': 'object',
-                                    'required': ['type'],
-                                    'description': '[capability] text, json_object, or '
-                                                   'json_schema (strict schemas must close '
-                                                   'every object).',
-                                    'default': {'type': 'text'}},
-                'n': {'type': ['integer', 'null'],
-                      'minimum': 1,
-                      'maximum': 128,
-                      'description': '[refused_unless_default] Number of choices.',
-                      'default': 1},
-                'logit_bias': {'type': ['object', 'null'],
-                               'additionalProperties': {'type': 'integer',
-                                                        'minimum': -100,
-                                                        'maximum': 100},
-                               'description': '[refused_unless_default] Per-token logit '
-                                              'offsets.',
-                               'default': None},
-                'logprobs': {'type': ['boolean', 'null'],
-                             'description': '[dropped_at_default] Return log probabilities of '
-                                            'the output tokens.',
-                             'default': False},
-                'top_logprobs': {'type': ['integer', 'null'],
-                                 'minimum': 0,
-                                 'maximum': 20,
-                                 'description': '[refused] How many most likely tokens to '
-                                                'return per position (needs logprobs).',
-                                 'default': None},
-                'store': {'type': ['boolean', 'null'],
-                          'description': '[dropped_at_default] Store the completion for '
-                                         "OpenAI's distillation and evals.",
-                          'default': False},
-                'metadata': {'type': ['object', 'null'],
-                             'additionalProperties': {'type': 'string'},
-                             'description': '[dropped_at_default] Tags for stored completions.',
-                             'default': None},
-                'service_tier': {'anyOf': [{'type': 'null'},
-                                           {'enum': ['auto',
-                                                     'default',
-                                                     'flex',
-                                                     'scale',
-                                                     'priority',
-                                                     'fast']}],
-                                 'description': "[dropped_at_default] OpenAI's processing "
-                                                'tier.',
-                                 'default': 'auto'},
-                'verbosity': {'anyOf': [{'type': 'null'}, {'enum': ['low', 'medium', 'high']}],
-                              'description': '[dropped_at_default] Verbosity of GPT-5 answers.',
-                              'default': 'medium'},
-                'modalities': {'type': ['array', 'null'],
-                               'items': {'enum': ['text', 'audio']},
-                               'description': '[dropped_at_default] Output modalities.',
-                               'default': ['text']},
-                'audio': {'type': ['object', 'null'],
-                          'description': '[refused] Audio output parameters.',
-                          'default': None},
-                'prediction': {'type': ['object', 'null'],
-                               'description': '[refused] Predicted output for speculative '
-                                              'decoding.',
-                               'default': None},
-                'web_search_options': {'type': ['object', 'null'],
-                                       'description': "[refused] OpenAI's built-in web search "
-                                                      'tool.',
-                                       'default': None},
-                'moderation': {'type': ['object', 'null'],
-                               'description': "[refused] OpenAI's moderation configuration.",
-                               'default': None},
-                'functions': {'type': ['array', 'null'],
-                              'description': '[refused] Deprecated function definitions.',
-                              'default': None},
-                'function_call': {'anyOf': [{'type': 'null'},
-                                            {'enum': ['none', 'auto']},
-                                            {'type': 'object'}],
-                                  'description': '[refused] Deprecated function choice.',
-                                  'default': None},
-                'prompt_cache_key': {'type': ['string', 'null'],
-                                     'description': "[refused] A key for OpenAI's prompt "
-                                                    'cache.',
-                                     'default': None},
-                'prompt_cache_options': {'type': ['object', 'null'],
-                                         'description': "[refused] OpenAI's prompt cache "
-                                                        'options.',
-                                         'default': None},
-                'prompt_cache_retention': {'anyOf': [{'type': 'null'},
-                                                     {'enum': ['in_memory', '24h']}],
-                                           'description': "[refused] OpenAI's prompt cache "
-                                                          'retention.',
-                                           'default': None},
-                'safety_identifier': {'type': ['string', 'null'],
-                                      'maxLength': 64,
-                                      'description': '[refused] An end-user identifier for '
-                                                     "OpenAI's abuse monitoring.",
-                                      'default': None},
-                'user': {'type': ['string', 'null'],
-                         'description': '[refused] Deprecated end-user identifier.',
-                         'default': None}}}
-_SCHEMA_CHAT_JOBS: dict[str, Any] = {'type': 'boolean',
- 'description': 'The worker accepts chat jobs (an OpenAI messages array instead of a prompt).',
- 'default': False}
-_SCHEMA_PROMPT_JOBS: dict[str, Any] = {'type': 'boolean',
- 'description': 'The worker still accepts text jobs under its text limits; false makes a '
-                'chat-only worker.',
- 'default': True}
-_SCHEMA_MODEL_ID: dict[str, Any] = {'type': 'string',
- 'minLength': 1,
- 'maxLength': 255,
- 'pattern': '^[^:]+$',
- 'description': 'The exact native name of the loaded model, as the backend serves it; required '
-                'when chat_jobs is true. A colon is reserved.'}
-_SCHEMA_CHAT_FEATURES: dict[str, Any] = {'type': 'array',
- 'uniqueItems': True,
- 'maxItems': 64,
- 'items': {'enum': ['tools',
-                    'vision',
-                    'json_object',
-                    'json_schema',
-                    'reasoning',
-                    'seed',
-                    'penalties',
-                    'prompt_overflow_refused',
-                    'tool_choice_enforced',
-                    'json_output_enforced',
-                    'json_schema_enforced',
-                    'single_tool_call_enforced']},
- 'description': "Capabilities and guarantees the worker's backend honours (names from "
-                'spec/workers/features.yaml).',
- 'default': []}
-_SCHEMA_CHAT_LIMITS: dict[str, Any] = {'type': 'object',
- 'description': 'Numeric limits (names from spec/workers/limits.yaml); a limit left out takes '
-                "its when_absent value, or the pop's own max_context_length / max_length.",
- 'default': {},
- 'additionalProperties': False,
- 'properties': {'max_context_length': {'type': 'integer', 'minimum': 80},
-                'max_length': {'type': 'integer', 'minimum': 16},
-                'tools_max_temperature': {'type': 'number', 'minimum': 0},
-                'max_images': {'type': 'integer', 'minimum': 0},
-                'max_image_bytes': {'type': 'integer', 'minimum': 1},
-                'max_tools': {'type': 'integer', 'minimum': 1}}}
-_SCHEMA_IMAGE_TRANSPORTS: dict[str, Any] = {'type': 'array',
- 'uniqueItems': True,
- 'items': {'enum': ['url', 'base64', 'messages_url']},
- 'description': 'How the worker receives images and large requests: url (a signed download URL '
-                'per image), base64 (image bytes inlined), messages_url (one signed URL to the '
-                'whole messages array of an offloaded request).',
- 'default': ['base64']}
-_SCHEMA_WORKER_DECLARATION: dict[str, Any] = {'type': 'object',
- 'properties': {'chat_jobs': _SCHEMA_CHAT_JOBS,
-                'prompt_jobs': _SCHEMA_PROMPT_JOBS,
-                'model_id': _SCHEMA_MODEL_ID,
-                'chat_features': _SCHEMA_CHAT_FEATURES,
-                'chat_limits': _SCHEMA_CHAT_LIMITS,
-                'image_transports': _SCHEMA_IMAGE_TRANSPORTS}}
-_SCHEMA_FUNCTION: dict[str, Any] = {'type': 'object',
- 'required': ['name', 'arguments'],
- 'properties': {'name': {'type': 'string'}, 'arguments': {'type': 'string'}}}
-_SCHEMA_REASONING_CONTENT: dict[str, Any] = {'type': ['string', 'null'],
- 'description': 'The reasoning, unless horde.include_reasoning is false.'}
-"""The schemas that recur below, each written once (``_SCHEMA_<name>``)."""
-
-HEADERS: dict[str, dict[str, dict[str, Any]]] = {'front': {'Authorization': {'schema': {'type': 'string',
-                                        'pattern': '^Bearer .+$',
-                                        'maxLength': 200},
-                             'invalid': None}},
- 'native': {'apikey': {'schema': {'type': 'string', 'minLength': 1, 'maxLength': 100},
-                       'invalid': None},
-            'Client-Agent': {'schema': {'type': 'string', 'maxLength': 1000}, 'invalid': None},
-            'X-Operation-Key': {'schema': {'type': 'string',
-                                           'minLength': 1,
-                                           'maxLength': 128,
-                                           'pattern': '^[A-Za-z0-9_-]+$'},
-                                'invalid': 'InvalidOperationKey'},
-            'X-Horde-Service-Passkey': {'schema': {'type': 'string',
-                                                   'minLength': 1,
-                                                   'maxLength': 256},
-                                        'invalid': None}}}
-"""Per surface: header name -> its JSON Schema and the error code a bad value gets."""
-
-DEFS: dict[str, dict[str, Any]] = {'front': {'ToolCall': {'type': 'object',
-                        'required': ['id', 'type', 'function'],
-                        'properties': {'id': {'type': 'string'},
-                                       'type': {'const': 'function'},
-                                       'function': _SCHEMA_FUNCTION}},
-           'ResponseMessage': {'type': 'object',
-                               'required': ['role', 'content', 'refusal'],
-                               'properties': {'role': {'const': 'assistant'},
-                                              'content': {'type': ['string', 'null']},
-                                              'refusal': {'type': 'null'},
-                                              'reasoning_content': _SCHEMA_REASONING_CONTENT,
-                                              'tool_calls': {'type': 'array',
-                                                             'items': {'$ref': '#/$defs/ToolCall'}}}},
-           'Usage': {'type': 'object',
-                     'required': ['prompt_tokens', 'completion_tokens', 'total_tokens'],
-                     'properties': {'prompt_tokens': {'type': 'integer', 'minimum': 0},
-                                    'completion_tokens': {'type': 'integer', 'minimum': 0},
-                                    'total_tokens': {'type': 'integer', 'minimum': 0},
-                                    'completion_tokens_details': {'type': 'object',
-                                                                  'properties': {'reasoning_tokens': {'type': 'integer',
-                                                                                                      'minimum': 0}}}}},
-           'XHorde': {'type': 'object',
-                      'description': "The horde's account of the request.",
-                      'required': ['request_id', 'kudos', 'charge_basis', 'estimated_usage'],
-                      'properties': {'request_id': {'type': 'string',
-                                                    'description': 'The native request id (the '
-                                                                   'completion id without '
-                                                                   'chatcmpl-).'},
-                                     'kudos': {'type': 'number',
-                                               'description': 'What the request was charged.'},
-                                     'charge_basis': {'const': 'output_estimate'},
-                                     'estimated_usage': {'type': 'boolean',
-                                                         'description': 'The front estimated '
-                                                                        'token counts the '
-                                                                        'worker did not '
-                                                                        'report.'}}},
-           'ChatCompletion': {'type': 'object',
-                              'required': ['id',
-                                           'object',
-                                           'created',
-                                           'model',
-                                           'choices',
-                                           'usage',
-                                           'x_horde'],
-                              'properties': {'id': {'type': 'string', 'pattern': '^chatcmpl-'},
-                                             'object': {'const': 'chat.completion'},
-                                             'created': {'type': 'integer'},
-                                             'model': {'type': 'string',
-                                                       'description': 'The model that '
-                                                                      'generated the reply.'},
-                                             'system_fingerprint': {'type': ['string', 'null']},
-                                             'choices': {'type': 'array',
-                                                         'minItems': 1,
-                                                         'maxItems': 1,
-                                                         'items': {'type': 'object',
-                                                                   'required': ['index',
-                                                                                'message',
-                                                                                'finish_reason',
-                                                                                'logprobs'],
-                                                                   'properties': {'index': {'const': 0},
-                                                                                  'message': {'$ref': '#/$defs/ResponseMessage'},
-                                                                                  'finish_reason': {'enum': ['stop',
-                                                                                                             'length',
-                                                                                                             'tool_calls',
-                                                                                                             'content_filter']},
-                                                                                  'logprobs': {'type': 'null'}}}},
-                                             'usage': {'$ref': '#/$defs/Usage'},
-                                             'x_horde': {'$ref': '#/$defs/XHorde'}}},
-           'ChunkToolCall': {'type': 'object',
-                             'required': ['index', 'id', 'type', 'function'],
-                             'properties': {'index': {'type': 'integer', 'minimum': 0},
-                                            'id': {'type': 'string'},
-                                            'type': {'const': 'function'},
-                                            'function': _SCHEMA_FUNCTION}},
-           'ChunkDelta': {'type': 'object',
-                          'description': 'What a chunk adds to the message (empty in the '
-                                         'finish chunk).',
-                          'properties': {'role': {'const': 'assistant'},
-                                         'content': {'type': ['string', 'null']},
-                                         'reasoning_content': _SCHEMA_REASONING_CONTENT,
-                                         'tool_calls': {'type': 'array',
-                                                        'items': {'$ref': '#/$defs/ChunkToolCall'}}}},
-           'ChunkChoice': {'type': 'object',
-                           'required': ['index', 'delta', 'finish_reason', 'logprobs'],
-                           'properties': {'index': {'const': 0},
-                                          'delta': {'$ref': '#/$defs/ChunkDelta'},
-                                          'finish_reason': {'description': 'Null until the '
-                                                                           'finish chunk.',
-                                                            'anyOf': [{'enum': ['stop',
-                                                                                'length',
-                                                                                'tool_calls',
-                                                                                'content_filter']},
-                                                                      {'type': 'null'}]},
-                                          'logprobs': {'type': 'null'}}},
-           'ChatCompletionChunk': {'type': 'object',
-                                   'description': 'One event of a streamed completion. The '
-                                                  'usage chunk (stream_options.include_usage) '
-                                                  'has choices [] and the usage; the finish '
-                                                  'chunk and the usage chunk carry x_horde.',
-                                   'required': ['id', 'object', 'created', 'model', 'choices'],
-                                   'properties': {'id': {'type': 'string',
-                                                         'pattern': '^chatcmpl-'},
-                                                  'object': {'const': 'chat.completion.chunk'},
-                                                  'created': {'type': 'integer'},
-                                                  'model': {'type': 'string',
-                                                            'description': 'The model that '
-                                                                           'generates the '
-                                                                           'reply (empty while '
-                                                                           'unknown).'},
-                                                  'choices': {'type': 'array',
-                                                              'maxItems': 1,
-                                                              'items': {'$ref': '#/$defs/ChunkChoice'}},
-                                                  'usage': {'anyOf': [{'$ref': '#/$defs/Usage'},
-                                                                      {'type': 'null'}]},
-                                                  'x_horde': {'$ref': '#/$defs/XHorde'}}},
-           'Model': {'type': 'object',
-                     'required': ['id', 'object', 'created', 'owned_by'],
-                     'properties': {'id': {'type': 'string',
-                                           'description': 'The exact native model name (never '
-                                                          'contains a colon).'},
-                                    'object': {'const': 'model'},
-                                    'created': {'type': 'integer'},
-                                    'owned_by': {'type': 'string'}}},
-           'ModelList': {'type': 'object',
-                         'required': ['object', 'data'],
-                         'properties': {'object': {'const': 'list'},
-                                        'data': {'type': 'array',
-                                                 'items': {'$ref': '#/$defs/Model'}}}},
-           'ChatRequest': _SCHEMA_CHAT_REQUEST,
-           'WorkerDeclaration': _SCHEMA_WORKER_DECLARATION},
- 'native': {'TextParams': {'type': 'object',
-                           'description': "Upstream's generation parameters of a text request.",
-                           'properties': {'n': {'type': 'integer',
-                                                'minimum': 1,
-                                                'maximum': 20,
-                                                'default': 1},
-                                          'max_context_length': {'type': 'integer',
-                                                                 'minimum': 80,
-                                                                 'maximum': 1048576,
-                                                                 'default': 2048},
-                                          'max_length': {'type': 'integer',
-                                                         'minimum': 16,
-                                                         'maximum': 4096,
-                                                         'default': 80},
-                                          'rep_pen': {'type': 'number',
-                                                      'minimum': 1,
-                                                      'maximum': 3},
-                                          'rep_pen_range': {'type': 'integer',
-                                                            'minimum': 0,
-                                                            'maximum': 4096},
-                                          'rep_pen_slope': {'type': 'number',
-                                                            'minimum': 0,
-                                                            'maximum': 10},
-                                          'singleline': {'type': 'boolean'},
-                                          'temperature': {'type': 'number',
-                                                          'minimum': 0,
-                                                          'maximum': 5},
-                                          'tfs': {'type': 'number', 'minimum': 0, 'maximum': 1},
-                                          'top_a': {'type': 'number',
-                                                    'minimum': 0,
-                                                    'maximum': 1},
-                                          'top_k': {'type': 'integer',
-                                                    'minimum': 0,
-                                                    'maximum': 200},
-                                          'top_p': {'type': 'number',
-                                                    'minimum': 0.001,
-                                                    'maximum': 1},
-                                          'typical': {'type': 'number',
-                                                      'minimum': 0,
-                                                      'maximum': 1},
-                                          'min_p': {'type': 'number',
-                                                    'minimum': 0,
-                                                    'maximum': 1},
-                                          'smoothing_factor': {'type': 'number',
-                                                               'minimum': 0,
-                                                               'maximum': 10},
-                                          'dynatemp_range': {'type': 'number',
-                                                             'minimum': 0,
-                                                             'maximum': 5},
-                                          'dynatemp_exponent': {'type': 'number',
-                                                                'minimum': 0,
-                                                                'maximum': 5},
-                                          'sampler_order': {'type': 'array',
-                                                            'items': {'type': 'integer',
-                                                                      'minimum': 0,
-                                                                      'maximum': 6},
-                                                            'maxItems': 16},
-                                          'use_default_badwordsids': {'type': 'boolean'},
-                                          'stop_sequence': {'type': 'array',
-                                                            'items': {'type': 'string'}},
-                                          'frmtadsnsp': {'type': 'boolean'},
-                                          'frmtrmblln': {'type': 'boolean'},
-                                          'frmtrmspch': {'type': 'boolean'},
-                                          'frmttriminc': {'type': 'boolean'}}},
-            'WorkerList': {'type': 'array',
-                           'items': {'type': 'string', 'minLength': 1, 'maxLength': 100},
-                           'maxItems': 20},
-            'TextAsyncInput': {'type': 'object',
-                               'required': ['prompt'],
-                               'properties': {'prompt': {'type': 'string',
-                                                         'description': 'The prompt sent to '
-                                                                        'the worker as '
-                                                                        'written.'},
-                                              'params': {'$ref': '#/$defs/TextParams'},
-                                              'softprompt': {'type': 'string',
-                                                             'minLength': 1,
-                                                             'maxLength': 100},
-                                              'trusted_workers': {'type': 'boolean',
-                                                                  'default': False},
-                                              'validated_backends': {'type': 'boolean',
-                                                                     'default': True},
-                                              'slow_workers': {'type': 'boolean',
-                                                               'default': True},
-                                              'extra_slow_workers': {'type': 'boolean',
-                                                                     'default': False},
-                                              'workers': {'$ref': '#/$defs/WorkerList'},
-                                              'worker_blacklist': {'type': 'boolean',
-                                                                   'default': False},
-                                              'models': {'type': 'array',
-                                                         'items': {'type': 'string',
-                                                                   'minLength': 1,
-                                                                   'maxLength': 200},
-                                                         'maxItems': 100},
-                                              'dry_run': {'type': 'boolean', 'default': False},
-                                              'proxied_account': {'type': 'string',
-                                                                  'maxLength': 100},
-                                              'disable_batching': {'type': 'boolean',
-                                                                   'default': False},
-                                              'allow_downgrade': {'type': 'boolean',
-                                                                  'default': False},
-                                              'webhook': {'type': 'string',
-                                                          'minLength': 10,
-                                                          'maxLength': 1024}}},
-            'AsyncWarning': {'type': 'object',
-                             'properties': {'code': {'type': 'string'},
-                                            'message': {'type': 'string'}}},
-            'AsyncAccepted': {'type': 'object',
-                              'required': ['id', 'kudos'],
-                              'properties': {'id': {'type': 'string',
-                                                    'description': 'The request id.'},
-                                             'kudos': {'type': 'number',
-                                                       'description': 'The kudos this request '
-                                                                      'is quoted at.'},
-                                             'message': {'type': 'string'},
-                                             'warnings': {'type': 'array',
-                                                          'items': {'$ref': '#/$defs/AsyncWarning'}}}},
-            'DryRunQuote': {'type': 'object',
-                            'required': ['kudos'],
-                            'properties': {'kudos': {'type': 'number'}}},
-            'TextGeneration': {'type': 'object',
-                               'required': ['text',
-                                            'worker_id',
-                                            'worker_name',
-                                            'model',
-                                            'state'],
-                               'properties': {'id': {'type': 'string'},
-                                              'text': {'type': 'string'},
-                                              'seed': {'type': ['integer', 'null']},
-                                              'worker_id': {'type': 'string'},
-                                              'worker_name': {'type': 'string'},
-                                              'model': {'type': 'string'},
-                                              'state': {'enum': ['ok',
-                                                                 'censored',
-                                                                 'csam',
-                                                                 'faulted']},
-                                              'gen_metadata': {'type': 'array',
-                                                               'items': {'type': 'object'}}}},
-            'RequestStatus': {'type': 'object',
-                              'required': ['finished',
-                                           'processing',
-                                           'restarted',
-                                           'waiting',
-                                           'done',
-                                           'faulted',
-                                           'wait_time',
-                                           'queue_position',
-                                           'kudos',
-                                           'is_possible'],
-                              'properties': {'finished': {'type': 'integer', 'minimum': 0},
-                                             'processing': {'type': 'integer', 'minimum': 0},
-                                             'restarted': {'type': 'integer', 'minimum': 0},
-                                             'waiting': {'type': 'integer', 'minimum': 0},
-                                             'done': {'type': 'boolean'},
-                                             'faulted': {'type': 'boolean'},
-                                             'wait_time': {'type': 'integer',
-                                                           'minimum': 0,
-                                                           'description': 'Estimated seconds '
-                                                                          'until done.'},
-                                             'queue_position': {'type': 'integer',
-                                                                'minimum': 0},
-                                             'kudos': {'type': 'number'},
-                                             'is_possible': {'type': 'boolean'}}},
-            'TextStatus': {'allOf': [{'$ref': '#/$defs/RequestStatus'},
-                                     {'type': 'object',
-                                      'required': ['generations'],
-                                      'properties': {'generations': {'type': 'array',
-                                                                     'items': {'$ref': '#/$defs/TextGeneration'}}}}]},
-            'ToolCall': {'type': 'object',
-                         'required': ['id', 'type', 'function'],
-                         'properties': {'id': {'type': 'string', 'minLength': 1},
-                                        'type': {'const': 'function'},
-                                        'function': {'type': 'object',
-                                                     'required': ['name', 'arguments'],
-                                                     'properties': {'name': {'type': 'string',
-                                                                             'minLength': 1},
-                                                                    'arguments': {'type': 'string',
-                                                                                  'description': 'The '
-                                                                                                 'arguments '
-                                                                                                 'as '
-                                                                                                 'a '
-                                                                                                 'JSON '
-                                                                                                 'text.'}}}}},
-            'ReportedUsage': {'type': 'object',
-                              'description': 'Token counts the worker reports; stored and '
-                                             'shown, never charged. Null when not reported.',
-                              'properties': {'prompt_tokens': {'type': ['integer', 'null'],
-                                                               'minimum': 0},
-                                             'completion_tokens': {'type': ['integer', 'null'],
-                                                                   'minimum': 0},
-                                             'reasoning_tokens': {'type': ['integer', 'null'],
-                                                                  'minimum': 0}}},
-            'ChatGeneration': {'type': 'object',
-                               'required': ['worker_id',
-                                            'worker_name',
-                                            'model',
-                                            'state',
-                                            'content',
-                                            'tool_calls',
-                                            'finish_reason',
-                                            'kudos',
-                                            'charge_basis'],
-                               'properties': {'id': {'type': 'string'},
-                                              'worker_id': {'type': 'string'},
-                                              'worker_name': {'type': 'string'},
-                                              'model': {'type': 'string',
-                                                        'description': 'The model that '
-                                                                       'generated the reply '
-                                                                       "(any of the request's "
-                                                                       'models).'},
-                                              'state': {'enum': ['ok',
-                                                                 'censored',
-                                                                 'csam',
-                                                                 'faulted']},
-                                              'content': {'type': ['string', 'null']},
-                                              'reasoning_content': {'type': ['string', 'null']},
-                                              'tool_calls': {'type': 'array',
-                                                             'items': {'$ref': '#/$defs/ToolCall'}},
-                                              'finish_reason': {'enum': ['stop',
-                                                                         'length',
-                                                                         'tool_calls',
-                                                                         'content_filter']},
-                                              'usage': {'$ref': '#/$defs/ReportedUsage'},
-                                              'kudos': {'type': 'number',
-                                                        'description': 'What this generation '
-                                                                       'was charged.'},
-                                              'charge_basis': {'const': 'output_estimate'},
-                                              'seed': {'type': ['integer', 'null']},
-                                              'gen_metadata': {'type': 'array',
-                                                               'items': {'type': 'object'}}}},
-            'ChatStatus': {'allOf': [{'$ref': '#/$defs/RequestStatus'},
-                                     {'type': 'object',
-                                      'required': ['generations',
-                                                   'eligible_threads',
-                                                   'charge_basis',
-                                                   'missing_features',
-                                                   'exceeded_limits'],
-                                      'properties': {'generations': {'type': 'array',
-                                                                     'items': {'$ref': '#/$defs/ChatGeneration'}},
-                                                     'eligible_threads': {'type': 'integer',
-                                                                          'minimum': 0,
-                                                                          'description': 'Threads '
-                                                                                         'of '
-                                                                                         'online '
-                                                                                         'workers '
-                                                                                         'eligible '
-                                                                                         'for '
-                                                                                         'this '
-                                                                                         'request '
-                                                                                         '(fail_fast '
-                                                                                         'reads '
-                                                                                         'it).'},
-                                                     'charge_basis': {'const': 'output_estimate'},
-                                                     'missing_features': {'type': 'array',
-                                                                          'items': {'type': 'string'},
-                                                                          'description': 'The '
-                                                                                         'declaration '
-                                                                                         'gap: '
-                                                                                         'required '
-                                                                                         'features '
-                                                                                         'or '
-                                                                                         'guarantees '
-                                                                                         'no '
-                                                                                         'online '
-                                                                                         'worker '
-                                                                                         'of '
-                                                                                         'the '
-                                                                                         'model '
-                                                                                         'declares '
-                                                                                         '(404 '
-                                                                                         'no_worker_supports_features '
-                                                                                         'on '
-                                                                                         'the '
-                                                                                         'front '
-                                                                                         'when '
-                                                                                         'non-empty).'},
-                                                     'exceeded_limits': {'type': 'array',
-                                                                         'description': 'The '
-                                                                                        'limits '
-                                                                                        'gap '
-                                                                                        '(400 '
-                                                                                        'no_worker_supports_limit '
-                                                                                        'on '
-                                                                                        'the '
-                                                                                        'front '
-                                                                                        'when '
-                                                                                        'non-empty).',
-                                                                         'items': {'type': 'object',
-                                                                                   'required': ['limit',
-                                                                                                'value',
-                                                                                                'maximum'],
-                                                                                   'properties': {'limit': {'type': 'string'},
-                                                                                                  'value': {'type': 'number'},
-                                                                                                  'maximum': {'type': 'number'}}}},
-                                                     'max_tokens_lowered_to': {'type': ['integer',
-                                                                                        'null'],
-                                                                               'description': 'Set '
-                                                                                              'when '
-                                                                                              'max_tokens '
-                                                                                              'was '
-                                                                                              'above '
-                                                                                              'every '
-                                                                                              'serving '
-                                                                                              "worker's "
-                                                                                              'declared '
-                                                                                              'length.'}}}]},
-            'PopInput': {'type': 'object',
-                         'required': ['name'],
-                         'properties': {'name': {'type': 'string',
-                                                 'minLength': 1,
-                                                 'maxLength': 100},
-                                        'priority_usernames': {'type': 'array',
-                                                               'items': {'type': 'string'}},
-                                        'nsfw': {'type': 'boolean', 'default': False},
-                                        'models': {'type': 'array',
-                                                   'items': {'type': 'string',
-                                                             'minLength': 1,
-                                                             'maxLength': 200}},
-                                        'bridge_agent': {'type': 'string', 'maxLength': 1000},
-                                        'threads': {'type': 'integer',
-                                                    'minimum': 1,
-                                                    'maximum': 50,
-                                                    'default': 1},
-                                        'require_upfront_kudos': {'type': 'boolean',
-                                                                  'default': False},
-                                        'amount': {'type': 'integer',
-                                                   'minimum': 1,
-                                                   'maximum': 20,
-                                                   'default': 1},
-                                        'extra_slow_worker': {'type': 'boolean',
-                                                              'default': False},
-                                        'max_length': {'type': 'integer',
-                                                       'minimum': 1,
-                                                       'default': 512},
-                                        'max_context_length': {'type': 'integer',
-                                                               'minimum': 1,
-                                                               'default': 2048},
-                                        'softprompts': {'type': 'array',
-                                                        'items': {'type': 'string'}}}},
-            'PopOutput': {'type': 'object',
-                          'required': ['id', 'ids', 'skipped'],
-                          'properties': {'payload': {'type': 'object',
-                                                     'description': 'Text job: {prompt, n, '
-                                                                    '...params}. Chat job: the '
-                                                                    'narrowed chat payload '
-                                                                    '(messages or '
-                                                                    'messages_url, every '
-                                                                    'sampling field, tools as '
-                                                                    'dispatched), never a '
-                                                                    'prompt.'},
-                                         'id': {'type': ['string', 'null']},
-                                         'ids': {'type': 'array', 'items': {'type': 'string'}},
-                                         'model': {'type': ['string', 'null']},
-                                         'ttl': {'type': ['integer', 'null']},
-                                         'is_chat': {'type': 'boolean'},
-                                         'stream': {'type': 'boolean',
-                                                    'description': 'The job is streamed; post '
-                                                                   'progress to '
-                                                                   'generate/text/progress.'},
-                                         'skipped': {'type': 'object',
-                                                     'additionalProperties': {'type': 'integer'}},
-                                         'messages': {'type': 'array',
-                                                      'items': {'type': 'object'}}}},
-            'SubmitInput': {'type': 'object',
-                            'required': ['id'],
-                            'properties': {'id': {'type': 'string', 'minLength': 1},
-                                           'generation': {'type': 'string',
-                                                          'description': 'The text reply (text '
-                                                                         'jobs).'},
-                                           'state': {'enum': ['ok',
-                                                              'censored',
-                                                              'faulted',
-                                                              'csam'],
-                                                     'default': 'ok'},
-                                           'seed': {'type': 'integer'},
-                                           'gen_metadata': {'type': 'array',
-                                                            'items': {'type': 'object'},
-                                                            'maxItems': 50},
-                                           'content': {'type': ['string', 'null'],
-                                                       'description': "The chat reply's "
-                                                                      'content (chat jobs).'},
-                                           'reasoning_content': {'type': ['string', 'null']},
-                                           'tool_calls': {'type': 'array',
-                                                          'items': {'$ref': '#/$defs/ToolCall'}},
-                                           'finish_reason': {'enum': ['stop',
-                                                                      'length',
-                                                                      'tool_calls',
-                                                                      'content_filter']},
-                                           'usage': {'$ref': '#/$defs/ReportedUsage'}}},
-            'SubmitOutput': {'type': 'object',
-                             'required': ['reward'],
-                             'properties': {'reward': {'type': 'number'}}},
-            'ProgressInput': {'type': 'object',
-                              'required': ['id', 'seq', 'delta'],
-                              'properties': {'id': {'type': 'string', 'minLength': 1},
-                                             'seq': {'type': 'integer',
-                                                     'minimum': 0,
-                                                     'description': '0 for the first post',
-                                                     'then one more each post.': None},
-                                             'delta': {'type': 'string',
-                                                       'description': 'The content generated '
-                                                                      'since the previous '
-                                                                      'post.'}}},
-            'ProgressOutput': {'type': 'object',
-                               'required': ['last_seq', 'cancelled'],
-                               'properties': {'last_seq': {'type': 'integer', 'minimum': -1},
-                                              'cancelled': {'type': 'boolean',
-                                                            'description': 'The client left; '
-                                                                           'stop and do not '
-                                                                           'submit.'}}},
-            'Heartbeat': {'type': 'object',
-                          'required': ['message'],
-                          'properties': {'message': {'const': 'OK'},
-                                         'version': {'type': 'string'}}},
-            'ActiveModel': {'type': 'object',
-                            'required': ['name', 'count', 'type'],
-                            'properties': {'name': {'type': 'string'},
-                                           'count': {'type': 'integer', 'minimum': 0},
-                                           'performance': {'type': 'number'},
-                                           'queued': {'type': 'number'},
-                                           'jobs': {'type': 'number'},
-                                           'eta': {'type': 'integer'},
-                                           'type': {'enum': ['text']},
-                                           'chat_count': {'type': 'integer',
-                                                          'minimum': 0,
-                                                          'description': 'Online workers '
-                                                                         'serving it that '
-                                                                         'declare '
-                                                                         'chat_jobs.'}}},
-            'Worker': {'type': 'object',
-                       'required': ['id', 'name', 'type', 'online', 'models'],
-                       'properties': {'id': {'type': 'string'},
-                                      'name': {'type': 'string'},
-                                      'type': {'const': 'text'},
-                                      'online': {'type': 'boolean'},
-                                      'maintenance_mode': {'type': 'boolean'},
-                                      'trusted': {'type': 'boolean'},
-                                      'threads': {'type': 'integer'},
-                                      'max_length': {'type': 'integer'},
-                                      'max_context_length': {'type': 'integer'},
-                                      'models': {'type': 'array', 'items': {'type': 'string'}},
-                                      'chat_jobs': {'type': 'boolean'},
-                                      'kudos_rewards': {'type': 'number'},
-                                      'uptime': {'type': 'integer'}}},
-            'User': {'type': 'object',
-                     'required': ['id', 'username', 'kudos'],
-                     'properties': {'id': {'type': 'integer'},
-                                    'username': {'type': 'string'},
-                                    'kudos': {'type': 'number'},
-                                    'concurrency': {'type': 'integer'},
-                                    'trusted': {'type': 'boolean'},
-                                    'worker_count': {'type': 'integer'}}},
-            'ChatRequest': _SCHEMA_CHAT_REQUEST,
-            'WorkerDeclaration': _SCHEMA_WORKER_DECLARATION}}
-"""Per surface: the named schemas body schemas refer to as ``#/$defs/NAME``."""
-
 ROUTES: dict[str, Route] = {
-    'chat_completions': Route(
-        operation_id='chat_completions',
-        surface='front',
-        method='POST',
-        path='/v1/chat/completions',
-        headers=('Authorization',),
-        required_headers=(),
-        path_params={},
-        body={'$ref': '#/$defs/ChatRequest'},
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'UnsupportedChatParameter', 'CorruptPrompt', 'ImageValidationFailed', 'KudosCapExceeded', 'KudosUpfront', 'TooManyPrompts', 'model_not_found', 'no_eligible_worker', 'no_worker_supports_features', 'no_worker_supports_limit', 'queue_unavailable', 'horde_unavailable', 'deadline_exceeded', 'no_generation', 'ChatRequestFaulted', 'stream_diverged', 'InvalidChatParameter', 'ToolsRequired', 'UnansweredToolCalls', 'OrphanToolMessage', 'ToolCallsNotOnAssistant', 'InvalidStrictSchema', 'StreamOptionsWithoutStream', 'JsonNotMentioned', 'FrontAtCapacity', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload', 'body_read_timeout'),
-    ),
-    'list_models': Route(
-        operation_id='list_models',
-        surface='front',
-        method='GET',
-        path='/v1/models',
-        headers=('Authorization',),
-        required_headers=(),
-        path_params={},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'horde_unavailable', 'FrontAtCapacity', 'RateLimited', 'InternalError'),
-    ),
-    'text_async': Route(
-        operation_id='text_async',
-        surface='native',
-        method='POST',
-        path='/api/v2/generate/text/async',
-        headers=('apikey', 'Client-Agent'),
-        required_headers=('apikey',),
-        path_params={},
-        body={'$ref': '#/$defs/TextAsyncInput'},
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'MissingPrompt', 'TokenOverflow', 'TooManyStopSequences', 'ExcessiveStopSequence', 'MissingFullSamplerOrder', 'CorruptPrompt', 'KudosUpfront', 'TooManyPrompts', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
-    ),
-    'text_status': Route(
-        operation_id='text_status',
-        surface='native',
-        method='GET',
-        path='/api/v2/generate/text/status/{id}',
-        headers=('Client-Agent',),
-        required_headers=(),
-        path_params={'id': {'type': 'string', 'maxLength': 64}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RequestNotFound', 'RateLimited', 'InternalError'),
-    ),
-    'text_cancel': Route(
-        operation_id='text_cancel',
-        surface='native',
-        method='DELETE',
-        path='/api/v2/generate/text/status/{id}',
-        headers=('Client-Agent',),
-        required_headers=(),
-        path_params={'id': {'type': 'string', 'maxLength': 64}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RequestNotFound', 'RateLimited', 'InternalError'),
-    ),
-    'chat_async': Route(
-        operation_id='chat_async',
-        surface='native',
-        method='POST',
-        path='/api/v2/generate/chat/async',
-        headers=('apikey', 'Client-Agent', 'X-Operation-Key', 'X-Horde-Service-Passkey'),
-        required_headers=('apikey',),
-        path_params={},
-        body={'$ref': '#/$defs/ChatRequest'},
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'UnsupportedChatParameter', 'CorruptPrompt', 'ImageValidationFailed', 'KudosCapExceeded', 'KudosUpfront', 'TooManyPrompts', 'model_not_found', 'no_eligible_worker', 'no_worker_supports_features', 'no_worker_supports_limit', 'InvalidOperationKey', 'OperationKeyMismatch', 'InvalidServicePasskey', 'InvalidChatParameter', 'ToolsRequired', 'UnansweredToolCalls', 'OrphanToolMessage', 'ToolCallsNotOnAssistant', 'InvalidStrictSchema', 'StreamOptionsWithoutStream', 'JsonNotMentioned', 'InvalidChatDeclaration', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
-    ),
-    'chat_status': Route(
-        operation_id='chat_status',
-        surface='native',
-        method='GET',
-        path='/api/v2/generate/chat/status/{id}',
-        headers=('Client-Agent', 'X-Horde-Service-Passkey'),
-        required_headers=(),
-        path_params={'id': {'type': 'string', 'maxLength': 64}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RequestNotFound', 'InvalidServicePasskey', 'RateLimited', 'InternalError'),
-    ),
-    'chat_cancel': Route(
-        operation_id='chat_cancel',
-        surface='native',
-        method='DELETE',
-        path='/api/v2/generate/chat/status/{id}',
-        headers=('Client-Agent', 'X-Horde-Service-Passkey'),
-        required_headers=(),
-        path_params={'id': {'type': 'string', 'maxLength': 64}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RequestNotFound', 'InvalidServicePasskey', 'RateLimited', 'InternalError'),
-    ),
-    'text_pop': Route(
-        operation_id='text_pop',
-        surface='native',
-        method='POST',
-        path='/api/v2/generate/text/pop',
-        headers=('apikey', 'Client-Agent'),
-        required_headers=('apikey',),
-        path_params={},
-        body={'type': 'object',
- 'required': ['name'],
- 'properties': {'name': {'type': 'string', 'minLength': 1, 'maxLength': 100},
-                'priority_usernames': {'type': 'array', 'items': {'type': 'string'}},
-                'nsfw': {'type': 'boolean', 'default': False},
-                'models': {'type': 'array',
-                           'items': {'type': 'string', 'minLength': 1, 'maxLength': 200}},
-                'bridge_agent': {'type': 'string', 'maxLength': 1000},
-                'threads': {'type': 'integer', 'minimum': 1, 'maximum': 50, 'default': 1},
-                'require_upfront_kudos': {'type': 'boolean', 'default': False},
-                'amount': {'type': 'integer', 'minimum': 1, 'maximum': 20, 'default': 1},
-                'extra_slow_worker': {'type': 'boolean', 'default': False},
-                'max_length': {'type': 'integer', 'minimum': 1, 'default': 512},
-                'max_context_length': {'type': 'integer', 'minimum': 1, 'default': 2048},
-                'softprompts': {'type': 'array', 'items': {'type': 'string'}},
-                'chat_jobs': _SCHEMA_CHAT_JOBS,
-                'prompt_jobs': _SCHEMA_PROMPT_JOBS,
-                'model_id': _SCHEMA_MODEL_ID,
-                'chat_features': _SCHEMA_CHAT_FEATURES,
-                'chat_limits': _SCHEMA_CHAT_LIMITS,
-                'image_transports': _SCHEMA_IMAGE_TRANSPORTS}},
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'WorkerMaintenance', 'InvalidChatDeclaration', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
-    ),
-    'text_submit': Route(
-        operation_id='text_submit',
-        surface='native',
-        method='POST',
-        path='/api/v2/generate/text/submit',
-        headers=('apikey', 'Client-Agent'),
-        required_headers=('apikey',),
-        path_params={},
-        body={'$ref': '#/$defs/SubmitInput'},
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'InvalidJobID', 'DuplicateGen', 'AbortedGen', 'ChatReplyRejected', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
-    ),
-    'text_progress': Route(
-        operation_id='text_progress',
-        surface='native',
-        method='POST',
-        path='/api/v2/generate/text/progress',
-        headers=('apikey', 'Client-Agent'),
-        required_headers=('apikey',),
-        path_params={},
-        body={'$ref': '#/$defs/ProgressInput'},
-        invalid_body='InvalidPayload',
-        errors=('InvalidAPIKey', 'AnonForbiddenWorker', 'WrongCredentials', 'InvalidJobID', 'ProgressLeaseMissing', 'ProgressOutOfOrder', 'ProgressCapReached', 'RateLimited', 'InternalError', 'InvalidJSON', 'InvalidPayload', 'PayloadTooLarge', 'NulByteInPayload'),
-    ),
-    'heartbeat': Route(
-        operation_id='heartbeat',
-        surface='native',
-        method='GET',
-        path='/api/v2/status/heartbeat',
-        headers=(),
-        required_headers=(),
-        path_params={},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RateLimited', 'InternalError'),
-    ),
-    'models': Route(
-        operation_id='models',
-        surface='native',
-        method='GET',
-        path='/api/v2/status/models',
-        headers=(),
-        required_headers=(),
-        path_params={},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('InvalidPayload', 'RateLimited', 'InternalError'),
-    ),
-    'workers': Route(
-        operation_id='workers',
-        surface='native',
-        method='GET',
-        path='/api/v2/workers',
-        headers=(),
-        required_headers=(),
-        path_params={},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RateLimited', 'InternalError'),
-    ),
-    'worker': Route(
-        operation_id='worker',
-        surface='native',
-        method='GET',
-        path='/api/v2/workers/{id}',
-        headers=(),
-        required_headers=(),
-        path_params={'id': {'type': 'string', 'maxLength': 64}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('WorkerNotFound', 'RateLimited', 'InternalError'),
-    ),
-    'user': Route(
-        operation_id='user',
-        surface='native',
-        method='GET',
-        path='/api/v2/users/{id}',
-        headers=(),
-        required_headers=(),
-        path_params={'id': {'type': 'integer', 'minimum': 0}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('UserNotFound', 'RateLimited', 'InternalError'),
-    ),
-    'users': Route(
-        operation_id='users',
-        surface='native',
-        method='GET',
-        path='/api/v2/users',
-        headers=(),
-        required_headers=(),
-        path_params={},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('RateLimited', 'InternalError'),
-    ),
-    'object': Route(
-        operation_id='object',
-        surface='native',
-        method='GET',
-        path='/api/v2/objects/{key}',
-        headers=(),
-        required_headers=(),
-        path_params={'key': {'type': 'string', 'minLength': 1, 'maxLength': 200}},
-        body=None,
-        invalid_body='InvalidPayload',
-        errors=('ObjectURLInvalid', 'ObjectURLExpired', 'ObjectNotFound', 'RateLimited', 'InternalError'),
-    ),
+    route.operation_id: route
+    for route in (
+        Route(
+            operation_id="chat_completions",
+            surface="front",
+            method="POST",
+            path="/v1/chat/completions",
+            headers=(HEADER_AUTHORIZATION,),
+            body=_named("ChatRequest"),
+            errors=(
+                "InvalidAPIKey",
+                "UnsupportedChatParameter",
+                "CorruptPrompt",
+                "ImageValidationFailed",
+                "KudosCapExceeded",
+                "KudosUpfront",
+                "TooManyPrompts",
+                "model_not_found",
+                "no_eligible_worker",
+                "no_worker_supports_features",
+                "no_worker_supports_limit",
+                "queue_unavailable",
+                "horde_unavailable",
+                "deadline_exceeded",
+                "no_generation",
+                "ChatRequestFaulted",
+                "stream_diverged",
+                "InvalidChatParameter",
+                "ToolsRequired",
+                "UnansweredToolCalls",
+                "OrphanToolMessage",
+                "ToolCallsNotOnAssistant",
+                "InvalidStrictSchema",
+                "StreamOptionsWithoutStream",
+                "JsonNotMentioned",
+                "FrontAtCapacity",
+                "RateLimited",
+                "InternalError",
+                "InvalidJSON",
+                "InvalidPayload",
+                "PayloadTooLarge",
+                "NulByteInPayload",
+                "body_read_timeout",
+            ),
+        ),
+        Route(
+            operation_id="list_models",
+            surface="front",
+            method="GET",
+            path="/v1/models",
+            headers=(HEADER_AUTHORIZATION,),
+            errors=(
+                "InvalidAPIKey",
+                "horde_unavailable",
+                "FrontAtCapacity",
+                "RateLimited",
+                "InternalError",
+            ),
+        ),
+        Route(
+            operation_id="text_async",
+            surface="native",
+            method="POST",
+            path="/api/v2/generate/text/async",
+            headers=(HEADER_APIKEY, HEADER_CLIENT_AGENT),
+            required_headers=(HEADER_APIKEY,),
+            body=_named("TextAsyncInput"),
+            errors=(
+                "InvalidAPIKey",
+                "MissingPrompt",
+                "TokenOverflow",
+                "TooManyStopSequences",
+                "ExcessiveStopSequence",
+                "MissingFullSamplerOrder",
+                "CorruptPrompt",
+                "KudosUpfront",
+                "TooManyPrompts",
+                "RateLimited",
+                "InternalError",
+                "InvalidJSON",
+                "InvalidPayload",
+                "PayloadTooLarge",
+                "NulByteInPayload",
+            ),
+        ),
+        Route(
+            operation_id="text_status",
+            surface="native",
+            method="GET",
+            path="/api/v2/generate/text/status/{id}",
+            headers=(HEADER_CLIENT_AGENT,),
+            path_params={"id": {"type": "string", "maxLength": 64}},
+            errors=("RequestNotFound", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="text_cancel",
+            surface="native",
+            method="DELETE",
+            path="/api/v2/generate/text/status/{id}",
+            headers=(HEADER_CLIENT_AGENT,),
+            path_params={"id": {"type": "string", "maxLength": 64}},
+            errors=("RequestNotFound", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="chat_async",
+            surface="native",
+            method="POST",
+            path="/api/v2/generate/chat/async",
+            headers=(
+                HEADER_APIKEY,
+                HEADER_CLIENT_AGENT,
+                HEADER_X_OPERATION_KEY,
+                HEADER_X_HORDE_SERVICE_PASSKEY,
+            ),
+            required_headers=(HEADER_APIKEY,),
+            body=_named("ChatRequest"),
+            errors=(
+                "InvalidAPIKey",
+                "UnsupportedChatParameter",
+                "CorruptPrompt",
+                "ImageValidationFailed",
+                "KudosCapExceeded",
+                "KudosUpfront",
+                "TooManyPrompts",
+                "model_not_found",
+                "no_eligible_worker",
+                "no_worker_supports_features",
+                "no_worker_supports_limit",
+                "InvalidOperationKey",
+                "OperationKeyMismatch",
+                "InvalidServicePasskey",
+                "InvalidChatParameter",
+                "ToolsRequired",
+                "UnansweredToolCalls",
+                "OrphanToolMessage",
+                "ToolCallsNotOnAssistant",
+                "InvalidStrictSchema",
+                "StreamOptionsWithoutStream",
+                "JsonNotMentioned",
+                "InvalidChatDeclaration",
+                "RateLimited",
+                "InternalError",
+                "InvalidJSON",
+                "InvalidPayload",
+                "PayloadTooLarge",
+                "NulByteInPayload",
+            ),
+        ),
+        Route(
+            operation_id="chat_status",
+            surface="native",
+            method="GET",
+            path="/api/v2/generate/chat/status/{id}",
+            headers=(HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY),
+            path_params={"id": {"type": "string", "maxLength": 64}},
+            errors=("RequestNotFound", "InvalidServicePasskey", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="chat_cancel",
+            surface="native",
+            method="DELETE",
+            path="/api/v2/generate/chat/status/{id}",
+            headers=(HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY),
+            path_params={"id": {"type": "string", "maxLength": 64}},
+            errors=("RequestNotFound", "InvalidServicePasskey", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="text_pop",
+            surface="native",
+            method="POST",
+            path="/api/v2/generate/text/pop",
+            headers=(HEADER_APIKEY, HEADER_CLIENT_AGENT),
+            required_headers=(HEADER_APIKEY,),
+            body=_BODIES["text_pop"],
+            errors=(
+                "InvalidAPIKey",
+                "AnonForbiddenWorker",
+                "WrongCredentials",
+                "WorkerMaintenance",
+                "InvalidChatDeclaration",
+                "RateLimited",
+                "InternalError",
+                "InvalidJSON",
+                "InvalidPayload",
+                "PayloadTooLarge",
+                "NulByteInPayload",
+            ),
+        ),
+        Route(
+            operation_id="text_submit",
+            surface="native",
+            method="POST",
+            path="/api/v2/generate/text/submit",
+            headers=(HEADER_APIKEY, HEADER_CLIENT_AGENT),
+            required_headers=(HEADER_APIKEY,),
+            body=_named("SubmitInput"),
+            errors=(
+                "InvalidAPIKey",
+                "AnonForbiddenWorker",
+                "WrongCredentials",
+                "InvalidJobID",
+                "DuplicateGen",
+                "AbortedGen",
+                "ChatReplyRejected",
+                "RateLimited",
+                "InternalError",
+                "InvalidJSON",
+                "InvalidPayload",
+                "PayloadTooLarge",
+                "NulByteInPayload",
+            ),
+        ),
+        Route(
+            operation_id="text_progress",
+            surface="native",
+            method="POST",
+            path="/api/v2/generate/text/progress",
+            headers=(HEADER_APIKEY, HEADER_CLIENT_AGENT),
+            required_headers=(HEADER_APIKEY,),
+            body=_named("ProgressInput"),
+            errors=(
+                "InvalidAPIKey",
+                "AnonForbiddenWorker",
+                "WrongCredentials",
+                "InvalidJobID",
+                "ProgressLeaseMissing",
+                "ProgressOutOfOrder",
+                "ProgressCapReached",
+                "RateLimited",
+                "InternalError",
+                "InvalidJSON",
+                "InvalidPayload",
+                "PayloadTooLarge",
+                "NulByteInPayload",
+            ),
+        ),
+        Route(
+            operation_id="heartbeat",
+            surface="native",
+            method="GET",
+            path="/api/v2/status/heartbeat",
+            errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="models",
+            surface="native",
+            method="GET",
+            path="/api/v2/status/models",
+            errors=("InvalidPayload", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="workers",
+            surface="native",
+            method="GET",
+            path="/api/v2/workers",
+            errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="worker",
+            surface="native",
+            method="GET",
+            path="/api/v2/workers/{id}",
+            path_params={"id": {"type": "string", "maxLength": 64}},
+            errors=("WorkerNotFound", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="user",
+            surface="native",
+            method="GET",
+            path="/api/v2/users/{id}",
+            path_params={"id": {"type": "integer", "minimum": 0}},
+            errors=("UserNotFound", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="users",
+            surface="native",
+            method="GET",
+            path="/api/v2/users",
+            errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="object",
+            surface="native",
+            method="GET",
+            path="/api/v2/objects/{key}",
+            path_params={"key": {"type": "string", "minLength": 1, "maxLength": 200}},
+            errors=(
+                "ObjectURLInvalid",
+                "ObjectURLExpired",
+                "ObjectNotFound",
+                "RateLimited",
+                "InternalError",
+            ),
+        ),
+    )
 }
 
 
@@ -1399,7 +395,8 @@ def _join(path: str, key: Any) -> str:
 
 
 def _short(error: ValidationError) -> str:
-    kw, v = error.validator, error.validator_value
+    kw = error.validator
+    v: Any = error.validator_value
     wording = {
         "type": lambda: "must be of type " + (" or ".join(v) if isinstance(v, list) else str(v)),
         "enum": lambda: "must be one of " + ", ".join(map(repr, v)),
@@ -1424,12 +421,14 @@ def describe(error: ValidationError) -> tuple[str, str]:
         path = _join(path, key)
     instance = error.instance
     if error.validator == "required" and isinstance(instance, dict):
-        missing = [k for k in error.validator_value if k not in instance]
+        required: Any = error.validator_value
+        missing = [k for k in required if k not in instance]
         return _join(path, missing[0]), "is required"
     if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
         instance, dict
     ):
-        allowed = error.schema.get("properties", {})
+        schema = error.schema
+        allowed = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
         extra = sorted(k for k in instance if k not in allowed)
         if extra:
             return _join(path, extra[0]), "is not a known field"

@@ -12,22 +12,22 @@ import json
 from typing import Any
 
 # ---- chat: One channel per chat request; {id} is the native request id.
-CHAT_CHANNEL_PATTERN = 'horde:chat:{id}'
-CHAT_CHANNEL_PREFIX = 'horde:chat:'
-CHAT_EVENT_FIELDS = ['event', 'id', 'generation_id']
+CHAT_CHANNEL_PATTERN = "horde:chat:{id}"
+CHAT_CHANNEL_PREFIX = "horde:chat:"
+CHAT_EVENT_FIELDS = ["event", "id", "generation_id"]
 """Keys an event may carry; see spec/signals.yaml for what each holds."""
-CHAT_EVENT_GENERATION = 'generation'
+CHAT_EVENT_GENERATION = "generation"
 """A worker's reply was verified, stored, charged and rewarded."""
-CHAT_EVENT_DONE = 'done'
+CHAT_EVENT_DONE = "done"
 """The request ended with every job finished."""
-CHAT_EVENT_FAULTED = 'faulted'
+CHAT_EVENT_FAULTED = "faulted"
 """The request faulted (its fault limit was exceeded)."""
-CHAT_EVENT_CANCELLED = 'cancelled'
+CHAT_EVENT_CANCELLED = "cancelled"
 """The request was cancelled (DELETE on its status)."""
-CHAT_EVENT_EXPIRED = 'expired'
+CHAT_EVENT_EXPIRED = "expired"
 """The request expired in the queue and was removed."""
-CHAT_EVENTS = ['generation', 'done', 'faulted', 'cancelled', 'expired']
-CHAT_ENDING_EVENTS = frozenset(['done', 'faulted', 'cancelled', 'expired'])
+CHAT_EVENTS = ["generation", "done", "faulted", "cancelled", "expired"]
+CHAT_ENDING_EVENTS = frozenset(["done", "faulted", "cancelled", "expired"])
 
 
 def chat_channel(request_id: str) -> str:

@@ -8,11 +8,11 @@ spelling one itself.
 from __future__ import annotations
 
 # The horde's own caps at submit, by chat_limits name.
-INTAKE_CAPS: dict[str, int] = {'max_images': 8, 'max_image_bytes': 10485760}
+INTAKE_CAPS: dict[str, int] = {"max_images": 8, "max_image_bytes": 10485760}
 MAX_IMAGE_PIXELS = 25000000
 FETCH_TIMEOUT_SECONDS = 10
 MAX_REDIRECTS = 3
-INPUT_FORMATS: frozenset[str] = frozenset(['JPEG', 'PNG', 'GIF', 'WEBP'])
+INPUT_FORMATS: frozenset[str] = frozenset(["JPEG", "PNG", "GIF", "WEBP"])
 JPEG_QUALITY = 90
 
 MESSAGES_URL_TTL_SECONDS = 120
@@ -21,13 +21,13 @@ IMAGE_URL_TTL_SECONDS = 300
 OFFLOAD_THRESHOLD_BYTES = 1048576
 
 # A stored row's image part holds this prefix and the object key in place of the URL.
-REFERENCE_PREFIX = 'horde-object:'
+REFERENCE_PREFIX = "horde-object:"
 
 # Image transports a worker may declare (image_transports).
-TRANSPORT_URL = 'url'
-TRANSPORT_BASE64 = 'base64'
-TRANSPORT_MESSAGES_URL = 'messages_url'
+TRANSPORT_URL = "url"
+TRANSPORT_BASE64 = "base64"
+TRANSPORT_MESSAGES_URL = "messages_url"
 
 # The image part of a message: its type (and key), and the key of its URL.
-PART_IMAGE = 'image_url'
-IMAGE_URL_KEY = 'url'
+PART_IMAGE = "image_url"
+IMAGE_URL_KEY = "url"

@@ -18,9 +18,9 @@ from generated.chat.names import (
     PARAM_TOOLS,
 )
 
-STREAMED_REPLY_PART = 'content'
+STREAMED_REPLY_PART = "content"
 """The reply part progress posts carry; the cancel settlement prices it."""
-PLAIN_FORMAT_TYPES = ['text']
+PLAIN_FORMAT_TYPES = ["text"]
 
 
 def streams_deltas(request: Mapping[str, Any]) -> bool:
@@ -32,12 +32,10 @@ def streams_deltas(request: Mapping[str, Any]) -> bool:
     output_format = request.get(PARAM_RESPONSE_FORMAT)
     if output_format is None:
         return True
-    return isinstance(output_format, Mapping) and output_format.get(
-        'type'
-    ) in PLAIN_FORMAT_TYPES
+    return isinstance(output_format, Mapping) and output_format.get("type") in PLAIN_FORMAT_TYPES
 
 
-LEASE_KEY_PATTERN = 'horde:progress:lease:{generation_id}'
+LEASE_KEY_PATTERN = "horde:progress:lease:{generation_id}"
 """Hash of one streamed generation (fields below), written at pop. It expires after the generation's ttl plus lease_grace_seconds; submit and fault delete it."""
 
 
@@ -45,7 +43,7 @@ def lease_key(generation_id: str) -> str:
     return LEASE_KEY_PATTERN.format(generation_id=generation_id)
 
 
-REQUEST_LEASES_KEY_PATTERN = 'horde:progress:leases:{request_id}'
+REQUEST_LEASES_KEY_PATTERN = "horde:progress:leases:{request_id}"
 """Set of the generation ids of a request that hold a lease, so a cancel of the request finds them without Postgres. Expires with the leases."""
 
 
@@ -53,7 +51,7 @@ def request_leases_key(request_id: str) -> str:
     return REQUEST_LEASES_KEY_PATTERN.format(request_id=request_id)
 
 
-STREAM_KEY_PATTERN = 'horde:progress:stream:{request_id}'
+STREAM_KEY_PATTERN = "horde:progress:stream:{request_id}"
 """The retained progress stream of a request (entries below), trimmed to stream_max_entries and expiring stream_seconds after its last write."""
 
 
@@ -61,7 +59,7 @@ def stream_key(request_id: str) -> str:
     return STREAM_KEY_PATTERN.format(request_id=request_id)
 
 
-ENDED_KEY_PATTERN = 'horde:progress:ended:{generation_id}'
+ENDED_KEY_PATTERN = "horde:progress:ended:{generation_id}"
 """The ended marker of a faulted streamed generation; its value is the end kind. Expires after ended_marker_seconds."""
 
 
@@ -70,46 +68,46 @@ def ended_key(generation_id: str) -> str:
 
 
 # ---- keys a 409 ProgressOutOfOrder body adds beside {message, rc}
-RESYNC_LAST_SEQ = 'last_seq'
+RESYNC_LAST_SEQ = "last_seq"
 """The last accepted seq (-1 before the first post); the worker posts last_seq + 1 next."""
-RESYNC_POSTED_CHARS = 'posted_chars'
+RESYNC_POSTED_CHARS = "posted_chars"
 """Characters accepted so far; the worker resends its text after them."""
 
 # ---- lease hash fields
-LEASE_REQUEST_ID = 'request_id'
+LEASE_REQUEST_ID = "request_id"
 """The request the generation belongs to (names its stream)."""
-LEASE_OWNER = 'owner'
+LEASE_OWNER = "owner"
 """SHA-256 hex digest of the apikey that popped the job; posts must present that key."""
-LEASE_LAST_SEQ = 'last_seq'
+LEASE_LAST_SEQ = "last_seq"
 """The last accepted seq, -1 before the first post."""
-LEASE_CHARS = 'chars'
+LEASE_CHARS = "chars"
 """Characters accepted so far (the progress cap counts these)."""
-LEASE_CANCELLED = 'cancelled'
+LEASE_CANCELLED = "cancelled"
 """1 once the client or the front cancelled; every later post is acknowledged with cancelled: true."""
-LEASE_STOPPED = 'stopped'
+LEASE_STOPPED = "stopped"
 """1 once the progress cap was reached; every later post gets 413."""
 
 # ---- stream entry fields
-ENTRY_KIND = 'kind'
+ENTRY_KIND = "kind"
 """What the entry is (one of entry_kinds)."""
-ENTRY_GENERATION_ID = 'generation_id'
+ENTRY_GENERATION_ID = "generation_id"
 """The generation that posted or ended."""
-ENTRY_SEQ = 'seq'
+ENTRY_SEQ = "seq"
 """The post's seq (delta entries only)."""
-ENTRY_DELTA = 'delta'
+ENTRY_DELTA = "delta"
 """The text posted (delta entries only)."""
 
 # ---- stream entry kinds
-KIND_DELTA = 'delta'
+KIND_DELTA = "delta"
 """Content a worker posted, in seq order."""
-KIND_SUBMITTED = 'submitted'
+KIND_SUBMITTED = "submitted"
 """The worker submitted the whole reply; the front reconciles with it."""
-KIND_FAULTED = 'faulted'
+KIND_FAULTED = "faulted"
 """The generation faulted; the request may go back to the queue."""
-KIND_CANCELLED = 'cancelled'
+KIND_CANCELLED = "cancelled"
 """The client or the front cancelled; settled on the delta entries before it."""
-ENTRY_KINDS = ['delta', 'submitted', 'faulted', 'cancelled']
-END_KINDS = frozenset(['submitted', 'faulted', 'cancelled'])
+ENTRY_KINDS = ["delta", "submitted", "faulted", "cancelled"]
+END_KINDS = frozenset(["submitted", "faulted", "cancelled"])
 
 # ---- numbers
 LEASE_GRACE_SECONDS = 30

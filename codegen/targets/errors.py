@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
+from typing import Any
+
 from codegen.errors import SpecError, SpecErrors
 from codegen.render import Output, render
 from codegen.spec import Spec
@@ -17,13 +20,13 @@ def class_name(code: str) -> str:
 ERRORS_SCHEMA = "schema/errors.schema.json"
 
 
-def collect(spec: Spec) -> tuple[dict[str, dict], list[str]]:
+def collect(spec: Spec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Every error from every file whose $schema is the errors schema, and those files.
 
     Errors may be split across files by area (spec/errors.yaml, spec/chat/errors.yaml, ...);
     a code defined twice is refused.
     """
-    errors: dict[str, dict] = {}
+    errors: dict[str, dict[str, Any]] = {}
     files = sorted(rel for rel, data in spec.files.items() if data["$schema"] == ERRORS_SCHEMA)
     for rel in files:
         for code, entry in spec[rel]["errors"].items():
@@ -42,24 +45,66 @@ def collect(spec: Spec) -> tuple[dict[str, dict], list[str]]:
     return errors, files
 
 
+# The base class's value of every attribute a subclass may set, in the order they are written;
+# errors.py.j2 writes them on HordeError, and each subclass sets only those that differ.
+BASE_ATTRIBUTES: dict[str, Any] = {
+    "code": "InternalError",
+    "template": "Internal error.",
+    "native_status": None,
+    "front_status": None,
+    "openai_type": None,
+    "default_param": None,
+    "no_retry": False,
+    "sends_retry_after": False,
+    "default_retry_after": None,
+    "front_when": (),
+    "native_routes": (),
+}
+
+
+def attributes(entry: dict[str, Any]) -> dict[str, Any]:
+    """Every class attribute of one spec error, by its name on the class."""
+    native, front = entry.get("native", {}), entry.get("front", {})
+    return {
+        "code": entry["code"],
+        "template": entry["message"],
+        "native_status": native.get("status"),
+        "front_status": front.get("status"),
+        "openai_type": front.get("type"),
+        "default_param": entry.get("param"),
+        "no_retry": entry.get("no_retry", False),
+        "sends_retry_after": entry.get("retry_after", False),
+        "default_retry_after": entry.get("retry_after_seconds"),
+        "front_when": tuple(front.get("when", ())),
+        "native_routes": tuple(native.get("routes", ())),
+    }
+
+
+def docstring(text: str, indent: int = 4, width: int = 100) -> str:
+    """``text`` as a docstring body wrapped to ``width`` columns at ``indent``."""
+    lines = textwrap.wrap(" ".join(text.split()), width=width - indent - 6)
+    return ("\n" + " " * indent).join(lines)
+
+
 def build(spec: Spec) -> list[Output]:
     errors, files = collect(spec)
-    rows = [
-        {
-            "code": code,
-            "cls": class_name(code),
-            "message": e["message"],
-            "description": e["description"],
-            "native_status": e.get("native", {}).get("status"),
-            "front_status": e.get("front", {}).get("status"),
-            "openai_type": e.get("front", {}).get("type"),
-            "param": e.get("param"),
-            "no_retry": e.get("no_retry", False),
-            "retry_after": e.get("retry_after", False),
-            "retry_after_seconds": e.get("retry_after_seconds"),
-            "front_when": tuple(e.get("front", {}).get("when", ())),
-            "native_routes": tuple(e.get("native", {}).get("routes", ())),
-        }
-        for code, e in errors.items()
+    rows = []
+    for code, e in errors.items():
+        attrs = attributes({**e, "code": code})
+        rows.append(
+            {
+                "code": code,
+                "cls": class_name(code),
+                "doc": docstring(e["description"]),
+                "attrs": {k: v for k, v in attrs.items() if v != BASE_ATTRIBUTES[k]},
+            }
+        )
+    return [
+        render(
+            "errors.py.j2",
+            [*spec.sources(*files), "codegen/targets/errors.py"],
+            "errors.py",
+            rows=rows,
+            base=BASE_ATTRIBUTES,
+        )
     ]
-    return [render("errors.py.j2", spec.sources(*files), "errors.py", rows=rows)]

@@ -11,22 +11,22 @@ from __future__ import annotations
 
 from typing import Final
 
-ANONYMOUS_API_KEY: Final = '0000000000'
+ANONYMOUS_API_KEY: Final = "0000000000"
 """The public key of the anonymous user (id 0), as upstream; a request without a key (no apikey on the native API, no Authorization on the front) uses it."""
 
-HEADER_FORWARDED_FOR: Final = 'X-Forwarded-For'
+HEADER_FORWARDED_FOR: Final = "X-Forwarded-For"
 """The client's address the front forwards with its service passkey; the native API trusts its first entry only from a caller presenting the passkey."""
 
-STATE_OK: Final = 'ok'
+STATE_OK: Final = "ok"
 """The worker's reply, delivered."""
 
-STATE_CENSORED: Final = 'censored'
+STATE_CENSORED: Final = "censored"
 """A reply the worker filtered; the front answers it with finish_reason content_filter."""
 
-STATE_CSAM: Final = 'csam'
+STATE_CSAM: Final = "csam"
 """The worker reported the request as CSAM; no reply."""
 
-STATE_FAULTED: Final = 'faulted'
+STATE_FAULTED: Final = "faulted"
 """The worker could not serve the job; gen_metadata carries the reason."""
 
 GENERATION_STATES: Final = (STATE_OK, STATE_CENSORED, STATE_CSAM, STATE_FAULTED)

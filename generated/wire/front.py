@@ -16,12 +16,12 @@ class Function(TypedDict):
 
 class ToolCall(TypedDict):
     id: str
-    type: Literal['function']
+    type: Literal["function"]
     function: Function
 
 
 class ResponseMessage(TypedDict):
-    role: Literal['assistant']
+    role: Literal["assistant"]
     content: str | None
     refusal: None
     reasoning_content: NotRequired[str | None]
@@ -55,7 +55,7 @@ class XHorde(TypedDict):
     """
     What the request was charged.
     """
-    charge_basis: Literal['output_estimate']
+    charge_basis: Literal["output_estimate"]
     estimated_usage: bool
     """
     The front estimated token counts the worker did not report.
@@ -65,13 +65,13 @@ class XHorde(TypedDict):
 class Choice(TypedDict):
     index: Literal[0]
     message: ResponseMessage
-    finish_reason: Literal['stop', 'length', 'tool_calls', 'content_filter']
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"]
     logprobs: None
 
 
 class ChatCompletion(TypedDict):
     id: str
-    object: Literal['chat.completion']
+    object: Literal["chat.completion"]
     created: int
     model: str
     """
@@ -86,7 +86,7 @@ class ChatCompletion(TypedDict):
 class ChunkToolCall(TypedDict):
     index: int
     id: str
-    type: Literal['function']
+    type: Literal["function"]
     function: Function
 
 
@@ -95,7 +95,7 @@ class ChunkDelta(TypedDict):
     What a chunk adds to the message (empty in the finish chunk).
     """
 
-    role: NotRequired[Literal['assistant']]
+    role: NotRequired[Literal["assistant"]]
     content: NotRequired[str | None]
     reasoning_content: NotRequired[str | None]
     """
@@ -107,7 +107,7 @@ class ChunkDelta(TypedDict):
 class ChunkChoice(TypedDict):
     index: Literal[0]
     delta: ChunkDelta
-    finish_reason: Literal['stop', 'length', 'tool_calls', 'content_filter'] | None
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"] | None
     """
     Null until the finish chunk.
     """
@@ -120,7 +120,7 @@ class ChatCompletionChunk(TypedDict):
     """
 
     id: str
-    object: Literal['chat.completion.chunk']
+    object: Literal["chat.completion.chunk"]
     created: int
     model: str
     """
@@ -136,11 +136,11 @@ class Model(TypedDict):
     """
     The exact native model name (never contains a colon).
     """
-    object: Literal['model']
+    object: Literal["model"]
     created: int
     owned_by: str
 
 
 class ModelList(TypedDict):
-    object: Literal['list']
+    object: Literal["list"]
     data: list[Model]

@@ -101,7 +101,7 @@ class TextGeneration(TypedDict):
     worker_id: str
     worker_name: str
     model: str
-    state: Literal['ok', 'censored', 'csam', 'faulted']
+    state: Literal["ok", "censored", "csam", "faulted"]
     gen_metadata: NotRequired[list[dict[str, Any]]]
 
 
@@ -135,7 +135,7 @@ class Function(TypedDict):
 
 class ToolCall(TypedDict):
     id: str
-    type: Literal['function']
+    type: Literal["function"]
     function: Function
 
 
@@ -157,17 +157,17 @@ class ChatGeneration(TypedDict):
     """
     The model that generated the reply (any of the request's models).
     """
-    state: Literal['ok', 'censored', 'csam', 'faulted']
+    state: Literal["ok", "censored", "csam", "faulted"]
     content: str | None
     reasoning_content: NotRequired[str | None]
     tool_calls: list[ToolCall]
-    finish_reason: Literal['stop', 'length', 'tool_calls', 'content_filter']
+    finish_reason: Literal["stop", "length", "tool_calls", "content_filter"]
     usage: NotRequired[ReportedUsage]
     kudos: float
     """
     What this generation was charged.
     """
-    charge_basis: Literal['output_estimate']
+    charge_basis: Literal["output_estimate"]
     seed: NotRequired[int | None]
     gen_metadata: NotRequired[list[dict[str, Any]]]
 
@@ -184,7 +184,7 @@ class ChatStatus(RequestStatus):
     """
     Threads of online workers eligible for this request (fail_fast reads it).
     """
-    charge_basis: Literal['output_estimate']
+    charge_basis: Literal["output_estimate"]
     missing_features: list[str]
     """
     The declaration gap: required features or guarantees no online worker of the model declares (404 no_worker_supports_features on the front when non-empty).
@@ -238,7 +238,7 @@ class SubmitInput(TypedDict):
     """
     The text reply (text jobs).
     """
-    state: NotRequired[Literal['ok', 'censored', 'faulted', 'csam']]
+    state: NotRequired[Literal["ok", "censored", "faulted", "csam"]]
     seed: NotRequired[int]
     gen_metadata: NotRequired[list[dict[str, Any]]]
     content: NotRequired[str | None]
@@ -247,7 +247,7 @@ class SubmitInput(TypedDict):
     """
     reasoning_content: NotRequired[str | None]
     tool_calls: NotRequired[list[ToolCall]]
-    finish_reason: NotRequired[Literal['stop', 'length', 'tool_calls', 'content_filter']]
+    finish_reason: NotRequired[Literal["stop", "length", "tool_calls", "content_filter"]]
     usage: NotRequired[ReportedUsage]
 
 
@@ -276,7 +276,7 @@ class ProgressOutput(TypedDict):
 
 
 class Heartbeat(TypedDict):
-    message: Literal['OK']
+    message: Literal["OK"]
     version: NotRequired[str]
 
 
@@ -287,7 +287,7 @@ class ActiveModel(TypedDict):
     queued: NotRequired[float]
     jobs: NotRequired[float]
     eta: NotRequired[int]
-    type: Literal['text']
+    type: Literal["text"]
     chat_count: NotRequired[int]
     """
     Online workers serving it that declare chat_jobs.
@@ -297,7 +297,7 @@ class ActiveModel(TypedDict):
 class Worker(TypedDict):
     id: str
     name: str
-    type: Literal['text']
+    type: Literal["text"]
     online: bool
     maintenance_mode: NotRequired[bool]
     trusted: NotRequired[bool]

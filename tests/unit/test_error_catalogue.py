@@ -85,17 +85,15 @@ errors:
 GOLDEN_CLASS = '''class NoEligibleWorker(HordeError):
     """No online chat worker serves the model."""
 
-    code = 'no_eligible_worker'
-    template = 'No online worker can serve this request: {reason}'
+    code = "no_eligible_worker"
+    template = "No online worker can serve this request: {reason}"
     native_status = 503
     front_status = 503
-    openai_type = 'service_unavailable_error'
-    default_param = None
-    no_retry = False
+    openai_type = "service_unavailable_error"
     sends_retry_after = True
     default_retry_after = 9
-    front_when = ('submission', 'waiting')
-    native_routes = ('chat',)
+    front_when = ("submission", "waiting")
+    native_routes = ("chat",)
 '''
 
 GOLDEN_ROW = (
@@ -117,7 +115,7 @@ def test_golden_error_class(small_spec) -> None:
     (out,) = errors.build(small_spec)
     assert out.path == "errors.py"
     assert GOLDEN_CLASS in out.text()
-    assert "    'no_eligible_worker': NoEligibleWorker,\n" in out.text()
+    assert '    "no_eligible_worker": NoEligibleWorker,\n' in out.text()
 
 
 def test_golden_errors_table_row(small_spec) -> None:
