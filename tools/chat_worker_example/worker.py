@@ -51,6 +51,8 @@ FORWARDED = (
     "presence_penalty", "tools", "tool_choice", "parallel_tool_calls", "response_format",
 )  # fmt: skip
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
+INVALID = "The backend's reply cannot be submitted: "
+UNSERVABLE = "This worker cannot serve the job: "
 
 
 class Fault(Exception):
@@ -65,13 +67,15 @@ class Backend:
     """An OpenAI-compatible server at ``root`` (without ``/v1``)."""
 
     def __init__(self, root: str, timeout: float) -> None:
+        self.timeout = timeout
         self.http = httpx.Client(base_url=root.rstrip("/").removesuffix("/v1"), timeout=timeout)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         try:
             response = self.http.request(method, path, json=body)
         except httpx.TimeoutException:
-            raise Fault("backend_timeout", "The backend gave no reply in time.") from None
+            message = f"The backend gave no reply within {self.timeout} seconds."
+            raise Fault("backend_timeout", message) from None
         except httpx.TransportError as exc:
             raise Fault("backend_unreachable", f"The backend could not be reached: {exc}") from None
         if response.status_code >= 400:
@@ -80,10 +84,10 @@ class Backend:
         try:
             return response.json()
         except ValueError:
-            raise Fault("backend_invalid_reply", f"{path} answered no JSON") from None
+            raise Fault("backend_invalid_reply", f"{INVALID}{path} answered no JSON") from None
 
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self.call("POST", "/v1/chat/completions", body)  # type: ignore[no-any-return]
+        return self.call("POST", "/v1/chat/completions", body)
 
     def usage_of(self, model: str, messages: list[dict[str, Any]], **extra: Any) -> int | None:
         """The backend's own usage.prompt_tokens for a conversation."""
@@ -138,7 +142,8 @@ def backend_body(model: str, payload: dict[str, Any]) -> dict[str, Any]:
     body = {"model": model, "messages": joined(payload["messages"])}
     body.update({k: payload[k] for k in FORWARDED if payload.get(k) is not None})
     if body.get("tool_choice") == "required" and len(body.get("tools", [])) == 1:
-        body["tool_choice"] = {"type": "function", "function": body["tools"][0]["function"]}
+        name = body["tools"][0]["function"]["name"]
+        body["tool_choice"] = {"type": "function", "function": {"name": name}}
     return body
 
 
@@ -148,26 +153,20 @@ def reply_of(answer: dict[str, Any]) -> dict[str, Any]:
         choice = answer["choices"][0]
         message = choice.get("message") or {}
     except (KeyError, IndexError, TypeError):
-        raise Fault("backend_invalid_reply", "the completion has no choice") from None
+        raise Fault("backend_invalid_reply", f"{INVALID}the completion has no choice") from None
     calls = []
     for raw in message.get("tool_calls") or []:
         function = raw.get("function") or {}
-        arguments = function.get("arguments")
         if not function.get("name"):
-            raise Fault("backend_invalid_reply", "a tool call without a function name")
-        calls.append(
-            {
-                "id": raw.get("id") or f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {
-                    "name": function["name"],
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                },
-            }
-        )
+            raise Fault("backend_invalid_reply", f"{INVALID}a tool call without a name")
+        args = function.get("arguments")
+        args = args if isinstance(args, str) else json.dumps(args)  # OpenAI: a JSON string
+        call_id = raw.get("id") or f"call_{uuid.uuid4().hex[:24]}"
+        call = {"name": function["name"], "arguments": args}
+        calls.append({"id": call_id, "type": "function", "function": call})
     finish = choice.get("finish_reason")
     if finish not in FINISH_REASONS:
-        raise Fault("backend_invalid_reply", f"finish_reason {finish!r}")
+        raise Fault("backend_invalid_reply", f"{INVALID}finish_reason {finish!r}")
     usage = answer.get("usage") or {}
     return {
         "content": (message.get("content") or None) if calls else message.get("content"),
@@ -190,7 +189,7 @@ def find_model(backend: Backend, wanted: str | None) -> dict[str, Any]:
     found = [m for m in models if m["id"] == wanted] if wanted else models
     if len(found) != 1:
         sys.exit(f"choose a model with --model among {[m['id'] for m in models]}")
-    return found[0]  # type: ignore[no-any-return]
+    return found[0]
 
 
 def llama_cpp_props(backend: Backend) -> dict[str, Any] | None:
@@ -215,7 +214,7 @@ def probe_features(backend: Backend, model: str) -> list[str]:
     def calls(reply: dict[str, Any] | None, names: set[str]) -> bool:
         return bool(reply and reply["tool_calls"]) and all(
             c["function"]["name"] in names and isinstance(parsed(c["function"]["arguments"]), dict)
-            for c in reply["tool_calls"]  # type: ignore[index]
+            for c in reply["tool_calls"]
         )
 
     features = []
@@ -255,10 +254,8 @@ def calibrate(
     return counter, {"counter": counter.kind, "counted": counted, "usage": usage}
 
 
-def declare(
-    model: str, features: list[str], calibration: dict[str, Any], limits: dict[str, int],
-    overhead: int | None,
-) -> dict[str, Any]:  # fmt: skip
+def declare(model: str, features: list[str], calibration: dict[str, Any], limits: dict[str, int],
+            overhead: int | None) -> dict[str, Any]:  # fmt: skip
     """The chat keys of every pop: the probed features, and prompt_overflow_refused only when
     the counter was not short of the backend's own count."""
     features = list(features)
@@ -290,8 +287,12 @@ def probe(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
     counter, calibration = calibrate(backend, entry["id"], route, args.template_overhead)
     limits = {"max_context_length": context, "max_length": min(args.max_length, context)}
     declaration = declare(entry["id"], features, calibration, limits, args.template_overhead)
-    return {"model": entry["id"], "counter": counter, "calibration": calibration,
-            "declaration": declaration}  # fmt: skip
+    return {
+        "model": entry["id"],
+        "counter": counter,
+        "calibration": calibration,
+        "declaration": declaration,
+    }
 
 
 class Horde:
@@ -305,7 +306,7 @@ class Horde:
     def pop(self, body: dict[str, Any]) -> dict[str, Any]:
         response = self.http.post("/generate/text/pop", json=body)
         response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        return response.json()
 
     def submit(self, body: dict[str, Any]) -> None:
         """Deliver a submit or a fault; retried on a broken connection, a 5xx or a 429."""
@@ -332,7 +333,7 @@ def serve(job: dict[str, Any], probed: dict[str, Any], backend: Backend) -> dict
     """One chat job -> the structured submit, or a Fault."""
     payload = job.get("payload") or {}
     if not job.get("is_chat") or not isinstance(payload.get("messages"), list):
-        raise Fault("unservable_job", "This worker cannot serve the job: no messages array")
+        raise Fault("unservable_job", f"{UNSERVABLE}no messages array")
     body = backend_body(probed["model"], payload)
     counter, context = probed["counter"], probed["declaration"]["chat_limits"]
     needed = counter.count(body["messages"], body.get("tools")) + (body.get("max_tokens") or 1)
@@ -392,8 +393,8 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"job {job_id}: submitted", flush=True)
             except Fault as reason:
                 horde.fault(job_id, reason)
-            except Exception as exc:  # noqa: BLE001 - a bug still releases the job, with the reason
-                horde.fault(job_id, Fault("unservable_job", f"{type(exc).__name__}: {exc}"))
+            except Exception as exc:  # noqa: BLE001 - a bug still releases the job
+                horde.fault(job_id, Fault("unservable_job", f"{UNSERVABLE}{exc!r}"))
             job_id = None
     except KeyboardInterrupt:
         if job_id:  # never leave a held job to its TTL
