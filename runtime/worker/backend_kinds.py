@@ -6,8 +6,11 @@ every sampling field the job carries. What differs, as measured or documented:
 * llama-cpp-python refuses OpenAI's ``json_schema`` response_format with a 500 but takes
   ``{"type": "json_object", "schema": ...}``; it forces a *named* tool_choice by grammar and
   ignores ``required``, so ``required`` with a single tool goes as that named function; it
-  ignores reasoning_effort and parallel_tool_calls; its Jinja templates concatenate content
-  as a string, so text-only content part lists are joined.
+  ignores reasoning_effort and parallel_tool_calls. Its request model refuses, with a 500,
+  an assistant message whose content is null (what the OpenAI SDK, LangChain and
+  openai-agents send back beside tool_calls; measured on 0.3.36) and a content part list
+  on any role but user: null content goes as ``""`` (an absent key would pass too) and a
+  list of text and refusal parts is joined into one string.
 * vLLM, llama.cpp's own server, koboldcpp and Ollama take OpenAI's shapes as they are.
 """
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from generated.chat import SAMPLING_DEFAULTS
 from generated.chat.names import (
     PARAM_MESSAGES,
     PARAM_MODEL,
@@ -29,11 +31,13 @@ from generated.chat.names import (
     RESPONSE_FORMAT_JSON_OBJECT,
     RESPONSE_FORMAT_JSON_SCHEMA,
 )
+from generated.chat.tables import SAMPLING_DEFAULTS
 
 # OpenAI wire values (the backend's protocol, not horde contract names).
 WIRE_REQUIRED = "required"
 WIRE_FUNCTION = "function"
 WIRE_TEXT = "text"
+WIRE_REFUSAL = "refusal"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class BackendKind:
     sends_reasoning_effort: bool = True
     sends_parallel_tool_calls: bool = True
     joins_text_parts: bool = False
+    null_content_as_empty: bool = False
     # Where the exact counter gets the rendered prompt's count (see counter.py).
     count_route: str | None = None
 
@@ -57,6 +62,7 @@ LLAMA_CPP_PYTHON = BackendKind(
     sends_reasoning_effort=False,
     sends_parallel_tool_calls=False,
     joins_text_parts=True,
+    null_content_as_empty=True,
     count_route="/extras/tokenize/count",
 )
 LLAMA_CPP = BackendKind("llama.cpp", ("llamacpp",))
@@ -80,17 +86,22 @@ def detect_kind(model_entry: dict[str, Any], override: str | None = None) -> Bac
     return GENERIC
 
 
-def _joined(message: dict[str, Any]) -> dict[str, Any]:
+def _shaped(kind: BackendKind, message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and p.get("type") == WIRE_TEXT for p in content
+    if content is None and kind.null_content_as_empty:
+        return {**message, "content": ""}
+    if (
+        kind.joins_text_parts
+        and isinstance(content, list)
+        and all(isinstance(p, dict) and p.get("type") in (WIRE_TEXT, WIRE_REFUSAL) for p in content)
     ):
-        return {**message, "content": "".join(str(p.get(WIRE_TEXT, "")) for p in content)}
+        return {**message, "content": "".join(str(p.get(p["type"]) or "") for p in content)}
     return message
 
 
 def backend_messages(kind: BackendKind, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [_joined(m) for m in messages] if kind.joins_text_parts else list(messages)
+    """The conversation in the shapes this backend accepts (see the module docstring)."""
+    return [_shaped(kind, m) for m in messages]
 
 
 def _response_format(kind: BackendKind, value: Any) -> Any:

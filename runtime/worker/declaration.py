@@ -4,8 +4,11 @@ Each capability and guarantee is declared only when a probe against the backend 
 (design doc: "Capability declaration and routing by features"):
 
 * tools: a call forced the way dispatch sends a named function (``required``, one tool)
-  comes back as that structured call; tool_choice_enforced also needs ``required`` with two
-  tools to produce a call;
+  comes back as that structured call, and a tool loop's second turn (an assistant message
+  with content null beside tool_calls, then the tool's result, as the OpenAI SDK sends it)
+  is answered in the worker's mapping; a backend that refuses that turn is reported and
+  declares no tools. tool_choice_enforced also needs ``required`` with two tools to
+  produce a call;
 * json_object / json_schema: the content under that response_format parses (and, for the
   schema, validates); json_output_enforced needs both, json_schema_enforced the schema;
 * reasoning: the probe reply carried reasoning; seed: the same seed gave the same reply;
@@ -97,6 +100,17 @@ PROBE_TOOLS: list[dict[str, Any]] = [
 ]
 # Room for a grammar-constrained reply from a model whose weights may ramble.
 PROBE_MAX_TOKENS = 300
+PROBE_CALL = {
+    "id": "call_probe",
+    "type": "function",
+    "function": {"name": "probe_flag", "arguments": '{"ok": true}'},
+}
+# A tool loop's second turn as the OpenAI SDK, LangChain and openai-agents send it back.
+PROBE_TOOL_TURN: list[dict[str, Any]] = [
+    *PROBE_CHAT,
+    {"role": "assistant", "content": None, "tool_calls": [PROBE_CALL]},
+    {"role": "tool", "tool_call_id": "call_probe", "content": '{"ok": true}'},
+]
 PENALTY_KINDS = (LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM)
 
 
@@ -229,6 +243,21 @@ def probe_features(client: BackendClient, kind: BackendKind, model: str) -> list
     return found
 
 
+def tool_turn_refusal(client: BackendClient, kind: BackendKind, model: str) -> str | None:
+    """Why the backend refused a tool-result turn sent in this kind's mapping; None: answered."""
+    payload = {
+        PARAM_MAX_TOKENS: PROBE_MAX_TOKENS,
+        PARAM_TEMPERATURE: 0,
+        PARAM_MESSAGES: PROBE_TOOL_TURN,
+        PARAM_TOOLS: PROBE_TOOLS[:1],
+    }
+    try:
+        parse_chat_completion(client.chat(chat_body(kind, payload, model)))
+    except HordeError as exc:
+        return str(exc)
+    return None
+
+
 def probe(client: BackendClient, config: WorkerConfig) -> Probed:
     """Probe the backend once: model, kind, context, counter, features and guarantees."""
     entry = _pick_model(client, config.model)
@@ -240,6 +269,11 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
             f"the {kind.name} backend reports its context on no route: pass --context N"
         )
     features = probe_features(client, kind, model_id)
+    notes: list[str] = []
+    refused = tool_turn_refusal(client, kind, model_id) if FEATURE_TOOLS in features else None
+    if refused is not None:
+        features = [f for f in features if f not in (FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED)]
+        notes.append(f"tools not declared: the backend refused a tool-result turn ({refused})")
     exact = _exact_counter(client, kind, model_id, config)
     calibration = calibrate(
         exact,
@@ -255,7 +289,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         min(config.max_length, context),
         calibration,
         [],
-        [calibration.note],
+        [calibration.note, *notes],
     )
     if calibration.not_short:
         features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED)

@@ -245,6 +245,45 @@ def test_json_schema_response_format_is_refused_with_500(server: LlamaServer) ->
     assert "response_format" in error["message"]
 
 
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"unit": "celsius"}'},
+}
+RESULT = {"role": "tool", "tool_call_id": "call_1", "content": "20 degrees"}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "assistant", "content": [{"type": "text", "text": "x"}], "tool_calls": [CALL]},
+    ],
+    ids=["content-null", "content-parts"],
+)
+def test_assistant_content_null_or_parts_is_refused_with_500(
+    server: LlamaServer, message: dict[str, object]
+) -> None:
+    # What the OpenAI SDK, LangChain and openai-agents send back on a tool loop's second turn.
+    body = {"model": MODEL_NAME, "messages": [PROBE[1], message, RESULT], "tools": [UNIT_TOOL]}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 500
+    assert "validation error" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("content", ["", "absent"])
+def test_assistant_content_empty_or_absent_beside_tool_calls_is_answered(
+    server: LlamaServer, content: str
+) -> None:
+    message = {"role": "assistant", "tool_calls": [CALL]}
+    if content != "absent":
+        message["content"] = content
+    body = {"model": MODEL_NAME, "messages": [PROBE[1], message, RESULT], "tools": [UNIT_TOOL]}
+    response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == DEMO_REPLY
+
+
 def test_unknown_fields_and_n_above_one_are_silently_accepted(server: LlamaServer) -> None:
     body = {"model": MODEL_NAME, "messages": PROBE, "n": 2, "no_such_field": True}
     response = httpx.post(f"{server.openai_base_url}/chat/completions", json=body, timeout=30)

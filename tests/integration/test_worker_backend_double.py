@@ -140,6 +140,19 @@ def test_tools_are_declared_only_when_the_forced_calls_come_back(make_backend: C
     assert len(sent["tools"]) == 1
 
 
+def test_a_backend_refusing_a_tool_result_turn_declares_no_tools(make_backend: Callable) -> None:
+    call = Reply(content=None, tool_calls=[{"name": "probe_flag", "arguments": '{"ok": true}'}])
+    backend = make_backend(default_reply=call)
+    assert FEATURE_TOOLS in _probe(backend, template_overhead=64).features
+    sent = [r.body["messages"] for r in backend.chat_requests()]
+    turn = next(i for i, messages in enumerate(sent) if messages[-1]["role"] == "tool")
+    assert sent[turn][-2]["content"] is None  # the second turn as the OpenAI SDK sends it
+    backend.script(*[call] * turn, Failure(500, "content: Input should be a valid string"))
+    probed = _probe(backend, template_overhead=64)
+    assert not {FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED} & set(probed.features)
+    assert any("refused a tool-result turn" in note for note in probed.notes)
+
+
 def test_byte_bound_without_template_overhead_does_not_declare_tools(
     make_backend: Callable,
 ) -> None:

@@ -17,8 +17,10 @@ import httpx
 import pytest
 
 from generated.chat.names import (
+    FEATURE_JSON_OBJECT,
     FEATURE_JSON_SCHEMA,
     FEATURE_TOOLS,
+    GUARANTEE_JSON_OUTPUT_ENFORCED,
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
@@ -97,6 +99,22 @@ def test_probe_declares_the_exact_counter_and_what_the_grammar_enforces(probed: 
     assert GUARANTEE_TOOL_CHOICE_ENFORCED not in features
 
 
+def test_demo_worker_declares_json_output_and_tools_because_its_probes_pass(
+    probed: Probed,
+) -> None:
+    # The demo model closes grammar-constrained output at once, so the json_object probe
+    # parses and the schema probe validates; the tool-result turn is answered.
+    features = set(probed.features)
+    assert {
+        FEATURE_JSON_OBJECT,
+        FEATURE_JSON_SCHEMA,
+        GUARANTEE_JSON_OUTPUT_ENFORCED,
+        GUARANTEE_JSON_SCHEMA_ENFORCED,
+        FEATURE_TOOLS,
+    } <= features
+    assert not [note for note in probed.notes if "tool-result" in note]
+
+
 @pytest.mark.parametrize(
     "messages",
     [
@@ -138,6 +156,24 @@ def test_forced_tool_choice_is_a_structured_call(runner: JobRunner) -> None:
     assert call["function"]["name"] == "get_weather"
     assert call["id"].startswith("call_")
     assert json.loads(call["function"]["arguments"])["unit"] in ("celsius", "fahrenheit")
+
+
+def test_a_tool_loops_second_turn_with_content_null_is_answered(runner: JobRunner) -> None:
+    # The OpenAI SDK sends the assistant's call back with content None; llama-cpp-python
+    # refuses that with a 500 unless the worker's mapping sends "".
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"unit": "celsius"}'},
+    }
+    messages = [
+        *PROBE_MESSAGES,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "20 degrees"},
+    ]
+    reply = runner.chat_reply(_chat({"messages": messages, "tools": [UNIT_TOOL]}), None)
+    assert reply is not None
+    assert (reply.content, reply.finish_reason, reply.tool_calls) == (DEMO_REPLY, "stop", [])
 
 
 def test_streamed_job_posts_the_demo_reply_through_the_progress_seam(runner: JobRunner) -> None:

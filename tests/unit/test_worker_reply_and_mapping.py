@@ -174,6 +174,33 @@ def test_openai_shaped_backends_get_the_payload_as_it_is() -> None:
     assert (body["reasoning_effort"], body["seed"], body["stream"]) == ("low", 3, True)
 
 
+CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+TOOL_LOOP = [
+    {"role": "user", "content": "go"},
+    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "done"}]},
+    {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+]
+
+
+def test_llama_cpp_python_gets_null_content_as_empty_and_part_lists_joined() -> None:
+    # llama-cpp-python answers 500 to content null beside tool_calls and to a part list on
+    # any role but user (tests/integration/test_llama_cpp_facts.py).
+    body = chat_body(LLAMA_CPP_PYTHON, {"messages": TOOL_LOOP, "tools": [TOOL]}, "m")
+    assert body["messages"] == [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+        {"role": "assistant", "content": "no"},
+    ]
+    assert TOOL_LOOP[1]["content"] is None  # the job's payload is not changed
+
+
+def test_openai_shaped_backends_get_null_content_as_it_is() -> None:
+    body = chat_body(VLLM, {"messages": TOOL_LOOP, "tools": [TOOL]}, "m")
+    assert body["messages"] == TOOL_LOOP
+
+
 def test_single_required_tool_stays_required_on_other_backends() -> None:
     body = chat_body(GENERIC, {"messages": [], "tools": [TOOL], "tool_choice": "required"}, "m")
     assert body["tool_choice"] == "required"
