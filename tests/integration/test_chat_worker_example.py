@@ -28,7 +28,7 @@ from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.integration.chat_flow import chat_async, chat_status
-from tests.support.demo_model import build_demo_gguf
+from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
 
 pytestmark = pytest.mark.integration
 
@@ -69,13 +69,16 @@ def run_check(server: LlamaServer, *options: str) -> subprocess.CompletedProcess
 class ExampleWorker:
     """worker.py as a child process; its output goes to a file read after it stops."""
 
-    def __init__(self, server: LlamaServer, horde: str, api_key: str, log: Path) -> None:
+    def __init__(
+        self, server: LlamaServer, horde: str, api_key: str, log: Path, *options: str
+    ) -> None:
         self.log = log
         command = [
             sys.executable,
             str(EXAMPLE / "worker.py"),
             *("--horde", horde, "--api-key", api_key, "--backend", server.openai_base_url),
             *("--context", str(CONTEXT), "--poll-interval", "0.05", "--name", "example"),
+            *options,
         ]
         with log.open("w") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
@@ -100,27 +103,39 @@ class ExampleWorker:
 
 
 @pytest.fixture
-def example_worker(
+def start_worker(
     server: LlamaServer,
     native_service: NativeService,
     native_client: httpx.Client,
     make_user: Callable[..., MadeUser],
     tmp_path: Path,
-) -> Iterator[ExampleWorker]:
-    owner = make_user("operator")
-    worker = ExampleWorker(server, native_service.url, owner.api_key, tmp_path / "worker.log")
-    try:
+) -> Iterator[Callable[..., ExampleWorker]]:
+    """Starts worker.py with these extra options; returns once it is online (it popped)."""
+    started: list[ExampleWorker] = []
+
+    def start(*options: str) -> ExampleWorker:
+        owner = make_user("operator")
+        log = tmp_path / "worker.log"
+        worker = ExampleWorker(server, native_service.url, owner.api_key, log, *options)
+        started.append(worker)
         waited = threading.Event()
-        for _ in range(POLLS):  # online once it probed and popped
+        for _ in range(POLLS):
             if native_client.get("/workers").json():
-                break
+                return worker
             assert worker.process.poll() is None, worker.output()
             waited.wait(0.05)
-        else:
-            raise AssertionError(f"the example worker never popped:\n{worker.output()}")
-        yield worker
+        raise AssertionError(f"the example worker never popped:\n{worker.output()}")
+
+    try:
+        yield start
     finally:
-        worker.stop()
+        for worker in started:
+            worker.stop()
+
+
+@pytest.fixture
+def example_worker(start_worker: Callable[..., ExampleWorker]) -> ExampleWorker:
+    return start_worker()
 
 
 def wait_done(client: httpx.Client, worker: ExampleWorker, request_id: str) -> dict[str, Any]:
@@ -255,3 +270,36 @@ def test_check_script_reports_the_counters_calibration_features_and_tool_preambl
     assert lines["guarantees it could declare"] == "prompt_overflow_refused"
     assert "prompt_overflow_refused" in json.loads(lines["declaration"])["chat_features"]
     assert lines["plain chat"].startswith(repr(DEMO_REPLY))
+
+
+def test_example_worker_declares_tools_on_the_byte_bound_only_with_the_measured_preamble(
+    server: LlamaServer,
+    start_worker: Callable[..., ExampleWorker],
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    # The guide's order: check.py measures the preamble, worker.py is told it.
+    preamble = json.loads(run_check(server, "--context", str(CONTEXT), "--json").stdout)[
+        "tool_preamble"
+    ]
+    worker = start_worker("--template-overhead", str(preamble))
+    assert "tools" in worker.line("declaration: ")["chat_features"]
+    requester = make_user("requester", kudos=100)
+    body = {
+        "model": MODEL_NAME,
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [UNIT_TOOL],
+        "tool_choice": "required",
+        "horde": {"conformance": "best_effort"},  # tool_choice_enforced is not declared
+    }
+    response = chat_async(native_client, requester.api_key, body)
+    assert response.status_code == 202, response.text
+    status = wait_done(native_client, worker, response.json()["id"])
+
+    (generation,) = status["generations"]
+    assert generation["finish_reason"] == "tool_calls"
+    assert generation["content"] is None
+    (call,) = generation["tool_calls"]
+    assert call["type"] == "function"
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"])["unit"] in ("celsius", "fahrenheit")
