@@ -28,13 +28,13 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from generated.chat import FEATURES, GUARANTEES
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
     DECL_MODEL_ID,
     DECL_PROMPT_JOBS,
 )
+from generated.chat.tables import FEATURES, GUARANTEES
 from runtime.native.accounts.keys import create_user
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction

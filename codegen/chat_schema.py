@@ -2,7 +2,7 @@
 
 Built from spec/chat/ and spec/workers/ for the OpenAPI targets (and the generated route
 table). Both are JSON Schema 2020-12 dicts, OpenAPI-3.1 compatible. They describe the
-shape a client or worker sends; the generated validator (generated/chat/) applies the rules
+shape a client or worker sends; the validator (runtime/contract/) applies the rules
 a schema cannot state (treatments, defaults counted as omitted, tool-history order, strict
 schemas), so a body that passes these schemas may still be refused with a clear error.
 """

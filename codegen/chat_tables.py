@@ -151,3 +151,32 @@ def reply_keys(spec: Spec) -> list[str]:
 
 def finish_reasons(spec: Spec) -> list[str]:
     return list(spec[REPLY_FILE]["finish_reasons"])
+
+
+def _string_enum(schema: Any) -> list[str]:
+    """The string values of a schema's enum, also inside anyOf."""
+    if not isinstance(schema, dict):
+        return []
+    values = [v for v in schema.get("enum", []) if isinstance(v, str)]
+    for sub in schema.get("anyOf", []):
+        values += _string_enum(sub)
+    return values
+
+
+def enum_values(spec: Spec) -> list[tuple[str, str]]:
+    """(constant, value) for each string enum value of a parameter or a horde key:
+    ``TOOL_CHOICE_AUTO = 'auto'``, ``CONFORMANCE_STRICT = 'strict'``."""
+    keyed = [
+        *((n, p["schema"]) for n, p in spec[PARAMETERS_FILE]["parameters"].items()),
+        *((k, v["schema"]) for k, v in spec[HORDE_FILE]["keys"].items()),
+    ]
+    out = [
+        (f"{key}_{value}".upper().replace("-", "_"), value)
+        for key, schema in keyed
+        for value in _string_enum(schema)
+    ]
+    consts = [c for c, _ in out]
+    clashes = sorted({c for c in consts if consts.count(c) > 1 or not c.isidentifier()})
+    if clashes:
+        raise ValueError(f"enum value constants clash or are not identifiers: {clashes}")
+    return out

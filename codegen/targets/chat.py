@@ -1,4 +1,9 @@
-"""spec/chat/ + spec/workers/ -> generated/chat/ (validator, sampling, tables, names, ...)."""
+"""spec/chat/ + spec/workers/ -> generated/chat/: the tables and the name constants.
+
+Only what the spec decides is generated; the logic that reads it is hand-written in
+runtime/contract/. Before rendering, the spec is checked against what that engine
+implements (codegen/engine_check.py), so a name it has no code for is refused here.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,9 @@ import pprint
 from typing import Any
 
 from codegen import chat_tables
+from codegen.engine_check import check_engine
 from codegen.render import Output, render
 from codegen.spec import Spec
-
-# Modules whose logic lives in the template; each imports the tables module.
-LOGIC_MODULES = (
-    "checks",
-    "messages",
-    "tools",
-    "validator",
-    "requirements",
-    "declaration",
-    "sampling",
-    "__init__",
-)
 
 
 def _literal(value: Any) -> str:
@@ -50,6 +44,7 @@ def tables_context(spec: Spec) -> dict[str, str]:
 
 
 def build(spec: Spec) -> list[Output]:
+    check_engine(spec)
     sources = spec.sources(*chat_tables.ALL_FILES)
     tables = tables_context(spec)
     outputs = [
@@ -67,9 +62,9 @@ def build(spec: Spec) -> list[Output]:
         "response_format_types": list(chat_tables.messages(spec)["response_format_types"]),
         "reply_keys": chat_tables.reply_keys(spec),
         "finish_reasons": chat_tables.finish_reasons(spec),
+        "enum_values": chat_tables.enum_values(spec),
     }
     names_sources = spec.sources(*chat_tables.ALL_FILES, chat_tables.REPLY_FILE)
     outputs.append(render("chat/names.py.j2", names_sources, "chat/names.py", **names))
-    for module in LOGIC_MODULES:
-        outputs.append(render(f"chat/{module}.py.j2", sources, f"chat/{module}.py"))
+    outputs.append(render("chat/__init__.py.j2", sources, "chat/__init__.py"))
     return outputs

@@ -1,9 +1,9 @@
-"""spec/chat/{pricing,verification,conversation}.yaml -> generated/chat/ reply-side modules.
+"""spec/chat/{pricing,verification,conversation}.yaml -> generated/chat/tables_reply.py.
 
-The functions the native API calls around a chat job: the flattened prompt column and
-context_fit (conversation.py), the job payload and the operation fingerprint (dispatch.py),
-reply verification (verification.py) and the output-estimate price (pricing.py), with their
-tables in tables_reply.py and a Markdown reference in docs/verification.md.
+The tables the reply-side engine reads (runtime/contract/: conversation, dispatch,
+verification, pricing): the flattened prompt and context_fit, the fingerprint, the
+verification rules and the price, with a Markdown reference in docs/verification.md. Which
+rules, parts and modes the engine implements is checked in codegen/engine_check.py.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ from __future__ import annotations
 import pprint
 from typing import Any
 
-from codegen import chat_tables
-from codegen.errors import SpecError, SpecErrors
 from codegen.render import Output, render
 from codegen.spec import Spec
 
@@ -20,28 +18,6 @@ PRICING_FILE = "chat/pricing.yaml"
 VERIFICATION_FILE = "chat/verification.yaml"
 CONVERSATION_FILE = "chat/conversation.yaml"
 REPLY_FILES = (PRICING_FILE, VERIFICATION_FILE, CONVERSATION_FILE)
-
-LOGIC_MODULES = ("conversation", "dispatch", "verification", "pricing")
-# Content part types conversation.py.j2 knows how to flatten.
-FLATTENED_PARTS = ("text", "image_url", "refusal")
-
-
-def check_flattened_parts(spec: Spec) -> None:
-    """Refuse a content part type flatten_messages has no rendering for."""
-    parts = spec[chat_tables.MESSAGES_FILE]["content_parts"]
-    unknown = [p for p in parts if p not in FLATTENED_PARTS]
-    if unknown:
-        raise SpecErrors(
-            [
-                SpecError(
-                    f"spec/{chat_tables.MESSAGES_FILE}",
-                    f"content_parts.{unknown[0]}",
-                    "flatten_messages has no rendering for this part type",
-                    "add one to _PARTS in codegen/templates/chat/conversation.py.j2 and to "
-                    "FLATTENED_PARTS in codegen/targets/chat_reply.py",
-                )
-            ]
-        )
 
 
 def _literal(value: Any) -> str:
@@ -74,8 +50,6 @@ def tables(spec: Spec) -> dict[str, Any]:
 
 
 def build(spec: Spec) -> list[Output]:
-    check_flattened_parts(spec)
-    sources = spec.sources(*REPLY_FILES, *chat_tables.ALL_FILES)
     raw = tables(spec)
     outputs = [
         render(
@@ -85,7 +59,6 @@ def build(spec: Spec) -> list[Output]:
             **{k: _literal(v) for k, v in raw.items()},
         )
     ]
-    outputs += [render(f"chat/{name}.py.j2", sources, f"chat/{name}.py") for name in LOGIC_MODULES]
     outputs.append(
         render(
             "docs_verification.md.j2",

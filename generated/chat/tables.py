@@ -2,7 +2,7 @@
 """The chat contract's tables, inlined from spec/chat/ and spec/workers/.
 
 Split by subject into tables_request, tables_messages and tables_workers; this module
-gathers them. Runtime code imports names from ``generated.chat`` rather than from here.
+gathers them for the engine in runtime/contract/.
 """
 
 from __future__ import annotations

@@ -7,72 +7,105 @@ from typing import Any
 
 # Roles: content rules, kept keys (others are dropped), refused keys, the role sent to the
 # worker, and the features a message of the role requires.
-ROLES: dict[str, dict[str, Any]] = {'system': {'content': {'required': True, 'nullable': False, 'parts': ['text']},
-            'keys': {'name': {'type': 'string'}},
-            'required_keys': [],
-            'refused_keys': {},
-            'sent_as': 'system',
-            'requires': [],
-            'requires_when_key': {}},
- 'developer': {'content': {'required': True, 'nullable': False, 'parts': ['text']},
-               'keys': {'name': {'type': 'string'}},
-               'required_keys': [],
-               'refused_keys': {},
-               'sent_as': 'system',
-               'requires': [],
-               'requires_when_key': {}},
- 'user': {'content': {'required': True, 'nullable': False, 'parts': ['text', 'image_url']},
-          'keys': {'name': {'type': 'string'}},
-          'required_keys': [],
-          'refused_keys': {},
-          'sent_as': 'user',
-          'requires': [],
-          'requires_when_key': {}},
- 'assistant': {'content': {'required': False, 'nullable': True, 'parts': ['text', 'refusal']},
-               'keys': {'name': {'type': 'string'},
-                        'refusal': {'type': ['string', 'null']},
-                        'tool_calls': {'type': 'array'}},
-               'required_keys': [],
-               'refused_keys': {'audio': 'Audio replies are not served; send the transcript as '
-                                         'content.',
-                                'function_call': 'The deprecated function_call is not served; '
-                                                 'send tool_calls.'},
-               'sent_as': 'assistant',
-               'requires': [],
-               'requires_when_key': {'tool_calls': 'tools'}},
- 'tool': {'content': {'required': True, 'nullable': False, 'parts': ['text']},
-          'keys': {'tool_call_id': {'type': 'string', 'minLength': 1}},
-          'required_keys': ['tool_call_id'],
-          'refused_keys': {},
-          'sent_as': 'tool',
-          'requires': ['tools'],
-          'requires_when_key': {}}}
-REFUSED_ROLES: dict[str, str] = {'function': 'The function role is deprecated; send tool messages answering tool_calls.'}
-CONTENT_PARTS: dict[str, dict[str, Any]] = {'text': {'keys': {'text': {'type': 'string'}}, 'requires': []},
- 'image_url': {'keys': {'image_url': {'type': 'object',
-                                      'required': ['url'],
-                                      'properties': {'url': {'type': 'string',
-                                                             'minLength': 1,
-                                                             'pattern': '^(https?:|data:image/)'},
-                                                     'detail': {'enum': ['auto',
-                                                                         'low',
-                                                                         'high']}}}},
-               'requires': ['vision']},
- 'refusal': {'keys': {'refusal': {'type': 'string'}}, 'requires': []}}
-REFUSED_PARTS: dict[str, str] = {'input_audio': 'Horde workers take text and images only.',
- 'file': 'Horde workers take text and images only; send the text, or images as image_url.'}
-TOOL_FUNCTION_KEYS: dict[str, dict[str, Any]] = {'name': {'type': 'string', 'pattern': '^[a-zA-Z0-9_-]{1,64}$'},
- 'description': {'type': 'string'},
- 'parameters': {'type': 'object'},
- 'strict': {'type': ['boolean', 'null']}}
-TOOL_CHOICE_FUNCTION_KEYS: dict[str, dict[str, Any]] = {'name': {'type': 'string', 'minLength': 1}}
-RESPONSE_FORMAT_TYPES: dict[str, dict[str, Any]] = {'text': {},
- 'json_object': {},
- 'json_schema': {'json_schema': {'type': 'object',
-                                 'required': ['name'],
-                                 'additionalProperties': False,
-                                 'properties': {'name': {'type': 'string',
-                                                         'pattern': '^[a-zA-Z0-9_-]{1,64}$'},
-                                                'description': {'type': 'string'},
-                                                'schema': {'type': 'object'},
-                                                'strict': {'type': ['boolean', 'null']}}}}}
+ROLES: dict[str, dict[str, Any]] = {
+    "system": {
+        "content": {"required": True, "nullable": False, "parts": ["text"]},
+        "keys": {"name": {"type": "string"}},
+        "required_keys": [],
+        "refused_keys": {},
+        "sent_as": "system",
+        "requires": [],
+        "requires_when_key": {},
+    },
+    "developer": {
+        "content": {"required": True, "nullable": False, "parts": ["text"]},
+        "keys": {"name": {"type": "string"}},
+        "required_keys": [],
+        "refused_keys": {},
+        "sent_as": "system",
+        "requires": [],
+        "requires_when_key": {},
+    },
+    "user": {
+        "content": {"required": True, "nullable": False, "parts": ["text", "image_url"]},
+        "keys": {"name": {"type": "string"}},
+        "required_keys": [],
+        "refused_keys": {},
+        "sent_as": "user",
+        "requires": [],
+        "requires_when_key": {},
+    },
+    "assistant": {
+        "content": {"required": False, "nullable": True, "parts": ["text", "refusal"]},
+        "keys": {
+            "name": {"type": "string"},
+            "refusal": {"type": ["string", "null"]},
+            "tool_calls": {"type": "array"},
+        },
+        "required_keys": [],
+        "refused_keys": {
+            "audio": "Audio replies are not served; send the transcript as content.",
+            "function_call": "The deprecated function_call is not served; send tool_calls.",
+        },
+        "sent_as": "assistant",
+        "requires": [],
+        "requires_when_key": {"tool_calls": "tools"},
+    },
+    "tool": {
+        "content": {"required": True, "nullable": False, "parts": ["text"]},
+        "keys": {"tool_call_id": {"type": "string", "minLength": 1}},
+        "required_keys": ["tool_call_id"],
+        "refused_keys": {},
+        "sent_as": "tool",
+        "requires": ["tools"],
+        "requires_when_key": {},
+    },
+}
+REFUSED_ROLES: dict[str, str] = {
+    "function": "The function role is deprecated; send tool messages answering tool_calls."
+}
+CONTENT_PARTS: dict[str, dict[str, Any]] = {
+    "text": {"keys": {"text": {"type": "string"}}, "requires": []},
+    "image_url": {
+        "keys": {
+            "image_url": {
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": {"type": "string", "minLength": 1, "pattern": "^(https?:|data:image/)"},
+                    "detail": {"enum": ["auto", "low", "high"]},
+                },
+            }
+        },
+        "requires": ["vision"],
+    },
+    "refusal": {"keys": {"refusal": {"type": "string"}}, "requires": []},
+}
+REFUSED_PARTS: dict[str, str] = {
+    "input_audio": "Horde workers take text and images only.",
+    "file": "Horde workers take text and images only; send the text, or images as image_url.",
+}
+TOOL_FUNCTION_KEYS: dict[str, dict[str, Any]] = {
+    "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+    "description": {"type": "string"},
+    "parameters": {"type": "object"},
+    "strict": {"type": ["boolean", "null"]},
+}
+TOOL_CHOICE_FUNCTION_KEYS: dict[str, dict[str, Any]] = {"name": {"type": "string", "minLength": 1}}
+RESPONSE_FORMAT_TYPES: dict[str, dict[str, Any]] = {
+    "text": {},
+    "json_object": {},
+    "json_schema": {
+        "json_schema": {
+            "type": "object",
+            "required": ["name"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+                "description": {"type": "string"},
+                "schema": {"type": "object"},
+                "strict": {"type": ["boolean", "null"]},
+            },
+        }
+    },
+}

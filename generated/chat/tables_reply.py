@@ -6,44 +6,60 @@ from __future__ import annotations
 from typing import Any
 
 # Pricing by the text output estimate (spec/chat/pricing.yaml).
-CHARGE_BASIS: str = 'output_estimate'
+CHARGE_BASIS: str = "output_estimate"
 PRICING_CHARS_PER_TOKEN: int = 4
 PRICING_FLOOR_TOKENS: int = 20
-PRICING_COUNTED: tuple[str, ...] = tuple(['content', 'reasoning_content', 'tool_call_name', 'tool_call_arguments'])
+PRICING_COUNTED: tuple[str, ...] = tuple(
+    ["content", "reasoning_content", "tool_call_name", "tool_call_arguments"]
+)
 
 # Reply verification (spec/chat/verification.yaml): rule -> modes and detail template.
-VERIFICATION_RULES: dict[str, dict[str, Any]] = {'tool_call_under_none': {'modes': ('strict',),
-                          'message': 'tool_choice is none but the reply calls {names}'},
- 'missing_tool_call': {'modes': ('strict',),
-                       'message': 'tool_choice {choice} forces a call but the reply makes '
-                                  'none'},
- 'other_function_called': {'modes': ('strict',),
-                           'message': 'tool_choice names {expected} but the reply calls '
-                                      '{names}'},
- 'content_not_json': {'modes': ('strict',),
-                      'message': 'response_format {format} asks for JSON but the content is '
-                                 'not {expected}: {problem}'},
- 'schema_mismatch': {'modes': ('strict',),
-                     'message': 'the content does not match the strict json_schema {name}: '
-                                '{problem} at {where}'},
- 'unknown_function': {'modes': ('strict', 'best_effort'),
-                      'message': "the reply calls {names}, which the request's tools do not "
-                                 'define'},
- 'duplicate_call_id': {'modes': ('strict', 'best_effort'),
-                       'message': 'two tool calls share the id {call_id}'}}
-VERIFICATION_REDUCTIONS: dict[str, dict[str, Any]] = {'single_tool_call': {'modes': ('strict',)}}
-CONTENT_EXEMPT_FINISH_REASONS: tuple[str, ...] = ('length', 'content_filter')
+VERIFICATION_RULES: dict[str, dict[str, Any]] = {
+    "tool_call_under_none": {
+        "modes": ("strict",),
+        "message": "tool_choice is none but the reply calls {names}",
+    },
+    "missing_tool_call": {
+        "modes": ("strict",),
+        "message": "tool_choice {choice} forces a call but the reply makes none",
+    },
+    "other_function_called": {
+        "modes": ("strict",),
+        "message": "tool_choice names {expected} but the reply calls {names}",
+    },
+    "content_not_json": {
+        "modes": ("strict",),
+        "message": "response_format {format} asks for JSON but the content is "
+        "not {expected}: {problem}",
+    },
+    "schema_mismatch": {
+        "modes": ("strict",),
+        "message": "the content does not match the strict json_schema {name}: {problem} at {where}",
+    },
+    "unknown_function": {
+        "modes": ("strict", "best_effort"),
+        "message": "the reply calls {names}, which the request's tools do not define",
+    },
+    "duplicate_call_id": {
+        "modes": ("strict", "best_effort"),
+        "message": "two tool calls share the id {call_id}",
+    },
+}
+VERIFICATION_REDUCTIONS: dict[str, dict[str, Any]] = {"single_tool_call": {"modes": ("strict",)}}
+CONTENT_EXEMPT_FINISH_REASONS: tuple[str, ...] = ("length", "content_filter")
 
 # The flattened conversation and context_fit (spec/chat/conversation.yaml).
-FLATTEN: dict[str, str] = {'message_separator': '\n',
- 'part_separator': ' ',
- 'line': '{label}: {body}',
- 'label_with_name': '{role} ({name})',
- 'label_tool': '{role} ({tool_call_id})',
- 'image_inline': '[image]',
- 'image_url': '[image {url}]',
- 'refusal': '[refusal] {refusal}',
- 'tool_call': '[tool call {id}: {name} {arguments}]'}
-CONTEXT_FIT_KEPT_ROLES: tuple[str, ...] = ('system', 'developer')
-CONTEXT_FIT_TURN_ROLE: str = 'user'
-FINGERPRINT: dict[str, Any] = {'algorithm': 'sha256', 'version': 1, 'set_valued': ['models']}
+FLATTEN: dict[str, str] = {
+    "message_separator": "\n",
+    "part_separator": " ",
+    "line": "{label}: {body}",
+    "label_with_name": "{role} ({name})",
+    "label_tool": "{role} ({tool_call_id})",
+    "image_inline": "[image]",
+    "image_url": "[image {url}]",
+    "refusal": "[refusal] {refusal}",
+    "tool_call": "[tool call {id}: {name} {arguments}]",
+}
+CONTEXT_FIT_KEPT_ROLES: tuple[str, ...] = ("system", "developer")
+CONTEXT_FIT_TURN_ROLE: str = "user"
+FINGERPRINT: dict[str, Any] = {"algorithm": "sha256", "version": 1, "set_valued": ["models"]}

@@ -19,7 +19,6 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-from generated.chat import drop_front_defaults, horde_option, validate_chat_request
 from generated.chat.names import HORDE_DRY_RUN
 from generated.errors import (
     BodyReadTimeout,
@@ -32,6 +31,7 @@ from generated.errors import (
 )
 from generated.routes import HEADER_AUTHORIZATION
 from generated.wire import ANONYMOUS_API_KEY
+from runtime.contract.validator import drop_front_defaults, horde_option, validate_chat_request
 
 BEARER = "bearer "
 

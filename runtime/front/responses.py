@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from generated.chat import CHARS_PER_TOKEN_ESTIMATE, horde_option
 from generated.chat.names import (
     FINISH_CONTENT_FILTER,
     FINISH_STOP,
@@ -23,9 +22,11 @@ from generated.chat.names import (
     REPLY_CONTENT,
     REPLY_TOOL_CALLS,
 )
+from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE
 from generated.wire import ANSWERING_STATES, STATE_CENSORED
 from generated.wire.front import ChatCompletion, ResponseMessage, Usage, XHorde
 from generated.wire.native import ChatGeneration, ChatStatus
+from runtime.contract.validator import horde_option
 
 COMPLETION_ID_PREFIX = "chatcmpl-"
 OBJECT_COMPLETION: Final = "chat.completion"

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from generated.chat import horde_option
 from generated.chat.names import HORDE_AVAILABILITY_MODE
 from generated.errors import (
     ChatRequestFaulted,
@@ -36,6 +35,7 @@ from generated.errors import (
     StreamDiverged,
 )
 from generated.wire.native import ChatStatus
+from runtime.contract.validator import horde_option
 from runtime.front.native_client import NativeClient, RequestGone
 from runtime.front.responses import Reply
 from runtime.front.signals import SignalHub

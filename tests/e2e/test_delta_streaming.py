@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated import streaming as S
-from generated.chat import output_estimate
+from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.progress.protocol import posted_text

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from generated.chat import FEATURES, GUARANTEES, output_estimate
 from generated.chat.names import (
     FEATURE_REASONING,
     HORDE_CONFORMANCE,
@@ -21,8 +20,9 @@ from generated.chat.names import (
     ROLE_DEVELOPER,
     ROLE_SYSTEM,
 )
-from generated.chat.tables import PARAMETERS, SAMPLING_DEFAULTS
+from generated.chat.tables import FEATURES, GUARANTEES, PARAMETERS, SAMPLING_DEFAULTS
 from generated.signals import chat_channel, parse_chat_event
+from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from tests.integration.chat_flow import (
     MODEL,

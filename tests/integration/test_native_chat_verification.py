@@ -9,7 +9,6 @@ import time
 import pytest
 from redis import Redis
 
-from generated.chat import FEATURES, GUARANTEES
 from generated.chat.names import (
     HORDE_CONFORMANCE,
     PARAM_PARALLEL_TOOL_CALLS,
@@ -17,6 +16,7 @@ from generated.chat.names import (
     PARAM_TOOL_CHOICE,
     PARAM_TOOLS,
 )
+from generated.chat.tables import FEATURES, GUARANTEES
 from generated.signals import chat_channel, parse_chat_event
 from tests.integration.chat_flow import (
     chat_async,

@@ -16,7 +16,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from generated import streaming as S
-from generated.chat import FEATURES, GUARANTEES, output_estimate
+from generated.chat.tables import FEATURES, GUARANTEES
+from runtime.contract.pricing import output_estimate
 from runtime.front.progress_stream import relay
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import WaitingPrompt

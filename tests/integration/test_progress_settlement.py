@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from generated.chat import output_estimate
 from generated.streaming import STREAMED_REPLY_PART
+from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.accounts.keys import hash_key
 from runtime.native.db.tables import Generation, Worker

@@ -20,7 +20,6 @@ from typing import Any, Self
 
 import httpx
 
-from generated.chat import FEATURES, GUARANTEES
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -28,6 +27,7 @@ from generated.chat.names import (
     DECL_MODEL_ID,
     DECL_PROMPT_JOBS,
 )
+from generated.chat.tables import FEATURES, GUARANTEES
 
 Respond = Callable[[dict[str, Any]], dict[str, Any] | None]
 POP_INTERVAL = 0.05

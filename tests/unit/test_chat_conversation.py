@@ -11,15 +11,11 @@ import pytest
 from codegen.errors import SpecErrors
 from codegen.spec import SPEC_ROOT, load_spec
 from codegen.targets import chat_reply
-from generated.chat import (
-    CHARS_PER_TOKEN_ESTIMATE,
-    flatten_messages,
-    operation_fingerprint,
-    truncate_oldest,
-    validate_chat_request,
-)
-from generated.chat.tables import CONTENT_PARTS
+from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE, CONTENT_PARTS
 from generated.errors import NoWorkerSupportsLimit
+from runtime.contract.conversation import flatten_messages, truncate_oldest
+from runtime.contract.dispatch import operation_fingerprint
+from runtime.contract.validator import validate_chat_request
 
 CPT = CHARS_PER_TOKEN_ESTIMATE
 IMAGE = "data:image/png;base64," + "QUJD" * 500

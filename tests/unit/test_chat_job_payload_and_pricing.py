@@ -8,15 +8,12 @@ from typing import Any
 import pytest
 
 from codegen.spec import load_spec
-from generated.chat import (
-    CHARGE_BASIS,
-    SAMPLING_DEFAULTS,
-    chat_job_payload,
-    output_estimate,
-    parse_worker_declaration,
-    reply_text,
-    validate_chat_request,
-)
+from generated.chat.tables import SAMPLING_DEFAULTS
+from generated.chat.tables_reply import CHARGE_BASIS
+from runtime.contract.declaration import parse_worker_declaration
+from runtime.contract.dispatch import chat_job_payload
+from runtime.contract.pricing import output_estimate, reply_text
+from runtime.contract.validator import validate_chat_request
 
 PRICING = load_spec()["chat/pricing.yaml"]
 PER_TOKEN, FLOOR = PRICING["chars_per_token"], PRICING["floor_tokens"]

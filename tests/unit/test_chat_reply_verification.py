@@ -11,8 +11,9 @@ import pytest
 
 from codegen.errors import SpecErrors
 from codegen.spec import SPEC_ROOT, load_spec
-from generated.chat import validate_chat_request, verify_chat_reply
 from generated.errors import ChatReplyRejected
+from runtime.contract.validator import validate_chat_request
+from runtime.contract.verification import verify_chat_reply
 
 STRICT, BEST_EFFORT = "strict", "best_effort"
 MODES = (STRICT, BEST_EFFORT)

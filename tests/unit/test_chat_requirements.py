@@ -6,23 +6,22 @@ from typing import Any
 
 import pytest
 
-from generated.chat import (
-    SAMPLING_DEFAULTS,
-    declaration_covers,
-    messages_for_worker,
-    parse_worker_declaration,
-    pool_gap,
-    required_chat_features,
-    required_chat_limits,
-    sampling_payload,
-    tools_for_worker,
-    validate_chat_request,
-)
+from generated.chat.tables import SAMPLING_DEFAULTS
 from generated.errors import (
     InvalidChatDeclaration,
     NoWorkerSupportsFeatures,
     NoWorkerSupportsLimit,
 )
+from runtime.contract.declaration import parse_worker_declaration
+from runtime.contract.messages import messages_for_worker
+from runtime.contract.requirements import (
+    declaration_covers,
+    pool_gap,
+    required_chat_features,
+    required_chat_limits,
+)
+from runtime.contract.sampling import sampling_payload, tools_for_worker
+from runtime.contract.validator import validate_chat_request
 
 USER = {"role": "user", "content": "x" * 300}
 TOOL = {"type": "function", "function": {"name": "get"}}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from generated.chat import FRONT_DEFAULT_DROPS, drop_front_defaults, validate_chat_request
+from generated.chat.tables import FRONT_DEFAULT_DROPS
 from generated.errors import (
     HordeError,
     InvalidChatParameter,
@@ -20,6 +20,7 @@ from generated.errors import (
     UnansweredToolCalls,
     UnsupportedChatParameter,
 )
+from runtime.contract.validator import drop_front_defaults, validate_chat_request
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "get", "parameters": {"type": "object"}}}

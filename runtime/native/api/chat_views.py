@@ -1,7 +1,7 @@
 """Requester views of chat requests: submit, read the status, cancel.
 
-The body goes through ``generated.chat.validate_chat_request`` (the precise refusals: an
-unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
+The body goes through ``runtime.contract.validator.validate_chat_request`` (the precise
+refusals: an unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
 (``generated.routes.validate_body``); headers through ``validate_headers``. Image parts are
 taken in before the transaction (fetched, checked, stored as JPEG; a bad one is 400 with
 nothing queued), and every object the committed row does not own is deleted again (a
@@ -17,7 +17,6 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from generated.chat import validate_chat_request
 from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
@@ -25,6 +24,7 @@ from generated.routes import (
     validate_body,
 )
 from generated.signals import CHAT_EVENT_CANCELLED
+from runtime.contract.validator import validate_chat_request
 from runtime.native.accounts.keys import user_for_key
 from runtime.native.api.body import checked_headers, parse_json
 from runtime.native.api.context import native

@@ -1,6 +1,6 @@
 """Worker views: pop a job (text, or chat with a chat declaration), submit its result.
 
-A chat job's payload is the narrowed chat payload (``generated.chat.chat_job_payload``),
+A chat job's payload is the narrowed chat payload (``runtime.contract.dispatch.chat_job_payload``),
 never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
 landed generation or an ended request publishes the completion signal after the commit.
 
@@ -22,13 +22,14 @@ from typing import Any
 
 from flask import Response, jsonify, request
 
-from generated.chat import chat_job_payload, parse_worker_declaration
 from generated.chat.names import REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION
 from generated.streaming import streams_deltas
 from generated.wire import STATE_FAULTED
+from runtime.contract.declaration import parse_worker_declaration
+from runtime.contract.dispatch import chat_job_payload
 from runtime.native.accounts.keys import hash_key, worker_owner_for_key
 from runtime.native.api.body import checked_headers, int64, json_body
 from runtime.native.api.context import native

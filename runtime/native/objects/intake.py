@@ -19,9 +19,8 @@ from typing import Any
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from generated.chat import LIMITS
-from generated.chat.messages import image_parts
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES, PARAM_MESSAGES
+from generated.chat.tables import LIMITS
 from generated.errors import ImageValidationFailed
 from generated.storage import (
     IMAGE_URL_KEY,
@@ -32,6 +31,7 @@ from generated.storage import (
     PART_IMAGE,
     REFERENCE_PREFIX,
 )
+from runtime.contract.messages import image_parts
 from runtime.native.objects.fetch import FetchPolicy, FetchRefused, fetch_public
 from runtime.stores.objects import JPEG, ObjectStore, new_key
 

@@ -22,10 +22,10 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from generated.chat.messages import messages_for_worker
 from generated.chat.names import DECL_IMAGE_TRANSPORTS, PARAM_MESSAGES
 from generated.storage import TRANSPORT_MESSAGES_URL
 from runtime.config import Settings
+from runtime.contract.messages import messages_for_worker
 from runtime.native.db.tables import OWNS_OBJECTS, WaitingPrompt
 from runtime.native.objects.fetch import FetchPolicy
 from runtime.native.objects.intake import IntakePolicy, IntakeResult, reference, take_in_images

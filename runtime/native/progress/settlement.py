@@ -25,9 +25,10 @@ from redis import Redis
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from generated.chat import CHARGE_BASIS, output_estimate
+from generated.chat.tables_reply import CHARGE_BASIS
 from generated.streaming import STREAMED_REPLY_PART
 from generated.wire import STATE_OK
+from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import mark_cancelled, posted_text

@@ -1,10 +1,11 @@
 """A worker's structured chat submit: verified, stored once, charged on the output estimate.
 
 The reply (content, reasoning_content, tool_calls, finish_reason) is checked by
-``generated.chat.verify_chat_reply`` against the stored request (the client's values). A
-refusal faults the job on that worker exactly like a submit with state faulted: it counts
-toward the request's fault limit and the request goes back to the queue until then. The
-caller commits that fault and then answers with the refusal (400 ChatReplyRejected).
+``runtime.contract.verification.verify_chat_reply`` against the stored request (the
+client's values). A refusal faults the job on that worker exactly like a submit with state
+faulted: it counts toward the request's fault limit and the request goes back to the queue
+until then. The caller commits that fault and then answers with the refusal (400
+ChatReplyRejected).
 
 A kept reply is claimed with the same compare-and-set as a text submit, charged and
 rewarded through the text formula on ``output_estimate`` (never on the reported counts,
@@ -22,7 +23,6 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from generated.chat import CHARGE_BASIS, output_estimate, reply_text, verify_chat_reply
 from generated.chat.names import (
     FINISH_STOP,
     FINISH_TOOL_CALLS,
@@ -31,9 +31,12 @@ from generated.chat.names import (
     REPLY_REASONING_CONTENT,
     REPLY_TOOL_CALLS,
 )
+from generated.chat.tables_reply import CHARGE_BASIS
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
+from runtime.contract.pricing import output_estimate, reply_text
+from runtime.contract.verification import verify_chat_reply
 from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import FAULTED, fault_job, land_job, load_job

@@ -30,7 +30,6 @@ from sqlalchemy import ColumnElement, Numeric, and_, cast, false, literal, or_, 
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
-from generated.chat import declaration_covers
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -40,6 +39,7 @@ from generated.chat.names import (
     LIMIT_MAX_IMAGES,
 )
 from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
+from runtime.contract.requirements import declaration_covers
 from runtime.native.db.tables import WaitingPrompt, Worker
 
 

@@ -1,7 +1,7 @@
 """Chat requests: admission against the online pool, then a text request row with is_chat.
 
 ``create_chat_request`` takes a request already normalised by
-``generated.chat.validate_chat_request`` and, in the caller's transaction (the user row
+``runtime.contract.validator.validate_chat_request`` and, in the caller's transaction (the user row
 locked FOR UPDATE), in this order:
 
 1. an operation key already used by the user returns its request (same id, same kudos), or
@@ -32,12 +32,6 @@ from sqlalchemy import or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from generated.chat import (
-    flatten_messages,
-    horde_option,
-    operation_fingerprint,
-    requested_models,
-)
 from generated.chat.names import (
     DECL_MODEL_ID,
     HORDE_CONFORMANCE,
@@ -58,6 +52,9 @@ from generated.errors import (
     NoEligibleWorker,
     OperationKeyMismatch,
 )
+from runtime.contract.conversation import flatten_messages
+from runtime.contract.dispatch import operation_fingerprint
+from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects

@@ -15,16 +15,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from generated.chat import (
-    CHARS_PER_TOKEN_ESTIMATE,
-    horde_option,
-    output_tokens,
-    pool_gap,
-    required_chat_features,
-    required_chat_limits,
-    truncate_oldest,
-)
-from generated.chat.messages import text_chars
 from generated.chat.names import (
     DECL_CHAT_LIMITS,
     HORDE_CONTEXT_FIT,
@@ -34,8 +24,12 @@ from generated.chat.names import (
     PARAM_MAX_TOKENS,
     PARAM_MESSAGES,
 )
-from generated.chat.tables import HORDE_KEYS
+from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE
 from generated.routes import DEFS
+from runtime.contract.conversation import CONTEXT_FIT, Fit
+from runtime.contract.messages import text_chars
+from runtime.contract.requirements import pool_gap, required_chat_features, required_chat_limits
+from runtime.contract.validator import horde_option, output_tokens
 
 _TEXT_PARAMS = DEFS["native"]["TextParams"]["properties"]
 TEXT_DEFAULT_MAX_LENGTH: int = _TEXT_PARAMS["max_length"]["default"]
@@ -70,14 +64,14 @@ def _lower_output(request: dict[str, Any], to: int) -> dict[str, Any]:
     return work
 
 
-def _truncated(work: dict[str, Any], declarations: list[dict[str, Any]]) -> dict[str, Any]:
+def _fitted(work: dict[str, Any], declarations: list[dict[str, Any]], fit: Fit) -> dict[str, Any]:
     largest = largest_declared(declarations, LIMIT_MAX_CONTEXT_LENGTH)
     needed = required_chat_limits(work)[LIMIT_MAX_CONTEXT_LENGTH]
     if largest is None or needed <= largest:
         return work
     messages = work[PARAM_MESSAGES]
     reserved = needed - math.ceil(text_chars(messages) / CHARS_PER_TOKEN_ESTIMATE)
-    kept = truncate_oldest(messages, int(largest), reserved_tokens=max(0, int(reserved)))
+    kept = fit(messages, int(largest), reserved_tokens=max(0, int(reserved)))
     return {**work, PARAM_MESSAGES: kept}
 
 
@@ -98,8 +92,9 @@ def plan_chat_request(
     if wanted is not None and largest_length is not None and wanted > largest_length:
         lowered = int(largest_length)
         work = _lower_output(work, lowered)
-    if horde_option(request, HORDE_CONTEXT_FIT) != HORDE_KEYS[HORDE_CONTEXT_FIT]["default"]:
-        work = _truncated(work, declarations)
+    fit = CONTEXT_FIT[horde_option(request, HORDE_CONTEXT_FIT)]
+    if fit is not None:
+        work = _fitted(work, declarations, fit)
     required = required_chat_features(work)
     limits = {**required_chat_limits(work), **(measured or {})}
     gap = pool_gap(declarations, required, limits)

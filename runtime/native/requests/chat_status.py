@@ -17,15 +17,16 @@ from typing import cast
 from sqlalchemy import ColumnElement, and_, false, or_
 from sqlalchemy.orm import Session
 
-from generated.chat import CHARGE_BASIS, pool_gap
 from generated.chat.names import (
     REPLY_CONTENT,
     REPLY_FINISH_REASON,
     REPLY_REASONING_CONTENT,
     REPLY_TOOL_CALLS,
 )
+from generated.chat.tables_reply import CHARGE_BASIS
 from generated.wire import DEFAULT_STATE
 from generated.wire.native import ChatGeneration, ChatStatus, ExceededLimit, ReportedUsage
+from runtime.contract.requirements import pool_gap
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.queue.fit import (
     chat_queue_filters,

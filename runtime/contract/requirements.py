@@ -10,49 +10,87 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from generated.chat.messages import image_parts, text_chars
+from generated.chat.names import (
+    CONFORMANCE_BEST_EFFORT,
+    CONFORMANCE_STRICT,
+    DECL_CHAT_FEATURES,
+    DECL_CHAT_LIMITS,
+    HORDE_CONFORMANCE,
+    LIMIT_MAX_CONTEXT_LENGTH,
+    LIMIT_MAX_IMAGE_BYTES,
+    LIMIT_MAX_IMAGES,
+    LIMIT_MAX_LENGTH,
+    LIMIT_MAX_TOOLS,
+    LIMIT_TOOLS_MAX_TEMPERATURE,
+    PARAM_MESSAGES,
+    PARAM_RESPONSE_FORMAT,
+    PARAM_TEMPERATURE,
+    PARAM_TOOL_CHOICE,
+    PARAM_TOOLS,
+    RESPONSE_FORMAT_JSON_OBJECT,
+    RESPONSE_FORMAT_JSON_SCHEMA,
+    TOOL_CHOICE_NONE,
+    TOOL_CHOICE_REQUIRED,
+)
 from generated.chat.tables import (
     CHARS_PER_TOKEN_ESTIMATE,
     CONTENT_PARTS,
     PARAMETERS,
     ROLES,
 )
-from generated.chat.validator import horde_option, output_tokens
 from generated.errors import HordeError, NoWorkerSupportsFeatures, NoWorkerSupportsLimit
+from runtime.contract.messages import image_parts, text_chars
+from runtime.contract.registry import implements
+from runtime.contract.validator import horde_option, output_tokens
 
-STRICT = "strict"
+# Conformance mode -> whether the request requires the guarantees of its fields.
+GUARANTEES_REQUIRED: dict[str, bool] = {CONFORMANCE_STRICT: True, CONFORMANCE_BEST_EFFORT: False}
+implements("conformance_modes", GUARANTEES_REQUIRED)
 
 
 def is_strict(request: dict[str, Any]) -> bool:
-    return horde_option(request, "conformance") == STRICT
+    return GUARANTEES_REQUIRED[horde_option(request, HORDE_CONFORMANCE)]
 
 
 def tools_sent(request: dict[str, Any]) -> bool:
     """Tool definitions reach the worker (tool_choice none sends none)."""
-    return "tools" in request and request.get("tool_choice") != "none"
+    return PARAM_TOOLS in request and request.get(PARAM_TOOL_CHOICE) != TOOL_CHOICE_NONE
 
 
-def _format(request: dict[str, Any]) -> dict[str, Any]:
-    return request.get("response_format") or {}
+def _format_type(request: dict[str, Any]) -> Any:
+    return (request.get(PARAM_RESPONSE_FORMAT) or {}).get("type")
 
 
-def _holds(when: str, name: str, request: dict[str, Any]) -> bool:
-    fmt = _format(request)
-    kind = fmt.get("type")
-    choice = request.get("tool_choice")
-    return {
-        "always": True,
-        "present": name in request,
-        "tools_sent": tools_sent(request),
-        "tool_choice_forced": tools_sent(request) and (choice == "required" or isinstance(choice, dict)),
-        "json_object": kind == "json_object",
-        "json_schema": kind == "json_schema",
-        "json_output": kind in ("json_object", "json_schema"),
-        "json_schema_strict": kind == "json_schema" and fmt["json_schema"].get("strict") is True,
-    }[when]
+def _tool_choice_forced(_name: str, request: dict[str, Any]) -> bool:
+    choice = request.get(PARAM_TOOL_CHOICE)
+    return tools_sent(request) and (choice == TOOL_CHOICE_REQUIRED or isinstance(choice, dict))
+
+
+def _json_schema_strict(_name: str, request: dict[str, Any]) -> bool:
+    if _format_type(request) != RESPONSE_FORMAT_JSON_SCHEMA:
+        return False
+    return request[PARAM_RESPONSE_FORMAT][RESPONSE_FORMAT_JSON_SCHEMA].get("strict") is True
+
+
+# A requirement's ``when`` (spec/chat/parameters.yaml) -> whether it holds for the parameter
+# ``name`` of a normalised request. Codegen refuses a ``when`` missing here (registry.py).
+CONDITIONS: dict[str, Callable[[str, dict[str, Any]], bool]] = {
+    "always": lambda _name, _request: True,
+    "present": lambda name, request: name in request,
+    "tools_sent": lambda _name, request: tools_sent(request),
+    "tool_choice_forced": _tool_choice_forced,
+    "json_object": lambda _n, request: _format_type(request) == RESPONSE_FORMAT_JSON_OBJECT,
+    "json_schema": lambda _n, request: _format_type(request) == RESPONSE_FORMAT_JSON_SCHEMA,
+    "json_output": lambda _n, request: (
+        _format_type(request) in (RESPONSE_FORMAT_JSON_OBJECT, RESPONSE_FORMAT_JSON_SCHEMA)
+    ),
+    "json_schema_strict": _json_schema_strict,
+}
+implements("when_conditions", CONDITIONS)
 
 
 def _message_features(messages: list[dict[str, Any]]) -> set[str]:
@@ -70,10 +108,10 @@ def _message_features(messages: list[dict[str, Any]]) -> set[str]:
 def required_chat_features(request: dict[str, Any]) -> list[str]:
     """Features, plus guarantees under strict, a normalised request requires (sorted)."""
     strict = is_strict(request)
-    needed = _message_features(request["messages"])
+    needed = _message_features(request[PARAM_MESSAGES])
     for name, spec in PARAMETERS.items():
         for kind, required, when in spec["requires"]:
-            if (kind == "feature" or strict) and _holds(when, name, request):
+            if (kind == "feature" or strict) and CONDITIONS[when](name, request):
                 needed.add(required)
     return sorted(needed)
 
@@ -97,19 +135,22 @@ def required_chat_limits(request: dict[str, Any]) -> dict[str, int | float]:
     out: dict[str, int | float] = {}
     output = output_tokens(request)
     if output is not None:
-        out["max_length"] = output
-    chars = text_chars(request["messages"])
+        out[LIMIT_MAX_LENGTH] = output
+    chars = text_chars(request[PARAM_MESSAGES])
     if tools_sent(request):
-        chars += sum(len(str(t["function"])) for t in request["tools"])
-        out["max_tools"] = 1 if isinstance(request.get("tool_choice"), dict) else len(request["tools"])
-        out["tools_max_temperature"] = request.get("temperature", PARAMETERS["temperature"]["default"])
-    out["max_context_length"] = math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE) + (output or 0)
-    images = image_parts(request["messages"])
+        tools = request[PARAM_TOOLS]
+        chars += sum(len(str(t["function"])) for t in tools)
+        forced_one = isinstance(request.get(PARAM_TOOL_CHOICE), dict)
+        out[LIMIT_MAX_TOOLS] = 1 if forced_one else len(tools)
+        default_temperature = PARAMETERS[PARAM_TEMPERATURE]["default"]
+        out[LIMIT_TOOLS_MAX_TEMPERATURE] = request.get(PARAM_TEMPERATURE, default_temperature)
+    out[LIMIT_MAX_CONTEXT_LENGTH] = math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE) + (output or 0)
+    images = image_parts(request[PARAM_MESSAGES])
     if images:
-        out["max_images"] = len(images)
+        out[LIMIT_MAX_IMAGES] = len(images)
         sizes = [_image_bytes(p["image_url"]["url"]) for p in images]
         if max(sizes):
-            out["max_image_bytes"] = max(sizes)
+            out[LIMIT_MAX_IMAGE_BYTES] = max(sizes)
     return out
 
 
@@ -126,18 +167,20 @@ class Gap:
     def error(self) -> HordeError:
         if self.kind == "features":
             return NoWorkerSupportsFeatures(missing=", ".join(self.missing))
-        return NoWorkerSupportsLimit(limit=self.limit, value=self.value, maximum=self.maximum, param=self.limit)
+        return NoWorkerSupportsLimit(
+            limit=self.limit, value=self.value, maximum=self.maximum, param=self.limit
+        )
 
 
 def declaration_covers(
     declaration: dict[str, Any], required: list[str], limits: dict[str, int | float]
 ) -> Gap | None:
     """None when a parsed declaration covers the stored requirements, else the gap."""
-    declared = set(declaration.get("chat_features", ()))
+    declared = set(declaration.get(DECL_CHAT_FEATURES, ()))
     missing = tuple(name for name in required if name not in declared)
     if missing:
         return Gap(kind="features", missing=missing)
-    bounds = declaration.get("chat_limits", {})
+    bounds = declaration.get(DECL_CHAT_LIMITS, {})
     for name, value in limits.items():
         bound = bounds.get(name)
         if bound is not None and value > bound:
@@ -159,6 +202,8 @@ def pool_gap(
     limit_gaps = [g for g in gaps if g is not None and g.kind == "limit"]
     if limit_gaps:
         first = limit_gaps[0]
-        largest = max(g.maximum for g in limit_gaps if g.limit == first.limit)
+        largest = max(
+            g.maximum for g in limit_gaps if g.limit == first.limit and g.maximum is not None
+        )
         return Gap(kind="limit", limit=first.limit, value=first.value, maximum=largest)
     return min((g for g in gaps if g is not None), key=lambda g: len(g.missing))

@@ -68,11 +68,14 @@ def _validator(schema: dict[str, Any]) -> Draft202012Validator:
 
 
 def _detail(error: ValidationError, param: str) -> str:
-    kw, arg, inst = error.validator, error.validator_value, error.instance
+    # jsonschema types these as "Any | Unset"; a reported error always has them set.
+    kw: Any = error.validator
+    arg: Any = error.validator_value
+    inst: Any = error.instance
     number = "integer" if isinstance(inst, int) else "decimal"
     if kw == "type":
         wanted = arg if isinstance(arg, list) else [arg]
-        words = " or ".join(_TYPE_WORDS.get(t, t) for t in wanted if t != "null")
+        words = " or ".join(_TYPE_WORDS.get(t, str(t)) for t in wanted if t != "null")
         return f"Invalid type for '{param}': expected {words}, but got {type_word(inst)} instead."
     if kw in ("minimum", "exclusiveMinimum"):
         return (
@@ -102,7 +105,10 @@ def _detail(error: ValidationError, param: str) -> str:
             f"{arg}, but got a string with length {len(inst)} instead."
         )
     if kw == "pattern":
-        return f"Invalid '{param}': string does not match pattern. Expected a string that matches the pattern '{arg}'."
+        return (
+            f"Invalid '{param}': string does not match pattern. "
+            f"Expected a string that matches the pattern '{arg}'."
+        )
     if kw == "required":
         missing = next(k for k in arg if k not in inst)
         return f"Missing required parameter: '{join_param(param, missing)}'."

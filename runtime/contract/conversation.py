@@ -12,27 +12,45 @@ not fit. It sizes text as the context estimate does (characters per token, no to
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from generated.chat.messages import text_chars
-from generated.chat.names import LIMIT_MAX_CONTEXT_LENGTH
+from generated.chat.names import (
+    CONTEXT_FIT_REFUSE,
+    CONTEXT_FIT_TRUNCATE_OLDEST,
+    LIMIT_MAX_CONTEXT_LENGTH,
+)
 from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE
 from generated.chat.tables_reply import CONTEXT_FIT_KEPT_ROLES, CONTEXT_FIT_TURN_ROLE, FLATTEN
 from generated.errors import NoWorkerSupportsLimit
+from runtime.contract.messages import text_chars
+from runtime.contract.registry import implements
 
 
 def _image(part: dict[str, Any]) -> str:
-    url = part["image_url"]["url"]
-    return FLATTEN["image_inline"] if url.startswith("data:") else FLATTEN["image_url"].format(url=url)
+    url: str = part["image_url"]["url"]
+    if url.startswith("data:"):
+        return FLATTEN["image_inline"]
+    return FLATTEN["image_url"].format(url=url)
+
+
+def _text(part: dict[str, Any]) -> str:
+    text: str = part["text"]
+    return text
+
+
+def _refusal(part: dict[str, Any]) -> str:
+    return FLATTEN["refusal"].format(refusal=part["refusal"])
 
 
 # One renderer per content part type; codegen refuses a spec whose messages.yaml defines a
-# part type missing here.
-_PARTS = {
-    "text": lambda part: part["text"],
+# part type missing here (registry.py).
+PARTS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "text": _text,
     "image_url": _image,
-    "refusal": lambda part: FLATTEN["refusal"].format(refusal=part["refusal"]),
+    "refusal": _refusal,
 }
+implements("flattened_parts", PARTS)
 
 
 def tool_call_text(call: dict[str, Any]) -> str:
@@ -42,7 +60,7 @@ def tool_call_text(call: dict[str, Any]) -> str:
 
 
 def _label(message: dict[str, Any]) -> str:
-    role = message["role"]
+    role: str = message["role"]
     if message.get("tool_call_id"):
         return FLATTEN["label_tool"].format(role=role, tool_call_id=message["tool_call_id"])
     if message.get("name"):
@@ -56,7 +74,7 @@ def _body(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         pieces.append(content)
     elif isinstance(content, list):
-        pieces.extend(_PARTS[part["type"]](part) for part in content)
+        pieces.extend(PARTS[part["type"]](part) for part in content)
     if message.get("refusal"):
         pieces.append(FLATTEN["refusal"].format(refusal=message["refusal"]))
     pieces.extend(tool_call_text(call) for call in message.get("tool_calls") or [])
@@ -114,3 +132,21 @@ def truncate_oldest(
             param=LIMIT_MAX_CONTEXT_LENGTH,
         )
     return [m for i, m in enumerate(messages) if i not in dropped]
+
+
+class Fit(Protocol):
+    """A context_fit rule: the messages cut to fit, or the limit gap."""
+
+    def __call__(
+        self, messages: list[dict[str, Any]], max_context_tokens: int, *, reserved_tokens: int = 0
+    ) -> list[dict[str, Any]]: ...
+
+
+# The horde key context_fit -> the rule applied to a conversation too long for every served
+# context; None: the conversation is kept whole and the pool gap refuses it. Codegen refuses
+# a mode missing here (registry.py).
+CONTEXT_FIT: dict[str, Fit | None] = {
+    CONTEXT_FIT_REFUSE: None,
+    CONTEXT_FIT_TRUNCATE_OLDEST: truncate_oldest,
+}
+implements("context_fit_modes", CONTEXT_FIT)

@@ -17,7 +17,6 @@ import hashlib
 import json
 from typing import Any
 
-from generated.chat.messages import messages_for_worker
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_LIMITS,
@@ -29,12 +28,13 @@ from generated.chat.names import (
     PARAM_TOOL_CHOICE,
     PARAM_TOOLS,
 )
-from generated.chat.sampling import sampling_payload, tools_for_worker
 from generated.chat.tables import PARAMETERS
 from generated.chat.tables_reply import FINGERPRINT
-from generated.chat.validator import output_tokens
+from runtime.contract.messages import messages_for_worker
+from runtime.contract.sampling import sampling_payload, tools_for_worker
+from runtime.contract.validator import output_tokens
 
-_MAX_TOKENS_KEY = PARAMETERS[PARAM_MAX_TOKENS]["payload_key"]
+_MAX_TOKENS_KEY: str = PARAMETERS[PARAM_MAX_TOKENS]["payload_key"]
 
 
 def chat_job_payload(

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from generated.chat.names import (
+    FEATURE_REASONING,
+    PARAM_REASONING_EFFORT,
+    PARAM_TOOL_CHOICE,
+    PARAM_TOOLS,
+    TOOL_CHOICE_AUTO,
+    TOOL_CHOICE_NONE,
+    TOOL_CHOICE_REQUIRED,
+)
 from generated.chat.tables import PARAMETERS, SAMPLING_DEFAULTS
-
-REASONING_FEATURE = "reasoning"
-REASONING_PARAMETER = "reasoning_effort"
 
 
 def sampling_payload(request: dict[str, Any], declared_features: list[str]) -> dict[str, Any]:
@@ -26,19 +32,19 @@ def sampling_payload(request: dict[str, Any], declared_features: list[str]) -> d
         if spec["sampling"] and key not in chosen and request.get(name) is not None:
             payload[key] = request[name]
             chosen.add(key)
-    if REASONING_FEATURE in declared_features:
-        default = PARAMETERS[REASONING_PARAMETER]["default"]
-        payload[REASONING_PARAMETER] = request.get(REASONING_PARAMETER, default)
+    if FEATURE_REASONING in declared_features:
+        default = PARAMETERS[PARAM_REASONING_EFFORT]["default"]
+        payload[PARAM_REASONING_EFFORT] = request.get(PARAM_REASONING_EFFORT, default)
     return payload
 
 
 def tools_for_worker(request: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, Any]:
     """(tools, tool_choice) as the job carries them, narrowed from the stored request."""
-    tools = request.get("tools")
-    choice = request.get("tool_choice", "auto" if tools else None)
-    if not tools or choice == "none":
+    tools: list[dict[str, Any]] | None = request.get(PARAM_TOOLS)
+    choice = request.get(PARAM_TOOL_CHOICE, TOOL_CHOICE_AUTO if tools else None)
+    if not tools or choice == TOOL_CHOICE_NONE:
         return None, None
     if isinstance(choice, dict):
         name = choice["function"]["name"]
-        return [t for t in tools if t["function"]["name"] == name], "required"
+        return [t for t in tools if t["function"]["name"] == name], TOOL_CHOICE_REQUIRED
     return tools, choice
