@@ -1,15 +1,17 @@
-"""generated/routes.py: bodies and headers checked from the spec, errors naming the field."""
+"""generated/routes.py and runtime.native.api.validation: bodies and headers checked from the
+spec, errors naming the field."""
 
 from __future__ import annotations
 
 import pytest
 
 from generated import errors, routes
+from runtime.native.api import validation
 
 
 def _refusal(operation_id: str, body: object) -> errors.HordeError:
     with pytest.raises(errors.HordeError) as info:
-        routes.validate_body(operation_id, body)
+        validation.validate_body(operation_id, body)
     return info.value
 
 
@@ -39,18 +41,18 @@ def test_a_body_that_is_not_an_object_names_no_param() -> None:
 
 
 def test_good_bodies_pass() -> None:
-    routes.validate_body("text_async", {"prompt": "hi", "params": {"max_length": 80}})
-    routes.validate_body("text_pop", {"name": "worker-1", "threads": 2})
-    routes.validate_body("heartbeat", None)
+    validation.validate_body("text_async", {"prompt": "hi", "params": {"max_length": 80}})
+    validation.validate_body("text_pop", {"name": "worker-1", "threads": 2})
+    validation.validate_body("heartbeat", None)
 
 
 def test_headers_are_checked_case_insensitively() -> None:
-    routes.validate_headers("chat_async", {"APIKEY": "0000000000", "x-operation-key": "k-1"})
+    validation.validate_headers("chat_async", {"APIKEY": "0000000000", "x-operation-key": "k-1"})
     with pytest.raises(errors.InvalidOperationKey) as info:
-        routes.validate_headers("chat_async", {"apikey": "k", "X-Operation-Key": "has space"})
+        validation.validate_headers("chat_async", {"apikey": "k", "X-Operation-Key": "has space"})
     assert info.value.param == routes.HEADER_X_OPERATION_KEY
     with pytest.raises(errors.InvalidPayload, match="apikey: is required"):
-        routes.validate_headers("text_pop", {})
+        validation.validate_headers("text_pop", {})
 
 
 def test_route_table_shape() -> None:

@@ -1,5 +1,6 @@
 """Reading a request: the JSON body (parsed strictly, NUL-free, schema-checked, defaults
-filled from the route's schema) and the headers, all through ``generated.routes``."""
+filled from the route's schema) and the headers, all by ``generated.routes`` (checked by
+``runtime.native.api.validation``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 from flask import request
 
 from generated.errors import InvalidJSON, InvalidPayload, NulByteInPayload
-from generated.routes import DEFS, ROUTES, validate_body, validate_headers
+from generated.routes import DEFS, ROUTES
+from runtime.native.api.validation import validate_body, validate_headers
 
 INT64 = 2**63 - 1
 

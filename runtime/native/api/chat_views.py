@@ -2,7 +2,7 @@
 
 The body goes through ``runtime.contract.validator.validate_chat_request`` (the precise
 refusals: an unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
-(``generated.routes.validate_body``); headers through ``validate_headers``. Image parts are
+(``runtime.native.api.validation``); headers through ``validate_headers``. Image parts are
 taken in before the transaction (fetched, checked, stored as JPEG; a bad one is 400 with
 nothing queued), and every object the committed row does not own is deleted again (a
 refusal, a dry run, an operation-key replay). A caller with
@@ -21,7 +21,6 @@ from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
     HEADER_X_OPERATION_KEY,
-    validate_body,
 )
 from generated.signals import CHAT_EVENT_CANCELLED
 from runtime.contract.validator import validate_chat_request
@@ -30,6 +29,7 @@ from runtime.native.api.body import checked_headers, parse_json
 from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address, trusted_service
 from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
+from runtime.native.api.validation import validate_body
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
