@@ -11,7 +11,6 @@ not fit. It sizes text as the context estimate does (characters per token, no to
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -20,10 +19,9 @@ from generated.chat.names import (
     CONTEXT_FIT_TRUNCATE_OLDEST,
     LIMIT_MAX_CONTEXT_LENGTH,
 )
-from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE
 from generated.chat.tables_reply import CONTEXT_FIT_KEPT_ROLES, CONTEXT_FIT_TURN_ROLE, FLATTEN
 from generated.errors import NoWorkerSupportsLimit
-from runtime.contract.messages import text_chars
+from runtime.contract.messages import estimated_tokens, text_chars
 from runtime.contract.registry import implements
 
 
@@ -100,10 +98,6 @@ def _turns(messages: list[dict[str, Any]]) -> list[list[int]]:
     return turns
 
 
-def _tokens(chars: int) -> int:
-    return math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE)
-
-
 def truncate_oldest(
     messages: list[dict[str, Any]], max_context_tokens: int, *, reserved_tokens: int = 0
 ) -> list[dict[str, Any]]:
@@ -120,14 +114,14 @@ def truncate_oldest(
     budget = max_context_tokens - reserved_tokens
     dropped: set[int] = set()
     for turn in _turns(messages)[:-1]:
-        if _tokens(total) <= budget:
+        if estimated_tokens(total) <= budget:
             break
         dropped.update(turn)
         total -= sum(sizes[i] for i in turn)
-    if _tokens(total) > budget:
+    if estimated_tokens(total) > budget:
         raise NoWorkerSupportsLimit(
             limit=LIMIT_MAX_CONTEXT_LENGTH,
-            value=_tokens(total) + reserved_tokens,
+            value=estimated_tokens(total) + reserved_tokens,
             maximum=max_context_tokens,
             param=LIMIT_MAX_CONTEXT_LENGTH,
         )

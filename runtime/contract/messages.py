@@ -8,10 +8,17 @@ an assistant's calls must be answered by tool messages right after it.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from generated.chat.names import PARAM_MESSAGES, ROLE_ASSISTANT, ROLE_TOOL
-from generated.chat.tables import CONTENT_PARTS, REFUSED_PARTS, REFUSED_ROLES, ROLES
+from generated.chat.tables import (
+    CHARS_PER_TOKEN_ESTIMATE,
+    CONTENT_PARTS,
+    REFUSED_PARTS,
+    REFUSED_ROLES,
+    ROLES,
+)
 from generated.errors import (
     InvalidChatParameter,
     OrphanToolMessage,
@@ -205,7 +212,11 @@ def image_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def text_chars(messages: list[dict[str, Any]]) -> int:
-    """Characters the context estimate counts: text, refusals, tool call names and arguments."""
+    """Characters the context estimate counts: text, refusals, tool call names and arguments.
+
+    The one count of a conversation's characters: the max_context_length measure, context
+    fit, the chat plan's reserve and the front's estimated prompt usage all use it.
+    """
     total = 0
     for m in messages:
         content = m.get("content")
@@ -216,3 +227,9 @@ def text_chars(messages: list[dict[str, Any]]) -> int:
         for call in m.get("tool_calls") or []:
             total += len(call["function"]["name"]) + len(call["function"]["arguments"])
     return total
+
+
+def estimated_tokens(chars: int) -> int:
+    """Tokens ``chars`` characters are estimated at: spec/workers/limits.yaml's
+    chars_per_token_estimate, rounded up (the reply's charge has its own ratio, pricing)."""
+    return math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE)

@@ -37,13 +37,12 @@ from generated.chat.names import (
     TOOL_CHOICE_REQUIRED,
 )
 from generated.chat.tables import (
-    CHARS_PER_TOKEN_ESTIMATE,
     CONTENT_PARTS,
     PARAMETERS,
     ROLES,
 )
 from generated.errors import HordeError, NoWorkerSupportsFeatures, NoWorkerSupportsLimit
-from runtime.contract.messages import image_parts, text_chars
+from runtime.contract.messages import estimated_tokens, image_parts, text_chars
 from runtime.contract.registry import implements
 from runtime.contract.validator import horde_option, output_tokens
 
@@ -144,7 +143,7 @@ def required_chat_limits(request: dict[str, Any]) -> dict[str, int | float]:
         out[LIMIT_MAX_TOOLS] = 1 if forced_one else len(tools)
         default_temperature = PARAMETERS[PARAM_TEMPERATURE]["default"]
         out[LIMIT_TOOLS_MAX_TEMPERATURE] = request.get(PARAM_TEMPERATURE, default_temperature)
-    out[LIMIT_MAX_CONTEXT_LENGTH] = math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE) + (output or 0)
+    out[LIMIT_MAX_CONTEXT_LENGTH] = estimated_tokens(chars) + (output or 0)
     images = image_parts(request[PARAM_MESSAGES])
     if images:
         out[LIMIT_MAX_IMAGES] = len(images)

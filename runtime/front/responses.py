@@ -2,13 +2,13 @@
 
 ``Reply.from_status`` takes the generation that answered (state ok first, then censored);
 ``completion`` builds ``chat.completion`` with ``x_horde``; ``usage`` takes the worker's
-counts and estimates the missing ones (characters over the horde's CHARS_PER_TOKEN_ESTIMATE),
+counts and estimates the missing ones (``runtime.contract.messages.estimated_tokens`` of the
+characters the contract counts: the prompt's as the context measure, the reply's as its charge),
 marking them in ``x_horde.estimated_usage``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -20,35 +20,19 @@ from generated.chat.names import (
     HORDE_INCLUDE_REASONING,
     PARAM_MESSAGES,
     REPLY_CONTENT,
+    REPLY_REASONING_CONTENT,
     REPLY_TOOL_CALLS,
 )
-from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE
 from generated.wire import ANSWERING_STATES, STATE_CENSORED
 from generated.wire.front import ChatCompletion, ResponseMessage, Usage, XHorde
 from generated.wire.native import ChatGeneration, ChatStatus
+from runtime.contract.messages import estimated_tokens, text_chars
+from runtime.contract.pricing import counted_chars
 from runtime.contract.validator import horde_option
 
 COMPLETION_ID_PREFIX = "chatcmpl-"
 OBJECT_COMPLETION: Final = "chat.completion"
 OBJECT_CHUNK: Final = "chat.completion.chunk"
-
-
-def estimate_tokens(chars: int) -> int:
-    return math.ceil(chars / CHARS_PER_TOKEN_ESTIMATE)
-
-
-def _message_chars(messages: list[dict[str, Any]]) -> int:
-    total = 0
-    for message in messages:
-        content = message.get(REPLY_CONTENT)
-        if isinstance(content, str):
-            total += len(content)
-        elif isinstance(content, list):
-            total += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
-        for call in message.get(REPLY_TOOL_CALLS) or []:
-            function = call.get("function", {})
-            total += len(function.get("name", "")) + len(function.get("arguments", ""))
-    return total
 
 
 @dataclass(frozen=True)
@@ -107,12 +91,14 @@ class Reply:
         )
 
     def output_chars(self) -> int:
-        calls = sum(
-            len(c.get("function", {}).get("name", ""))
-            + len(c.get("function", {}).get("arguments", ""))
-            for c in self.tool_calls
+        """The reply's characters, counted as its charge counts them."""
+        return counted_chars(
+            {
+                REPLY_CONTENT: self.content,
+                REPLY_REASONING_CONTENT: self.reasoning_content,
+                REPLY_TOOL_CALLS: self.tool_calls,
+            }
         )
-        return len(self.content or "") + len(self.reasoning_content or "") + calls
 
 
 def usage(reply: Reply, request: dict[str, Any]) -> tuple[Usage, bool]:
@@ -121,10 +107,10 @@ def usage(reply: Reply, request: dict[str, Any]) -> tuple[Usage, bool]:
     estimated = False
     prompt = reported.get("prompt_tokens")
     if prompt is None:
-        prompt, estimated = estimate_tokens(_message_chars(request.get(PARAM_MESSAGES, []))), True
+        prompt, estimated = estimated_tokens(text_chars(request.get(PARAM_MESSAGES, []))), True
     completion = reported.get("completion_tokens")
     if completion is None:
-        completion, estimated = estimate_tokens(reply.output_chars()), True
+        completion, estimated = estimated_tokens(reply.output_chars()), True
     result: Usage = {
         "prompt_tokens": int(prompt),
         "completion_tokens": int(completion),
@@ -132,7 +118,7 @@ def usage(reply: Reply, request: dict[str, Any]) -> tuple[Usage, bool]:
     }
     reasoning = reported.get("reasoning_tokens")
     if reasoning is None and reply.reasoning_content:
-        reasoning, estimated = estimate_tokens(len(reply.reasoning_content)), True
+        reasoning, estimated = estimated_tokens(len(reply.reasoning_content)), True
     if reasoning is not None:
         result["completion_tokens_details"] = {"reasoning_tokens": int(reasoning)}
     return result, estimated

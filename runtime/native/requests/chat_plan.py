@@ -11,7 +11,6 @@ the row keeps its values, and the lowered length travels in ``max_tokens_lowered
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +23,9 @@ from generated.chat.names import (
     PARAM_MAX_TOKENS,
     PARAM_MESSAGES,
 )
-from generated.chat.tables import CHARS_PER_TOKEN_ESTIMATE
 from generated.routes import DEFS
 from runtime.contract.conversation import CONTEXT_FIT, Fit
-from runtime.contract.messages import text_chars
+from runtime.contract.messages import estimated_tokens, text_chars
 from runtime.contract.requirements import pool_gap, required_chat_features, required_chat_limits
 from runtime.contract.validator import horde_option, output_tokens
 
@@ -70,7 +68,7 @@ def _fitted(work: dict[str, Any], declarations: list[dict[str, Any]], fit: Fit) 
     if largest is None or needed <= largest:
         return work
     messages = work[PARAM_MESSAGES]
-    reserved = needed - math.ceil(text_chars(messages) / CHARS_PER_TOKEN_ESTIMATE)
+    reserved = needed - estimated_tokens(text_chars(messages))
     kept = fit(messages, int(largest), reserved_tokens=max(0, int(reserved)))
     return {**work, PARAM_MESSAGES: kept}
 
