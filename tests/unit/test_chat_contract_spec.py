@@ -89,9 +89,10 @@ def test_golden_tables_and_docs_for_a_new_default_noop(spec_copy: Path) -> None:
     spec = load_spec(_mini_spec(spec_copy))
     outputs = {o.path: o.text() for o in chat.build(spec) + docs_chat.build(spec)}
     tables = outputs["chat/tables_request.py"]
-    assert "'golden': {'treatment': 'dropped_at_default'," in tables
-    assert "FRONT_DEFAULT_DROPS: dict[str, list[Any]] = {'golden': [0]," in tables
-    assert "\nPARAM_GOLDEN = 'golden'\n" in outputs["chat/names.py"]
+    # generated modules are in ruff's format (double quotes, one entry a line)
+    assert '"golden": {\n        "treatment": "dropped_at_default",' in tables
+    assert 'FRONT_DEFAULT_DROPS: dict[str, list[Any]] = {\n    "golden": [0],' in tables
+    assert '\nPARAM_GOLDEN = "golden"\n' in outputs["chat/names.py"]
     row = "| `golden` (horde) | dropped_at_default | integer or null (>= 0) | `0` |  |  |  |"
     assert row in outputs["docs/parameters.md"]
     assert "| `golden` | `0` |" in outputs["docs/parameters.md"]
