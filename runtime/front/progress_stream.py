@@ -29,7 +29,7 @@ import math
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from redis.asyncio import Redis
 
@@ -66,7 +66,8 @@ async def relay(
     while True:
         stopping = stop is not None and stop.is_set()
         block = None if stopping else S.RELAY_BLOCK_MILLISECONDS
-        reply = await redis.xread({key: cursor}, count=S.RELAY_READ_COUNT, block=block)
+        read = await redis.xread({key: cursor}, count=S.RELAY_READ_COUNT, block=block)
+        reply = cast(list[tuple[Any, list[tuple[bytes | str, dict[Any, Any]]]]], read)
         entries = reply[0][1] if reply else []
         for raw_id, raw_fields in entries:
             cursor = _str(raw_id)

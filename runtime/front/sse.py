@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -60,7 +60,7 @@ class Final:
     reply: Reply
 
 
-ReplyEvents = AsyncIterator[Delta | Final]
+ReplyEvents = AsyncGenerator[Delta | Final, None]
 
 
 async def whole_reply(reply: Callable[[], Awaitable[Reply]]) -> ReplyEvents:

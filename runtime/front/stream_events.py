@@ -41,14 +41,13 @@ def stream_model(status: ChatStatus | None, request: dict[str, Any]) -> str:
 
 
 async def _named(events: ReplyEvents, model_of: Callable[[], str]) -> ReplyEvents:
-    source = events.__aiter__()
     try:
-        async for event in source:
+        async for event in events:
             if isinstance(event, Delta) and not event.model:
                 event = Delta(event.text, model_of())
             yield event
     finally:
-        await source.aclose()
+        await events.aclose()
 
 
 def reply_events(

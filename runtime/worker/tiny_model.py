@@ -148,11 +148,19 @@ def train_tokenizer() -> Tokenizer:
     return tokenizer
 
 
+def token_id(tokenizer: Tokenizer, token: str) -> int:
+    """The id of a token the vocabulary must hold (the special tokens)."""
+    found = tokenizer.token_to_id(token)
+    if found is None:
+        raise ValueError(f"the tokenizer has no {token!r}")
+    return found
+
+
 def reply_chain(tokenizer: Tokenizer) -> list[int]:
     """Token ids the model walks: newline, the reply's tokens, then ``<|im_end|>``."""
     newline = tokenizer.encode("\n").ids
     reply = tokenizer.encode(DEMO_REPLY).ids
-    chain = [*newline, *reply, tokenizer.token_to_id(IM_END)]
+    chain = [*newline, *reply, token_id(tokenizer, IM_END)]
     if len(newline) != 1 or len(set(chain)) != len(chain):
         raise ValueError(f"the reply chain must be distinct tokens, got {chain}")
     return chain
@@ -260,8 +268,8 @@ def _write_gguf(path: Path, tokenizer: Tokenizer, *, add_bos_token: bool) -> Non
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokenizer.token_to_id(ENDOFTEXT))
-    writer.add_eos_token_id(tokenizer.token_to_id(IM_END))
+    writer.add_bos_token_id(token_id(tokenizer, ENDOFTEXT))
+    writer.add_eos_token_id(token_id(tokenizer, IM_END))
     writer.add_add_bos_token(add_bos_token)
     writer.add_chat_template(CHATML_TEMPLATE)
     for name, array in _weights(token_texts(tokenizer), chain).items():
