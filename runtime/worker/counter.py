@@ -87,6 +87,7 @@ class ModelTemplate:
         formatter = Jinja2ChatFormatter(
             self.template, eos_token=self.eos_token, bos_token=self.bos_token
         )
+        # llama_cpp types messages and tools as its own TypedDicts; these are the same JSON.
         return formatter(messages=messages, tools=tools).prompt  # type: ignore[arg-type]
 
 
