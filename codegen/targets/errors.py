@@ -8,6 +8,7 @@ from typing import Any
 from codegen.errors import SpecError, SpecErrors
 from codegen.render import Output, render
 from codegen.spec import Spec
+from runtime.contract.errors import HordeErrorBase
 
 
 def class_name(code: str) -> str:
@@ -45,21 +46,23 @@ def collect(spec: Spec) -> tuple[dict[str, dict[str, Any]], list[str]]:
     return errors, files
 
 
-# The base class's value of every attribute a subclass may set, in the order they are written;
-# errors.py.j2 writes them on HordeError, and each subclass sets only those that differ.
-BASE_ATTRIBUTES: dict[str, Any] = {
-    "code": "InternalError",
-    "template": "Internal error.",
-    "native_status": None,
-    "front_status": None,
-    "openai_type": None,
-    "default_param": None,
-    "no_retry": False,
-    "sends_retry_after": False,
-    "default_retry_after": None,
-    "front_when": (),
-    "native_routes": (),
-}
+# The base class's value of every attribute a subclass may set, in the order they are written:
+# read from the hand-written base (runtime/contract/errors.py), so each generated subclass sets
+# only those that differ from it.
+ATTRIBUTE_NAMES = (
+    "code",
+    "template",
+    "native_status",
+    "front_status",
+    "openai_type",
+    "default_param",
+    "no_retry",
+    "sends_retry_after",
+    "default_retry_after",
+    "front_when",
+    "native_routes",
+)
+BASE_ATTRIBUTES: dict[str, Any] = {name: getattr(HordeErrorBase, name) for name in ATTRIBUTE_NAMES}
 
 
 def attributes(entry: dict[str, Any]) -> dict[str, Any]:
@@ -102,9 +105,8 @@ def build(spec: Spec) -> list[Output]:
     return [
         render(
             "errors.py.j2",
-            [*spec.sources(*files), "codegen/targets/errors.py"],
+            [*spec.sources(*files), "codegen/targets/errors.py", "runtime/contract/errors.py"],
             "errors.py",
             rows=rows,
-            base=BASE_ATTRIBUTES,
         )
     ]

@@ -1,0 +1,85 @@
+"""The behaviour every error of the horde shares; the classes themselves are generated.
+
+``generated/errors.py`` (from spec/errors.yaml and spec/chat/errors.yaml) defines
+``HordeError`` on this base with the spec's default values, and one subclass per error code
+setting only what differs. This module holds what is not the spec's to decide: how an error
+is raised (the message template formatted with the raiser's fields) and how it is written on
+each surface (upstream's ``{message, rc}``, OpenAI's envelope, the front's retry headers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class HordeErrorBase(Exception):
+    """An error returned on purpose, with its code, statuses and message.
+
+    The values here are what an error of spec/errors.yaml has unless its entry says
+    otherwise; codegen reads them (``codegen/targets/errors.py``) and writes on each
+    generated subclass only the attributes that differ.
+    """
+
+    code: ClassVar[str] = "InternalError"
+    """The return code: upstream's ``rc`` on the native API, ``error.code`` on the front."""
+    template: ClassVar[str] = "Internal error."
+    """The message, ``str.format``-ed with the keyword fields the raiser passes."""
+    native_status: ClassVar[int | None] = None
+    """The HTTP status on the native API; None: never returned there."""
+    front_status: ClassVar[int | None] = None
+    """The HTTP status on the chat front; None: never returned there."""
+    openai_type: ClassVar[str | None] = None
+    """OpenAI's ``error.type`` on the front."""
+    default_param: ClassVar[str | None] = None
+    """OpenAI's ``error.param`` unless the raiser names one."""
+    no_retry: ClassVar[bool] = False
+    """The front always sends ``x-should-retry: false``."""
+    sends_retry_after: ClassVar[bool] = False
+    """The front sends ``Retry-After`` (the raiser's value, else ``default_retry_after``)."""
+    default_retry_after: ClassVar[int | None] = None
+    """Seconds for ``Retry-After`` unless the raiser gives them."""
+    front_when: ClassVar[tuple[str, ...]] = ()
+    """The stages of the front's state diagram at which it returns it (admission, ...)."""
+    native_routes: ClassVar[tuple[str, ...]] = ()
+    """The native route families that return it (a note for the reference)."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        param: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+        **fields: Any,
+    ) -> None:
+        self.fields = fields
+        self.message = message if message is not None else self.template.format(**fields)
+        self.param = param if param is not None else self.default_param
+        self.metadata = metadata
+        self.retry_after = retry_after if retry_after is not None else self.default_retry_after
+        super().__init__(self.message)
+
+    def native_body(self) -> dict[str, Any]:
+        """Upstream AI Horde's error shape."""
+        return {"message": self.message, "rc": self.code}
+
+    def openai_body(self) -> dict[str, Any]:
+        """OpenAI's error envelope, the horde's return code as ``code``."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.openai_type or "server_error",
+                "param": self.param,
+                "code": self.code,
+                "metadata": self.metadata,
+            }
+        }
+
+    def front_headers(self, *, submitted: bool = False) -> dict[str, str]:
+        """Headers the front sends with this error; ``submitted``: the Horde may hold it."""
+        headers: dict[str, str] = {}
+        if self.no_retry or submitted:
+            headers["x-should-retry"] = "false"
+        if self.retry_after is not None and self.sends_retry_after:
+            headers["retry-after"] = str(max(1, round(self.retry_after)))
+        return headers
