@@ -103,6 +103,7 @@ FEATURE_PENALTIES = "penalties"
 # Worker guarantees
 GUARANTEE_PROMPT_OVERFLOW_REFUSED = "prompt_overflow_refused"
 GUARANTEE_TOOL_CHOICE_ENFORCED = "tool_choice_enforced"
+GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED = "tool_choice_required_enforced"
 GUARANTEE_JSON_OUTPUT_ENFORCED = "json_output_enforced"
 GUARANTEE_JSON_SCHEMA_ENFORCED = "json_schema_enforced"
 GUARANTEE_SINGLE_TOOL_CALL_ENFORCED = "single_tool_call_enforced"

@@ -225,7 +225,10 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "reason": None,
         "sampling": False,
         "payload_key": "tool_choice",
-        "requires": [("guarantee", "tool_choice_enforced", "tool_choice_forced")],
+        "requires": [
+            ("guarantee", "tool_choice_enforced", "tool_choice_forced"),
+            ("guarantee", "tool_choice_required_enforced", "tool_choice_required_among_several"),
+        ],
     },
     "parallel_tool_calls": {
         "treatment": "supported",

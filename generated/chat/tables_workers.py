@@ -17,6 +17,7 @@ FEATURES: tuple[str, ...] = (
 GUARANTEES: tuple[str, ...] = (
     "prompt_overflow_refused",
     "tool_choice_enforced",
+    "tool_choice_required_enforced",
     "json_output_enforced",
     "json_schema_enforced",
     "single_tool_call_enforced",

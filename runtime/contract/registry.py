@@ -25,6 +25,7 @@ ENGINE: dict[str, tuple[str, ...]] = {
         "present",
         "tools_sent",
         "tool_choice_forced",
+        "tool_choice_required_among_several",
         "json_object",
         "json_schema",
         "json_output",

@@ -69,6 +69,11 @@ def _tool_choice_forced(_name: str, request: dict[str, Any]) -> bool:
     return tools_sent(request) and (choice == TOOL_CHOICE_REQUIRED or isinstance(choice, dict))
 
 
+def _tool_choice_required_among_several(_name: str, request: dict[str, Any]) -> bool:
+    choice = request.get(PARAM_TOOL_CHOICE)
+    return tools_sent(request) and choice == TOOL_CHOICE_REQUIRED and len(request[PARAM_TOOLS]) > 1
+
+
 def _json_schema_strict(_name: str, request: dict[str, Any]) -> bool:
     if _format_type(request) != RESPONSE_FORMAT_JSON_SCHEMA:
         return False
@@ -82,6 +87,7 @@ CONDITIONS: dict[str, Callable[[str, dict[str, Any]], bool]] = {
     "present": lambda name, request: name in request,
     "tools_sent": lambda _name, request: tools_sent(request),
     "tool_choice_forced": _tool_choice_forced,
+    "tool_choice_required_among_several": _tool_choice_required_among_several,
     "json_object": lambda _n, request: _format_type(request) == RESPONSE_FORMAT_JSON_OBJECT,
     "json_schema": lambda _n, request: _format_type(request) == RESPONSE_FORMAT_JSON_SCHEMA,
     "json_output": lambda _n, request: (

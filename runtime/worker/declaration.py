@@ -7,10 +7,12 @@ Each capability and guarantee is declared only when a probe against the backend 
   comes back as that structured call, and a tool loop's second turn (an assistant message
   with content null beside tool_calls, then the tool's result, as the OpenAI SDK sends it)
   is answered in the worker's mapping; a backend that refuses that turn is reported and
-  declares no tools. tool_choice_enforced also needs ``required`` with two tools to
-  produce a call;
+  declares no tools. The forced call is also tool_choice_enforced (dispatch sends a named
+  function that way); tool_choice_required_enforced needs ``required`` with two tools to
+  produce a call, which llama-cpp-python does not force;
 * json_object / json_schema: the content under that response_format parses (and, for the
-  schema, validates); json_output_enforced needs both, json_schema_enforced the schema;
+  schema, validates); json_output_enforced needs either (it covers the formats declared,
+  see spec/workers/features.yaml), json_schema_enforced the schema;
 * reasoning: the probe reply carried reasoning; seed: the same seed gave the same reply;
 * penalties: backends whose samplers implement OpenAI's frequency and presence penalties
   (llama.cpp, llama-cpp-python, vLLM) that accepted them in a probe;
@@ -48,6 +50,7 @@ from generated.chat.names import (
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
+    GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
     LIMIT_MAX_CONTEXT_LENGTH,
     LIMIT_MAX_LENGTH,
     PARAM_FREQUENCY_PENALTY,
@@ -112,6 +115,12 @@ PROBE_TOOL_TURN: list[dict[str, Any]] = [
     {"role": "tool", "tool_call_id": "call_probe", "content": '{"ok": true}'},
 ]
 PENALTY_KINDS = (LLAMA_CPP, LLAMA_CPP_PYTHON, VLLM)
+# What a worker stops declaring when its tool calls cannot be served.
+TOOL_NAMES = (
+    FEATURE_TOOLS,
+    GUARANTEE_TOOL_CHOICE_ENFORCED,
+    GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
+)
 
 
 class WorkerStartupError(RuntimeError):
@@ -208,10 +217,10 @@ def probe_features(client: BackendClient, kind: BackendKind, model: str) -> list
     found: list[str] = []
     one = ask({PARAM_TOOLS: PROBE_TOOLS[:1], PARAM_TOOL_CHOICE: WIRE_REQUIRED})
     if _calls_named(one, ["probe_flag"]):
-        found.append(FEATURE_TOOLS)
+        found += [FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED]
         two = ask({PARAM_TOOLS: PROBE_TOOLS, PARAM_TOOL_CHOICE: WIRE_REQUIRED})
         if _calls_named(two, [t["function"]["name"] for t in PROBE_TOOLS]):
-            found.append(GUARANTEE_TOOL_CHOICE_ENFORCED)
+            found.append(GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED)
     as_object = ask({PARAM_RESPONSE_FORMAT: {"type": RESPONSE_FORMAT_JSON_OBJECT}})
     object_ok = as_object is not None and _json(as_object.content) is not None
     schema_format = {"name": "flag", "schema": FLAG_SCHEMA, "strict": True}
@@ -230,7 +239,7 @@ def probe_features(client: BackendClient, kind: BackendKind, model: str) -> list
         found.append(FEATURE_JSON_OBJECT)
     if schema_ok:
         found += [FEATURE_JSON_SCHEMA, GUARANTEE_JSON_SCHEMA_ENFORCED]
-    if object_ok and schema_ok:
+    if object_ok or schema_ok:
         found.append(GUARANTEE_JSON_OUTPUT_ENFORCED)
     plain = ask({PARAM_SEED: 1234, PARAM_TEMPERATURE: 1})
     again = ask({PARAM_SEED: 1234, PARAM_TEMPERATURE: 1})
@@ -272,7 +281,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
     notes: list[str] = []
     refused = tool_turn_refusal(client, kind, model_id) if FEATURE_TOOLS in features else None
     if refused is not None:
-        features = [f for f in features if f not in (FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED)]
+        features = [f for f in features if f not in TOOL_NAMES]
         notes.append(f"tools not declared: the backend refused a tool-result turn ({refused})")
     exact = _exact_counter(client, kind, model_id, config)
     calibration = calibrate(
@@ -295,9 +304,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED)
         if calibration.counter.kind != "exact" and config.template_overhead == 0:
             # The probe has no tools, so the bound does not cover a tool preamble.
-            features = [
-                f for f in features if f not in (FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED)
-            ]
+            features = [f for f in features if f not in TOOL_NAMES]
             probed.notes.append("tools not declared: the byte bound needs --template-overhead")
     if config.vision:  # the operator's word, checked: see runtime/worker/vision.py
         try:

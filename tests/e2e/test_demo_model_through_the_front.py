@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from openai import OpenAI
+from pydantic import BaseModel
 
 from runtime.front.server import FrontService
 from runtime.stores.embedded import EmbeddedStores
@@ -127,3 +128,49 @@ def test_a_named_tool_choice_comes_back_as_that_call(stack: tuple[OpenAI, Runnin
     call = choice.message.tool_calls[0]
     assert call.function.name == "get_weather"  # type: ignore[union-attr]
     assert json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")  # type: ignore[union-attr]
+
+
+class Reading(BaseModel):
+    city: str
+    degrees: int
+    sunny: bool
+
+
+def test_sdk_parse_with_a_pydantic_model_returns_the_parsed_object(
+    stack: tuple[OpenAI, RunningWorker],
+) -> None:
+    # A strict json_schema needs json_schema, json_output_enforced and json_schema_enforced:
+    # the demo worker declares them because its grammar-constrained output closes at once.
+    sdk, _ = stack
+    completion = sdk.chat.completions.parse(
+        model=MODEL_NAME,
+        messages=QUESTION,  # type: ignore[arg-type]
+        response_format=Reading,
+        max_tokens=300,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop"
+    assert isinstance(choice.message.parsed, Reading)
+    assert Reading.model_validate_json(choice.message.content or "") == choice.message.parsed
+
+
+def test_a_tool_loops_second_turn_is_answered_not_faulted(
+    stack: tuple[OpenAI, RunningWorker],
+) -> None:
+    sdk, _ = stack
+    messages: list[Any] = list(QUESTION)
+    first = sdk.chat.completions.create(
+        model=MODEL_NAME,
+        messages=messages,
+        tools=[UNIT_TOOL],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=300,
+    )
+    asked = first.choices[0].message
+    assert asked.content is None
+    assert asked.tool_calls is not None
+    # Sent back as the SDK sends it: content None beside tool_calls, then the tool's result.
+    messages += [asked, {"role": "tool", "tool_call_id": asked.tool_calls[0].id, "content": "20"}]
+    second = sdk.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[UNIT_TOOL])  # type: ignore[list-item]
+    choice = second.choices[0]
+    assert (choice.message.content, choice.finish_reason) == (DEMO_REPLY, "stop")

@@ -26,6 +26,7 @@ from generated.chat.names import (
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
+    GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
 )
 from generated.errors import (
     BackendError,
@@ -138,6 +139,29 @@ def test_tools_are_declared_only_when_the_forced_calls_come_back(make_backend: C
     sent = backend.chat_requests()[0].body
     assert sent["tool_choice"] == "required"
     assert len(sent["tools"]) == 1
+
+
+def test_a_forced_call_without_required_among_two_is_tool_choice_enforced_alone(
+    make_backend: Callable,
+) -> None:
+    backend = make_backend()
+    backend.script(
+        Reply(content=None, tool_calls=[{"name": "probe_flag", "arguments": "{}"}]),
+        Reply(content="no call"),
+    )
+    features = set(_probe(backend, template_overhead=64).features)
+    assert {FEATURE_TOOLS, GUARANTEE_TOOL_CHOICE_ENFORCED} <= features
+    assert GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED not in features
+
+
+def test_json_output_enforced_covers_the_one_format_that_parsed(make_backend: Callable) -> None:
+    # No forced call (so no second tool probe); the json_object probe's reply parses, the
+    # schema probe's does not validate.
+    backend = make_backend()
+    backend.script(Reply(content="no call"), Reply(content="[1]"), Reply(content="[]"))
+    features = set(_probe(backend).features)
+    assert {FEATURE_JSON_OBJECT, GUARANTEE_JSON_OUTPUT_ENFORCED} <= features
+    assert not {FEATURE_JSON_SCHEMA, GUARANTEE_JSON_SCHEMA_ENFORCED} & features
 
 
 def test_a_backend_refusing_a_tool_result_turn_declares_no_tools(make_backend: Callable) -> None:

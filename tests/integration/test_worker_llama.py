@@ -24,6 +24,7 @@ from generated.chat.names import (
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
+    GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
 )
 from generated.errors import PromptOverflow
 from runtime.worker.backend import BackendClient
@@ -96,14 +97,15 @@ def test_probe_declares_the_exact_counter_and_what_the_grammar_enforces(probed: 
     assert {FEATURE_TOOLS, FEATURE_JSON_SCHEMA, GUARANTEE_JSON_SCHEMA_ENFORCED} <= features
     assert GUARANTEE_PROMPT_OVERFLOW_REFUSED in features
     # llama-cpp-python does not force `required` among several tools.
-    assert GUARANTEE_TOOL_CHOICE_ENFORCED not in features
+    assert GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED not in features
 
 
-def test_demo_worker_declares_json_output_and_tools_because_its_probes_pass(
+def test_demo_worker_declares_json_output_and_the_forced_tool_because_its_probes_pass(
     probed: Probed,
 ) -> None:
     # The demo model closes grammar-constrained output at once, so the json_object probe
-    # parses and the schema probe validates; the tool-result turn is answered.
+    # parses, the schema probe validates and the forced call (a named function on
+    # llama-cpp-python) comes back; the tool-result turn is answered.
     features = set(probed.features)
     assert {
         FEATURE_JSON_OBJECT,
@@ -111,6 +113,7 @@ def test_demo_worker_declares_json_output_and_tools_because_its_probes_pass(
         GUARANTEE_JSON_OUTPUT_ENFORCED,
         GUARANTEE_JSON_SCHEMA_ENFORCED,
         FEATURE_TOOLS,
+        GUARANTEE_TOOL_CHOICE_ENFORCED,
     } <= features
     assert not [note for note in probed.notes if "tool-result" in note]
 

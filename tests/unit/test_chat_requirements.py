@@ -58,6 +58,27 @@ def test_forced_tool_choice_requires_a_guarantee_only_under_strict() -> None:
     assert required_chat_features(best_effort(tools=[TOOL], tool_choice="required")) == ["tools"]
 
 
+def test_required_among_several_tools_also_requires_its_own_guarantee() -> None:
+    # llama-cpp-python forces a named function (and required over one tool, sent the same
+    # way) but not required among several: that case is routed on a guarantee of its own.
+    several = request(tools=[TOOL, OTHER], tool_choice="required")
+    assert required_chat_features(several) == [
+        "prompt_overflow_refused",
+        "tool_choice_enforced",
+        "tool_choice_required_enforced",
+        "tools",
+    ]
+    get = {"type": "function", "function": {"name": "get"}}
+    named = request(tools=[TOOL, OTHER], tool_choice=get)
+    assert "tool_choice_required_enforced" not in required_chat_features(named)
+    assert "tool_choice_required_enforced" not in required_chat_features(
+        request(tools=[TOOL], tool_choice="required")
+    )
+    assert required_chat_features(best_effort(tools=[TOOL, OTHER], tool_choice="required")) == [
+        "tools"
+    ]
+
+
 def test_tool_choice_none_needs_no_tools_feature_and_sends_no_tools() -> None:
     req = best_effort(tools=[TOOL], tool_choice="none")
     assert required_chat_features(req) == []
