@@ -116,9 +116,8 @@ def test_a_named_tool_choice_comes_back_as_that_call(stack: tuple[OpenAI, Runnin
         tools=[UNIT_TOOL],  # type: ignore[list-item]
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
         max_tokens=300,
-        # The demo worker does not declare tool_choice_enforced (llama-cpp-python forces a
-        # named function but not "required" among several), so a strict request would find
-        # no worker; best_effort reaches it, and the grammar still forces the call.
+        # best_effort: the grammar forces the call in either mode (the strict case is
+        # test_a_tool_loops_second_turn_is_answered_not_faulted's first turn).
         extra_body={"horde": {"conformance": "best_effort"}},
     )
     choice = completion.choices[0]
