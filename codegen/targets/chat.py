@@ -7,6 +7,7 @@ implements (codegen/engine_check.py), so a name it has no code for is refused he
 
 from __future__ import annotations
 
+import ast
 import pprint
 from typing import Any
 
@@ -18,6 +19,29 @@ from codegen.spec import Spec
 
 def _literal(value: Any) -> str:
     return pprint.pformat(value, width=96, sort_dicts=False)
+
+
+# The modules this target writes besides the package marker, and what each holds.
+TABLE_MODULES = ("tables_request", "tables_messages", "tables_workers")
+MODULES = {
+    "tables": "every table below, gathered for the engine",
+    "tables_request": "parameters, horde keys, sampling defaults, front drops",
+    "tables_messages": "roles, content parts, tool and response_format keys",
+    "tables_workers": "features, guarantees, limits, the pop declaration",
+    "tables_reply": "the structured reply's keys, finish reasons and charge basis",
+    "names": "every contract name as a constant",
+}
+
+
+def _public_names(module_text: str) -> list[str]:
+    """The upper-case names a rendered table module assigns at top level."""
+    names: list[str] = []
+    for node in ast.parse(module_text).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        names += [t.id for t in targets if isinstance(t, ast.Name) and t.id.isupper()]
+    return names
 
 
 def tables_context(spec: Spec) -> dict[str, str]:
@@ -48,9 +72,22 @@ def build(spec: Spec) -> list[Output]:
     sources = spec.sources(*chat_tables.ALL_FILES)
     tables = tables_context(spec)
     outputs = [
-        render(f"chat/{name}.py.j2", sources, f"chat/{name}.py", **tables)
-        for name in ("tables", "tables_request", "tables_messages", "tables_workers")
+        render(f"chat/{name}.py.j2", sources, f"chat/{name}.py", **tables) for name in TABLE_MODULES
     ]
+    gathered = {
+        name: _public_names(out.text()) for name, out in zip(TABLE_MODULES, outputs, strict=True)
+    }
+    outputs.insert(
+        0,
+        render(
+            "chat/tables.py.j2",
+            sources,
+            "chat/tables.py",
+            modules=list(gathered),
+            gathered={module: sorted(names) for module, names in sorted(gathered.items())},
+            all_names=sorted(name for names in gathered.values() for name in names),
+        ),
+    )
     names = {
         "parameters": list(chat_tables.parameters(spec)),
         "horde_keys": list(chat_tables.horde_keys(spec)),
@@ -66,5 +103,5 @@ def build(spec: Spec) -> list[Output]:
     }
     names_sources = spec.sources(*chat_tables.ALL_FILES, chat_tables.REPLY_FILE)
     outputs.append(render("chat/names.py.j2", names_sources, "chat/names.py", **names))
-    outputs.append(render("chat/__init__.py.j2", sources, "chat/__init__.py"))
+    outputs.append(render("chat/__init__.py.j2", sources, "chat/__init__.py", modules=MODULES))
     return outputs
