@@ -55,7 +55,7 @@ FLAG_SCHEMA = {
     "additionalProperties": False,
 }
 CONTEXT = 1024
-# Under a grammar the demo model's weights are random: leave room for optional whitespace.
+# Room for a grammar-constrained reply (the demo model closes one within a few dozen tokens).
 GRAMMAR_MAX_TOKENS = 300
 
 

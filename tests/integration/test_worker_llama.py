@@ -1,8 +1,8 @@
 """The chat worker on the real llama-cpp-python server with the demo model.
 
-Asserted: what the demo model determines (its one reply, token counts) and what a grammar
-forces (a named call with schema-valid arguments); never what its random weights produce
-under a grammar.
+Asserted: what the demo model determines (its one reply, token counts, JSON that closes at
+once under a grammar) and what a grammar forces (a named call with schema-valid arguments);
+never which value it picks where the grammar allows several.
 """
 
 from __future__ import annotations
