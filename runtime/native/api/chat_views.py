@@ -70,7 +70,10 @@ def chat_async() -> tuple[Response, int]:
     objects.discard_unowned(result.object_keys)
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200
-    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+    # A replay by operation key queues nothing: 200 with the first request's id and kudos
+    # (the design doc's lost-response diagram); a new request is 202, queued.
+    status = 200 if result.existing else 202
+    return jsonify(id=str(result.id), kudos=float(result.kudos)), status
 
 
 def _create(

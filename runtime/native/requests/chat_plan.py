@@ -7,6 +7,8 @@ context loses its oldest whole turns; then the requirements (features, plus guar
 under strict; limits) are computed once for the row, and a pool gap is refused (404 for
 features or guarantees, 400 for a size limit). The client's request itself is not changed:
 the row keeps its values, and the lowered length travels in ``max_tokens_lowered_to``.
+The plan's messages are the kept messages as stored: a developer message is stored (and so
+sent) as system (design doc: "Sampling defaults and the developer role").
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from generated.chat.names import (
 )
 from generated.routes import DEFS
 from runtime.contract.conversation import CONTEXT_FIT, Fit
-from runtime.contract.messages import estimated_tokens, text_chars
+from runtime.contract.messages import estimated_tokens, messages_for_worker, text_chars
 from runtime.contract.requirements import pool_gap, required_chat_features, required_chat_limits
 from runtime.contract.validator import horde_option, output_tokens
 
@@ -100,7 +102,7 @@ def plan_chat_request(
         raise gap.error()
     length = output_tokens(work) or largest_length or TEXT_DEFAULT_MAX_LENGTH
     return ChatPlan(
-        messages=work[PARAM_MESSAGES],
+        messages=messages_for_worker(work[PARAM_MESSAGES]),
         required_features=required,
         required_limits=limits,
         max_length=int(length),
