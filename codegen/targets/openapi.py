@@ -39,7 +39,14 @@ def _error_schema(
         return {
             "type": "object",
             "required": ["message", "rc"],
-            "properties": {"message": {"type": "string"}, "rc": {"enum": codes}},
+            "properties": {
+                "message": {"type": "string"},
+                "rc": {"enum": codes},
+                "param": {
+                    "type": "string",
+                    "description": "The request field the refusal names (absent when none).",
+                },
+            },
         }
     types = sorted({errors[c]["front"]["type"] for c in codes})
     return {

@@ -60,8 +60,12 @@ class HordeErrorBase(Exception):
         super().__init__(self.message)
 
     def native_body(self) -> dict[str, Any]:
-        """Upstream AI Horde's error shape."""
-        return {"message": self.message, "rc": self.code}
+        """Upstream AI Horde's error shape, plus ``param`` when the error names a request
+        field (so the front's OpenAI envelope names it too)."""
+        body: dict[str, Any] = {"message": self.message, "rc": self.code}
+        if self.param is not None:
+            body["param"] = self.param
+        return body
 
     def openai_body(self) -> dict[str, Any]:
         """OpenAI's error envelope, the horde's return code as ``code``."""

@@ -2,8 +2,10 @@
 
 The front never invents a status: a ``HordeError``'s ``front_status``, ``openai_body()`` and
 ``front_headers(submitted=...)`` come from spec/errors.yaml. A native ``{message, rc}``
-refusal becomes the class of its ``rc``; a code the front never returns (a passkey or
-operation-key fault, which is ours, not the client's) becomes 502 horde_unavailable.
+refusal becomes the class of its ``rc``, naming the ``param`` the native body names (so a
+refusal of ``models.[1]`` says so in OpenAI's envelope); a code the front never returns (a
+passkey or operation-key fault, which is ours, not the client's) becomes 502
+horde_unavailable.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def error_event(error: HordeError) -> dict[str, Any]:
 
 
 def from_native(status_code: int, body: bytes, *, retry_after: float | None = None) -> HordeError:
-    """The HordeError a native refusal stands for (by its rc), else 502 horde_unavailable."""
+    """The HordeError a native refusal stands for (by its rc, with its param), else 502
+    horde_unavailable."""
     try:
         payload = json.loads(body)
         code, message = payload["rc"], payload["message"]
@@ -48,7 +51,10 @@ def from_native(status_code: int, body: bytes, *, retry_after: float | None = No
     if cls is None or cls.front_status is None:
         log.error("native refusal %s (%s) has no front meaning: %s", code, status_code, message)
         return HordeUnavailable(detail=f"the native API refused the call ({code})")
-    return cls(str(message), retry_after=retry_after)
+    param = payload.get("param")
+    return cls(
+        str(message), param=param if isinstance(param, str) else None, retry_after=retry_after
+    )
 
 
 async def not_found(request: Request, exc: Exception) -> Response:

@@ -1,0 +1,96 @@
+"""Design-doc rules where an OpenAI client meets them (issue 17): the official openai SDK
+against the live front, the live native API (embedded Postgres and Redis) and a test worker.
+
+* A native refusal that names a parameter names it in OpenAI's envelope too.
+* A whole-reply stream (tools) refused at the first status read is a plain HTTP error
+  raised at create(), before any SSE headers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.config import Settings
+from runtime.native.server import NativeService
+from runtime.stores.embedded import EmbeddedStores
+from tests.conftest import MadeUser
+from tests.support.chat_worker import ChatTestWorker
+from tests.support.front import running_front
+from tests.support.native import running_native
+from tests.support.openai_schema import assert_error
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration]
+
+PASSKEY = "e2e-doc-rules-passkey"
+MODEL = "doc-rules-model-7B"
+MESSAGES: list[Any] = [{"role": "user", "content": "What is the weather in Oslo?"}]
+FAST = {"poll_interval": 0.5, "grace": 2.0, "deadline": 4.0, "queue_info_wait": 0.5}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def trusted_native(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
+    with running_native(
+        horde_stores, Settings(rate_limit_scale=1000, service_passkey=PASSKEY)
+    ) as service:
+        yield service
+
+
+@pytest.fixture
+def native_url(trusted_native: NativeService, native_db: sessionmaker[Session]) -> str:
+    return f"{trusted_native.url}/api/v2"
+
+
+@pytest.fixture
+def client(
+    horde_stores: EmbeddedStores,
+    trusted_native: NativeService,
+    native_url: str,
+    requester: MadeUser,
+) -> Iterator[openai.OpenAI]:
+    with (
+        running_front(
+            horde_stores.redis_url, [trusted_native.url], service_passkey=PASSKEY, **FAST
+        ) as front,
+        openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key, max_retries=0) as sdk,
+    ):
+        yield sdk
+
+
+@pytest.fixture
+def worker_key(make_user: Callable[..., MadeUser]) -> str:
+    return make_user("worker-owner").api_key
+
+
+def refused(call: Callable[[], Any], cls: type[openai.APIStatusError]) -> openai.APIStatusError:
+    with pytest.raises(cls) as info:
+        call()
+    assert_error(info.value.response.json())
+    return info.value
+
+
+def test_a_native_refusal_names_its_param_in_the_openai_envelope(
+    client: openai.OpenAI, native_url: str, worker_key: str
+) -> None:
+    """The native API refuses the unknown second entry of models naming models.[1]; the
+    front refuses with the same param (it used to map the refusal by its code alone)."""
+    with ChatTestWorker(native_url, worker_key, model=MODEL):
+        error = refused(
+            lambda: client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, extra_body={"models": [MODEL, "no-such-model"]}
+            ),
+            openai.NotFoundError,
+        )
+    assert isinstance(error, openai.NotFoundError)
+    assert (error.code, error.param) == ("model_not_found", "models.[1]")
