@@ -303,3 +303,42 @@ def test_example_worker_declares_tools_on_the_byte_bound_only_with_the_measured_
     assert call["type"] == "function"
     assert call["function"]["name"] == "get_weather"
     assert json.loads(call["function"]["arguments"])["unit"] in ("celsius", "fahrenheit")
+
+
+def test_example_worker_answers_a_tool_loops_second_turn_with_null_assistant_content(
+    server: LlamaServer,
+    start_worker: Callable[..., ExampleWorker],
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    # What the openai SDK, LangChain and openai-agents send back after a tool call: the
+    # assistant's content is null beside its tool_calls (llama-cpp-python answers that with 500).
+    preamble = json.loads(run_check(server, "--context", str(CONTEXT), "--json").stdout)[
+        "tool_preamble"
+    ]
+    worker = start_worker("--template-overhead", str(preamble))
+    requester = make_user("requester", kudos=100)
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"unit": "celsius"}'},
+    }
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "12 degrees"},
+    ]
+    body = {
+        "model": MODEL_NAME,
+        "messages": messages,
+        "tools": [UNIT_TOOL],
+        "max_tokens": 32,
+        "horde": {"conformance": "best_effort"},
+    }
+    response = chat_async(native_client, requester.api_key, body)
+    assert response.status_code == 202, response.text
+    status = wait_done(native_client, worker, response.json()["id"])
+
+    assert not status["faulted"], worker.output()
+    (generation,) = status["generations"]
+    assert generation["content"] == DEMO_REPLY

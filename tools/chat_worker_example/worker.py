@@ -126,12 +126,16 @@ class Counter:
 
 
 def joined(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Text-only content part lists as one string (some templates take only strings)."""
+    """Text-only content part lists as one string (some templates take only strings), and
+    an assistant's null content beside its tool calls as "" (llama-cpp-python answers 500 to
+    null content; every backend takes the empty string)."""
     out = []
     for m in messages:
         parts = m.get("content")
         if isinstance(parts, list) and all(p.get("type") == "text" for p in parts):
             m = {**m, "content": "".join(p.get("text", "") for p in parts)}
+        elif parts is None and m.get("role") == "assistant":
+            m = {**m, "content": ""}
         out.append(m)
     return out
 
