@@ -7,7 +7,10 @@ Which rules run in which conformance mode is data (VERIFICATION_RULES): under st
 tool call under none, a missing call or a call to another function under a forced choice,
 content that is not the requested JSON or does not match a strict json_schema; in both
 modes, a call to a function outside the client's tools and two calls sharing an id.
-Content cut off visibly (CONTENT_EXEMPT_FINISH_REASONS) is not held to the requested JSON.
+Content visibly cut off is not held to the requested JSON: its finish_reason is one of
+CONTENT_EXEMPT_FINISH_REASONS *and* its output reached the request's output length by the
+horde's own count (``output_estimate``, the count it charges). A finish_reason alone is the
+worker's claim, so a short non-JSON reply claiming ``length`` is refused under strict.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from generated.chat.tables_reply import (
     VERIFICATION_RULES,
 )
 from generated.errors import ChatReplyRejected
+from runtime.contract.pricing import output_estimate
 from runtime.contract.registry import implements
-from runtime.contract.validator import horde_option
+from runtime.contract.validator import horde_option, output_tokens
 
 Calls = list[dict[str, Any]]
 Fields = dict[str, Any]
@@ -109,12 +113,18 @@ def _parse_json(text: str) -> tuple[Any, str | None]:
         return None, str(exc)
 
 
+def visibly_cut_off(reply: dict[str, Any], max_length: int | None) -> bool:
+    """The reply claims a cut (an exempt finish_reason) and shows it: its output estimate
+    reached ``max_length``, the output length it was generated under. Unknown: not shown."""
+    if reply.get(REPLY_FINISH_REASON) not in CONTENT_EXEMPT_FINISH_REASONS:
+        return False
+    return max_length is not None and output_estimate(reply, max_length) >= max_length
+
+
 def _json_content(request: dict[str, Any], reply: dict[str, Any], calls: Calls) -> str | None:
     """The requested JSON format when the reply's content is held to it, else None."""
     kind = (request.get(PARAM_RESPONSE_FORMAT) or {}).get("type")
     if kind not in (RESPONSE_FORMAT_JSON_OBJECT, RESPONSE_FORMAT_JSON_SCHEMA):
-        return None
-    if reply.get(REPLY_FINISH_REASON) in CONTENT_EXEMPT_FINISH_REASONS:
         return None
     if calls and not reply.get(REPLY_CONTENT):
         return None
@@ -186,6 +196,8 @@ RULES: dict[str, Callable[[dict[str, Any], dict[str, Any], Calls], Fields | None
     "schema_mismatch": _schema_mismatch,
 }
 implements("verification_rules", RULES)
+CONTENT_RULES = ("content_not_json", "schema_mismatch")
+"""The rules that hold the content to the requested JSON (not a visibly cut-off one)."""
 
 
 def _single_tool_call(request: dict[str, Any], calls: Calls) -> Calls:
@@ -201,14 +213,19 @@ REDUCTIONS: dict[str, Callable[[dict[str, Any], Calls], Calls]] = {
 implements("verification_reductions", REDUCTIONS)
 
 
-def verify_chat_reply(request: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+def verify_chat_reply(
+    request: dict[str, Any], reply: dict[str, Any], *, max_length: int | None = None
+) -> dict[str, Any]:
     """The reply as the client will receive it, or ChatReplyRejected.
 
     ``request`` is the stored (validated) request with the client's values; ``reply`` the
-    structured submit (content, reasoning_content, tool_calls, finish_reason, usage). The
-    input is not modified.
+    structured submit (content, reasoning_content, tool_calls, finish_reason, usage);
+    ``max_length`` the output length the job was generated under (the row's max_length),
+    by default the request's max_completion_tokens / max_tokens. The input is not modified.
     """
     mode = horde_option(request, HORDE_CONFORMANCE)
+    length = max_length if max_length is not None else output_tokens(request)
+    skipped = CONTENT_RULES if visibly_cut_off(reply, length) else ()
     calls: Calls = list(reply.get(REPLY_TOOL_CALLS) or [])
     out = dict(reply)
     for name, reduce in REDUCTIONS.items():
@@ -218,7 +235,7 @@ def verify_chat_reply(request: dict[str, Any], reply: dict[str, Any]) -> dict[st
                 calls = reduced
                 out[REPLY_TOOL_CALLS] = calls
     for name, rule in RULES.items():
-        if mode not in VERIFICATION_RULES[name]["modes"]:
+        if mode not in VERIFICATION_RULES[name]["modes"] or name in skipped:
             continue
         fields = rule(request, reply, calls)
         if fields is not None:

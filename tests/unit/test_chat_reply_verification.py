@@ -44,9 +44,9 @@ def reply(content: str | None = None, *calls: dict[str, Any], finish: str = "sto
     return {"content": content, "tool_calls": list(calls), "finish_reason": finish}
 
 
-def refused(req: dict[str, Any], rep: dict[str, Any]) -> str:
+def refused(req: dict[str, Any], rep: dict[str, Any], **kwargs: Any) -> str:
     with pytest.raises(ChatReplyRejected) as caught:
-        verify_chat_reply(req, rep)
+        verify_chat_reply(req, rep, **kwargs)
     assert caught.value.native_status == 400
     assert caught.value.native_body()["rc"] == "ChatReplyRejected"
     return caught.value.fields["rule"]
@@ -150,8 +150,40 @@ def test_content_not_matching_a_strict_schema_is_refused_only_under_strict() -> 
 
 @pytest.mark.parametrize("finish", ["length", "content_filter"])
 def test_visibly_cut_off_content_is_not_held_to_the_json_format(finish: str) -> None:
+    # Visibly: the output estimate (12 characters, floored at 20 tokens) reached max_tokens.
     rep = reply('{"city": "Os', finish=finish)
-    assert verify_chat_reply(request(STRICT, response_format={"type": "json_object"}), rep)
+    fmt = {"type": "json_object"}
+    assert verify_chat_reply(request(STRICT, response_format=fmt, max_tokens=20), rep)
+    long_cut = reply('{"city": "' + "O" * 400, finish=finish)
+    assert verify_chat_reply(request(STRICT, response_format=fmt, max_tokens=100), long_cut)
+    # the output length the job ran under (the row's max_length) when max_tokens was absent
+    assert verify_chat_reply(request(STRICT, response_format=fmt), long_cut, max_length=100)
+
+
+@pytest.mark.parametrize("finish", ["length", "content_filter"])
+def test_a_cut_off_claim_that_the_reply_does_not_show_does_not_exempt_it_from_strict_json(
+    finish: str,
+) -> None:
+    """Issue 17: a short non-JSON reply to max_tokens 1000 claiming a cut was accepted."""
+    fmt = {"type": "json_object"}
+    short = reply("Sure! Here is", finish=finish)
+    assert refused(request(STRICT, response_format=fmt, max_tokens=1000), short) == (
+        "content_not_json"
+    )
+    assert refused(request(STRICT, response_format=fmt), short, max_length=512) == (
+        "content_not_json"
+    )
+    assert refused(request(STRICT, response_format=fmt), short) == "content_not_json"
+    schema_fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "w", "strict": True, "schema": SCHEMA},
+    }
+    partial = reply('{"city": "Oslo"}', finish=finish)
+    assert refused(request(STRICT, response_format=schema_fmt, max_tokens=1000), partial) == (
+        "schema_mismatch"
+    )
+    # best_effort holds no content to the JSON, cut off or not
+    assert verify_chat_reply(request(BEST_EFFORT, response_format=fmt, max_tokens=1000), short)
 
 
 def test_a_tool_call_reply_without_content_is_not_held_to_the_json_format() -> None:

@@ -129,7 +129,7 @@ def submit_chat_job(
     if sub.state == FAULTED:
         return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
     try:
-        reply = verify_chat_reply(stored_request(wp), sub.reply)
+        reply = verify_chat_reply(stored_request(wp), sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
         note = [*sub.gen_metadata, {"type": refusal.code, "value": str(refusal)}][-50:]
         outcome = _fault(session, policy, gen, wp.id, now, note)
