@@ -33,10 +33,13 @@ from runtime.front.config import FrontConfig
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
 from runtime.front.native_client import NativeClient
 from runtime.front.signals import SignalHub
+from runtime.front.waiter import cancel_until_confirmed
 
 OWNER = "horde"
 IN_FLIGHT = 100
 """Native calls in flight at once (and the HTTP pool's size)."""
+CANCEL_INLINE_WAIT = 5.0
+"""Seconds an error answer waits for its request's cancel to be confirmed."""
 
 
 @dataclass
@@ -49,11 +52,18 @@ class FrontState:
     started: int = field(default_factory=lambda: int(time.time()))
     cancels: set[asyncio.Task[Any]] = field(default_factory=set)
 
-    def cancel_later(self, request_id: str) -> None:
-        """Cancel on the native side in a task that outlives the caller's."""
-        task = asyncio.create_task(self.native.cancel(request_id))
+    def cancel_later(self, request_id: str, source: str | None = None) -> asyncio.Task[bool]:
+        """Cancel on the native side, repeated until confirmed, in a task that outlives the
+        caller's."""
+        task = asyncio.create_task(cancel_until_confirmed(self.native, request_id, source))
         self.cancels.add(task)
         task.add_done_callback(self.cancels.discard)
+        return task
+
+    async def cancel(self, request_id: str, source: str | None = None) -> None:
+        """Cancel before answering: waits for the confirmation up to the read timeout, and
+        the repeats go on in the background if it has not come by then."""
+        await asyncio.wait({self.cancel_later(request_id, source)}, timeout=CANCEL_INLINE_WAIT)
 
 
 async def list_models(request: Request) -> Response:

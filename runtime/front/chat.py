@@ -129,7 +129,12 @@ class _Life:
         watch = DisconnectWatch(self.request.receive)
         try:
             async with ReplyWait(
-                self.state.native, self.state.hub, accepted.request_id, normalised, config.budget
+                self.state.native,
+                self.state.hub,
+                accepted.request_id,
+                normalised,
+                config.budget,
+                source=self.source,
             ) as wait:
                 try:
                     await watch.run(wait.open())
@@ -140,10 +145,10 @@ class _Life:
                         await self._json(completion(reply, normalised))
                 except HordeError as exc:
                     if needs_cancel(exc):  # before the answer, whose message says so
-                        await self.state.native.cancel(accepted.request_id)
+                        await self.state.cancel(accepted.request_id, self.source)
                     raise
                 except BaseException:  # the client left, or the server stops
-                    self.state.cancel_later(accepted.request_id)
+                    self.state.cancel_later(accepted.request_id, self.source)
                     raise
         finally:
             watch.close()

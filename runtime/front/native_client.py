@@ -1,11 +1,16 @@
 """The front's calls to the native API over HTTP: submit, status, cancel, models.
 
-``submit`` sends the client's key, a fresh operation key per client request, the service
-passkey and the client's address. A lost response (timeout, reset, refused connection, or a
+Every call carries the service passkey; every call made for a client (submit, status,
+cancel) also forwards the client's address, so the native API counts a submission on its
+client and the front's reads and cancels on the front's service budget
+(spec/rate_limits.yaml). ``submit`` sends the client's key and a fresh operation key per
+client request. A lost response (timeout, reset, refused connection, or a
 5xx without the native ``{message, rc}`` shape) is repeated with the identical bytes and
 key on the next configured root; the native API answers a repeat with the request it
 already holds, so the client is charged once. A native refusal becomes its HordeError.
 Reads (status, models) and the cancel also move to the next root on a transport failure.
+A status read or cancel answered 429 or 5xx raises ``Transient`` (with the native API's
+Retry-After), which the waiter backs off from and retries.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import Any, cast
 
 import httpx
 
-from generated.errors import HordeError, HordeUnavailable
+from generated.errors import HordeUnavailable
 from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
@@ -47,6 +52,22 @@ class SubmitLost(HordeUnavailable):
     def __init__(self, *, detail: str, maybe_queued: bool) -> None:
         super().__init__(detail=detail)
         self.maybe_queued = maybe_queued
+
+
+class Transient(HordeUnavailable):
+    """A status read or cancel the native API answered 429 or 5xx: try again after
+    ``retry_after`` (the native API's Retry-After, if it sent one)."""
+
+    def __init__(self, *, detail: str, retry_after: float | None) -> None:
+        super().__init__(detail=detail, retry_after=retry_after)
+
+
+TRANSIENT_STATUS = 429
+"""Besides any 5xx: a rate limit, which passes."""
+
+
+def _transient(response: httpx.Response) -> bool:
+    return response.status_code == TRANSIENT_STATUS or response.status_code >= 500
 
 
 class RequestGone(Exception):
@@ -165,14 +186,17 @@ class NativeClient:
             maybe_queued=maybe_queued,
         )
 
-    async def _read(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _read(
+        self, method: str, path: str, source: str | None = None, **kwargs: Any
+    ) -> httpx.Response:
         last = "no attempt"
+        headers = self._headers(source)
         for attempt in range(len(self.roots)):
             url = self._root(attempt) + path
             try:
                 async with self._slots:
                     response = await self.http.request(
-                        method, url, headers=self._headers(), timeout=self.read_timeout, **kwargs
+                        method, url, headers=headers, timeout=self.read_timeout, **kwargs
                     )
             except httpx.TransportError as exc:
                 last = f"{type(exc).__name__} from {url}"
@@ -189,24 +213,38 @@ class NativeClient:
             raise from_native(response.status_code, response.content)
         return response.json()
 
-    async def status(self, request_id: str) -> ChatStatus:
-        """The chat status; ``RequestGone`` when the native API no longer knows the id."""
+    async def status(self, request_id: str, source: str | None = None) -> ChatStatus:
+        """The chat status read for the client at ``source``; ``RequestGone`` when the native
+        API no longer knows the id, ``Transient`` on a 429 or 5xx."""
         path = ROUTES["chat_status"].path.format(id=request_id)
-        response = await self._read("GET", path)
+        response = await self._read("GET", path, source)
         if response.status_code == NOT_FOUND:
             raise RequestGone(request_id)
+        if _transient(response):
+            raise Transient(
+                detail=f"the status read was answered {response.status_code}",
+                retry_after=_retry_after(response),
+            )
         if response.status_code >= 400:
             raise from_native(response.status_code, response.content)
         return cast(ChatStatus, dict(response.json()))
 
-    async def cancel(self, request_id: str) -> ChatStatus | None:
-        """Cancel on the native side; None when that failed (logged, never raised)."""
+    async def cancel_once(self, request_id: str, source: str | None = None) -> bool:
+        """One cancel for the client at ``source``: True once the native API confirmed it
+        (or no longer knows the request), False on a refusal that a repeat cannot change
+        (logged); ``Transient`` (or HordeUnavailable) when it is worth repeating."""
         path = ROUTES["chat_cancel"].path.format(id=request_id)
-        try:
-            return cast(ChatStatus, dict(await self._json("DELETE", path)))
-        except HordeError as exc:
-            log.warning("cancel of %s failed: %s", request_id, exc.message)
-            return None
+        response = await self._read("DELETE", path, source)
+        if response.status_code < 400 or response.status_code == NOT_FOUND:
+            return True
+        if _transient(response):
+            raise Transient(
+                detail=f"the cancel was answered {response.status_code}",
+                retry_after=_retry_after(response),
+            )
+        refused = from_native(response.status_code, response.content)
+        log.warning("cancel of %s refused: %s", request_id, refused.message)
+        return False
 
     async def models(self) -> list[ActiveModel]:
         """The native active-models list (text models, with chat_count)."""

@@ -9,13 +9,20 @@ a stream opens. ``ReplyWait.reply()`` then wakes on the signal and on a slow fal
 and re-reads, until done with a generation (the Reply), faulted (502 ChatRequestFaulted),
 done without one (502 no_generation), the deadline (408), or is_possible false for the
 whole grace (503 no_eligible_worker). The caller cancels on the native side for every exit
-but a reply or a fault (``needs_cancel``).
+but a reply or a fault (``needs_cancel``), with ``cancel_until_confirmed``.
+
+A wait never dies of a transient answer: a status read answered 429 or 5xx, or lost, is
+retried after a back-off (doubling from half a second up to the poll interval, never
+sooner than the native API's Retry-After) until the deadline; the status reads carry the
+client's address and count on the front's service budget. A cancel is repeated the same
+way until the native API confirms it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +43,7 @@ from generated.errors import (
 )
 from generated.wire.native import ChatStatus
 from runtime.contract.validator import horde_option
-from runtime.front.native_client import NativeClient, RequestGone
+from runtime.front.native_client import NativeClient, RequestGone, Transient
 from runtime.front.responses import Reply
 from runtime.front.signals import SignalHub
 
@@ -46,6 +53,51 @@ POLL_JITTER = (0.8, 1.2)
 """Waits opened together (a burst of clients) do not poll the native API in step."""
 NEEDS_NO_CANCEL = (ChatRequestFaulted, StreamDiverged)
 """A fault, or a reply that arrived (and diverged from the relayed text), ends the request."""
+BACKOFF_FIRST = 0.5
+"""Seconds before repeating a read or cancel after its first transient answer (then x2)."""
+CANCEL_BACKOFF_MAX = 10.0
+"""The longest pause between two attempts of a cancel."""
+CANCEL_PATIENCE = 20 * 60.0
+"""How long a cancel is repeated: the native API expires a request still waiting after
+this long (Policy.waiting_expiry_seconds), so then there is nothing left to cancel."""
+
+log = logging.getLogger(__name__)
+
+
+def backoff(attempt: int, retry_after: float | None, cap: float) -> float:
+    """The pause before repeat ``attempt`` (0 first): doubling, jittered, at most ``cap``,
+    never sooner than the native API's Retry-After."""
+    delay = min(cap, BACKOFF_FIRST * 2.0**attempt) * random.uniform(*POLL_JITTER)
+    return max(delay, retry_after) if retry_after is not None else delay
+
+
+async def cancel_until_confirmed(
+    native: NativeClient,
+    request_id: str,
+    source: str | None = None,
+    *,
+    patience: float = CANCEL_PATIENCE,
+) -> bool:
+    """Cancel on the native side, repeating after transient answers until it is confirmed
+    (True); False on a refusal no repeat changes, or after ``patience`` seconds."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + patience
+    attempt = 0
+    while True:
+        retry_after: float | None = None
+        try:
+            return await native.cancel_once(request_id, source)
+        except Transient as exc:
+            retry_after, reason = exc.retry_after, exc.message
+        except HordeUnavailable as exc:
+            reason = exc.message
+        delay = backoff(attempt, retry_after, CANCEL_BACKOFF_MAX)
+        if loop.time() + delay > until:
+            log.warning("cancel of %s never confirmed: %s", request_id, reason)
+            return False
+        log.info("cancel of %s not confirmed (%s); again in %.1f s", request_id, reason, delay)
+        await asyncio.sleep(delay)
+        attempt += 1
 
 
 @dataclass(frozen=True)
@@ -95,8 +147,10 @@ class ReplyWait:
         request: dict[str, Any],
         budget: WaitBudget,
         clock: Callable[[], float] | None = None,
+        source: str | None = None,
     ) -> None:
         self.native = native
+        self.source = source
         self.hub = hub
         self.request_id = request_id
         self.fail_fast = horde_option(request, HORDE_AVAILABILITY_MODE) == FAIL_FAST
@@ -105,6 +159,9 @@ class ReplyWait:
         self.started = self.clock()
         self.status: ChatStatus | None = None
         self.reads = 0
+        self.failed_reads = 0
+        """Transient answers in a row (reset by a read that succeeds)."""
+        self._retry_after: float | None = None
         self._impossible_since: float | None = None
         self._signal: asyncio.Event | None = None
         self._watch: contextlib.AbstractAsyncContextManager[asyncio.Event] | None = None
@@ -122,16 +179,28 @@ class ReplyWait:
         return self.started + self.budget.deadline - self.clock()
 
     async def _read(self) -> ChatStatus | None:
-        """One status read; None when the native API could not be reached this time."""
+        """One status read; None after a transient answer (429, 5xx) or a lost one."""
         self.reads += 1
         try:
-            status = await self.native.status(self.request_id)
+            status = await self.native.status(self.request_id, self.source)
         except RequestGone as exc:
             raise NoGeneration() from exc
-        except HordeUnavailable:
+        except Transient as exc:
+            self.failed_reads += 1
+            self._retry_after = exc.retry_after
             return None
+        except HordeUnavailable:
+            self.failed_reads += 1
+            self._retry_after = None
+            return None
+        self.failed_reads = 0
         self.status = status
         return status
+
+    def _retry_delay(self) -> float:
+        """The back-off before reading again after ``failed_reads`` transient answers."""
+        cap = self.budget.poll_interval
+        return backoff(self.failed_reads - 1, self._retry_after, cap)
 
     async def _sleep(self, seconds: float) -> None:
         """Until the signal, or ``seconds``; the deadline ends the wait."""
@@ -147,7 +216,7 @@ class ReplyWait:
         """Up to the first successful read and the fail_fast decision; gaps raise here."""
         status = await self._read()
         while status is None:
-            await self._sleep(self.budget.poll_interval)
+            await self._sleep(self._retry_delay())
             status = await self._read()
         gap = gap_error(status)
         if gap is not None:
@@ -208,6 +277,9 @@ class ReplyWait:
                 grace_left = self._check_possible(status)
             else:
                 grace_left = float("inf")
-            poll = self.budget.poll_interval * random.uniform(*POLL_JITTER)
-            await self._sleep(min(poll, grace_left))
+            if self.failed_reads:
+                pause = self._retry_delay()
+            else:
+                pause = self.budget.poll_interval * random.uniform(*POLL_JITTER)
+            await self._sleep(min(pause, grace_left))
             status = await self._read()

@@ -13,9 +13,11 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from generated.rate_limits import RateLimit
 from runtime.config import Settings
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
@@ -52,3 +54,31 @@ def running_native_with_objects(
             yield service
     finally:
         shutil.rmtree(objects_dir, ignore_errors=True)
+
+
+LIMIT_COUNTS = "horde:limits*"
+"""The native API's rate-limit counters in Redis (flask-limiter's key prefix)."""
+
+
+@contextmanager
+def route_limits(service: NativeService, operation_id: str, *limits: RateLimit) -> Iterator[None]:
+    """``operation_id``'s rate limits replaced by ``limits`` (one for each limit the route
+    has, in order) while the block runs; every other route keeps the shipped ones. The
+    native API reads them from its policy on every call. The caller says why it needs them."""
+    ctx = service.context
+    before = ctx.policy
+    shipped = before.rate_limits[operation_id]
+    if len(limits) != len(shipped):
+        raise ValueError(f"{operation_id} has {len(shipped)} limits: {shipped}")
+    ctx.policy = replace(before, rate_limits={**before.rate_limits, operation_id: limits})
+    try:
+        yield
+    finally:
+        ctx.policy = before
+
+
+def forget_rate_limit_counts(service: NativeService) -> None:
+    """Every rate-limit counter gone, as when each window ends (the limits stay)."""
+    redis = service.context.redis
+    for key in list(redis.scan_iter(LIMIT_COUNTS)):
+        redis.delete(key)

@@ -53,7 +53,7 @@ def create_app(ctx: NativeContext) -> Flask:
     register_error_handlers(app)
     limiter = make_limiter(app, ctx.settings.redis_url or "", ctx.settings.rate_limits_enabled)
     app.extensions["horde_limiter"] = limiter  # flask-limiter keeps only a weak reference
-    limits = route_limits(ctx.policy.rate_limits.scaled(ctx.settings.rate_limit_scale))
+    limits = route_limits(ctx.policy.rate_limits)
     for operation_id, route in ROUTES.items():
         view = VIEWS.get(operation_id)
         if route.surface != "native" or view is None:

@@ -38,14 +38,20 @@ def trusted_service(settings: Settings) -> bool:
     return True
 
 
+def presents_passkey(settings: Settings) -> bool:
+    """True when the call carries the right passkey (the chat front); never raises
+    (flask-limiter calls it before the view, which refuses a wrong passkey)."""
+    sent = request.headers.get(HEADER_X_HORDE_SERVICE_PASSKEY)
+    return sent is not None and _matches(sent, settings.service_passkey)
+
+
 def source_address(settings: Settings) -> str:
     """The client's address: the forwarded one behind a trusted front, else the peer's.
 
     Never raises (flask-limiter calls it before the view, which refuses a wrong passkey).
     """
     peer = request.remote_addr or "unknown"
-    sent = request.headers.get(HEADER_X_HORDE_SERVICE_PASSKEY)
-    if sent is None or not _matches(sent, settings.service_passkey):
+    if not presents_passkey(settings):
         return peer
     forwarded = request.headers.get(FORWARDED_FOR, "").split(",")[0].strip()
     return forwarded[:MAX_ADDRESS_CHARS] or peer

@@ -1,34 +1,16 @@
 """Upstream AI Horde's numbers for the text queue, in one place; tests may override them.
 
-Lifetimes, the fault and abort limits, the upfront threshold and the rate limits follow
-upstream (see the design folder's FACTS.md). ``Policy()`` is upstream's behaviour.
+Lifetimes, the fault and abort limits and the upfront threshold follow upstream (see the
+design folder's FACTS.md); so do the rate limits, which are spec/rate_limits.yaml's
+(generated.rate_limits). ``Policy()`` is upstream's behaviour.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-
-@dataclass(frozen=True)
-class RateLimits:
-    """flask-limiter strings, per remote address unless the name says per key."""
-
-    text_async_ip: str = "90 per minute;2 per second"
-    text_async_key: str = "2 per second"
-    status: str = "60 per minute"
-    pop_submit_ip: str = "60 per second"
-
-    def scaled(self, factor: int) -> RateLimits:
-        """Every limit multiplied by ``factor`` (tests raise them; 1 keeps upstream's)."""
-
-        def scale(limits: str) -> str:
-            parts = []
-            for part in limits.split(";"):
-                amount, rest = part.strip().split(" ", 1)
-                parts.append(f"{int(amount) * factor} {rest}")
-            return ";".join(parts)
-
-        return RateLimits(*(scale(v) for v in vars(self).values()))
+from generated.rate_limits import RATE_LIMITS, RateLimit
 
 
 @dataclass(frozen=True)
@@ -53,4 +35,6 @@ class Policy:
     """Queued jobs (n) a user may have at once."""
     assumed_tokens_per_second: int = 10
     """Per worker thread, for the wait-time estimate when a worker has no history."""
-    rate_limits: RateLimits = RateLimits()
+    rate_limits: Mapping[str, tuple[RateLimit, ...]] = field(default_factory=lambda: RATE_LIMITS)
+    """Per operation id, the native API's rate limits (spec/rate_limits.yaml); a test that
+    needs more than one route's shipped limit replaces only that route's."""

@@ -1,0 +1,155 @@
+"""The native API's rate limits (spec/rate_limits.yaml) on the live service: what each is
+counted on, as upstream keys them, and the chat front's service budget.
+
+Each test lowers the one route's limits it looks at to N per hour (an hour's window cannot
+end between a test's calls, as a second's or a minute's could) and keeps every other
+route's shipped limits; native_db empties the counters before each test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, RateLimit
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
+from generated.wire import ANONYMOUS_API_KEY, HEADER_FORWARDED_FOR
+from runtime.native.server import NativeService
+from tests.conftest import SERVICE_PASSKEY, MadeUser
+from tests.integration.chat_flow import chat_async, chat_body, chat_pop
+from tests.support.native import route_limits
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def _unscaled(native_service: NativeService) -> Any:  # TEMPORARY: removed at the switch
+    from dataclasses import replace
+
+    ctx = native_service.context
+    before = ctx.settings
+    ctx.settings = replace(before, rate_limit_scale=1)
+    yield
+    ctx.settings = before
+
+
+PASSKEY = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY}
+PLENTY = "1000 per hour"
+
+
+def through_front(address: str) -> dict[str, str]:
+    """The headers of the chat front calling for the client at ``address``."""
+    return {**PASSKEY, HEADER_FORWARDED_FOR: address}
+
+
+def text_async(client: httpx.Client, api_key: str, **headers: str) -> httpx.Response:
+    return client.post(
+        "/generate/text/async", headers={"apikey": api_key, **headers}, json={"prompt": "Hi"}
+    )
+
+
+def codes(responses: list[httpx.Response]) -> list[int]:
+    return [r.status_code for r in responses]
+
+
+def assert_limited(response: httpx.Response) -> None:
+    assert response.status_code == 429, response.text
+    assert response.json()["rc"] == "RateLimited"
+    assert response.headers["Retry-After"]
+
+
+def test_status_and_cancel_are_counted_per_request_id_as_upstream_keys_them(
+    native_service: NativeService, native_client: httpx.Client, requester: MadeUser
+) -> None:
+    first, second = (text_async(native_client, requester.api_key).json()["id"] for _ in range(2))
+    status = RateLimit("3 per hour", KEY_CLIENT_ROUTE)
+    with route_limits(native_service, "text_status", status):
+        reads = [native_client.get(f"/generate/text/status/{first}") for _ in range(4)]
+        assert codes(reads[:3]) == [200, 200, 200]
+        assert_limited(reads[3])
+        # address + method + path: another request's status, and a cancel, have their own
+        assert native_client.get(f"/generate/text/status/{second}").status_code == 200
+        assert native_client.delete(f"/generate/text/status/{first}").status_code == 200
+
+
+def test_a_submission_through_the_front_is_counted_on_its_client(
+    native_service: NativeService,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    make_user: Any,
+) -> None:
+    chat_pop(native_client, make_user("wk").api_key)
+    # Only the per-client count is looked at: the others are raised out of the way.
+    limits = (
+        RateLimit("2 per hour", KEY_CLIENT_ROUTE),
+        RateLimit(PLENTY, KEY_CLIENT_ROUTE),
+        RateLimit(PLENTY, KEY_KEY_ROUTE),
+    )
+
+    def submit(**headers: str) -> httpx.Response:
+        return chat_async(native_client, requester.api_key, chat_body(), **headers)
+
+    with route_limits(native_service, "chat_async", *limits):
+        client_a = [submit(**through_front("203.0.113.1")) for _ in range(3)]
+        assert codes(client_a[:2]) == [202, 202]
+        assert_limited(client_a[2])
+        assert submit(**through_front("203.0.113.2")).status_code == 202
+        # without the passkey a forwarded address is not believed: the peer is counted
+        untrusted = {HEADER_FORWARDED_FOR: "203.0.113.3"}
+        direct = [submit(**untrusted) for _ in range(3)]
+        assert codes(direct[:2]) == [202, 202]
+        assert_limited(direct[2])
+
+
+def test_the_fronts_status_reads_are_counted_on_its_service_budget(
+    native_service: NativeService,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    make_user: Any,
+) -> None:
+    chat_pop(native_client, make_user("wk").api_key)
+    ids = [
+        chat_async(
+            native_client, requester.api_key, chat_body(), **through_front("203.0.113.9")
+        ).json()["id"]
+        for _ in range(2)
+    ]
+    status = RateLimit("2 per hour", KEY_CLIENT_ROUTE, service="5 per hour")
+
+    def read(request_id: str, **headers: str) -> httpx.Response:
+        return native_client.get(f"/generate/chat/status/{request_id}", headers=headers)
+
+    with route_limits(native_service, "chat_status", status):
+        direct = [read(ids[0]) for _ in range(3)]
+        assert codes(direct[:2]) == [200, 200]
+        assert_limited(direct[2])
+        # the front's reads, each for the client that owns the request: more than that
+        # client's count allows, and one budget over every request the front waits on
+        front = [read(ids[0], **through_front("203.0.113.9")) for _ in range(3)]
+        front += [read(ids[1], **through_front("203.0.113.9")) for _ in range(3)]
+        assert codes(front[:5]) == [200] * 5
+        assert_limited(front[5])
+    cancel = native_client.delete(
+        f"/generate/chat/status/{ids[0]}", headers=through_front("203.0.113.9")
+    )
+    assert cancel.status_code == 200
+
+
+def test_the_anonymous_key_has_its_own_submit_limit(
+    native_service: NativeService, native_client: httpx.Client, requester: MadeUser
+) -> None:
+    # Only the per-key count is looked at: the per-client ones are raised out of the way.
+    limits = (
+        RateLimit(PLENTY, KEY_CLIENT_ROUTE),
+        RateLimit(PLENTY, KEY_CLIENT_ROUTE),
+        RateLimit("1 per hour", KEY_KEY_ROUTE, anonymous="3 per hour"),
+    )
+    with route_limits(native_service, "text_async", *limits):
+        keyed = [text_async(native_client, requester.api_key) for _ in range(2)]
+        assert keyed[0].status_code == 202
+        assert_limited(keyed[1])
+        anonymous = [text_async(native_client, ANONYMOUS_API_KEY) for _ in range(4)]
+        assert codes(anonymous[:3]) == [202, 202, 202]
+        assert_limited(anonymous[3])
