@@ -20,6 +20,8 @@ from generated.chat.names import (
 
 STREAMED_REPLY_PART = "content"
 """The reply part progress posts carry; the cancel settlement prices it."""
+STREAMED_REASONING_PART = "reasoning_content"
+"""The reply part a post's reasoning channel carries; priced with the content."""
 PLAIN_FORMAT_TYPES = ["text"]
 
 
@@ -71,7 +73,9 @@ def ended_key(generation_id: str) -> str:
 RESYNC_LAST_SEQ = "last_seq"
 """The last accepted seq (-1 before the first post); the worker posts last_seq + 1 next."""
 RESYNC_POSTED_CHARS = "posted_chars"
-"""Characters accepted so far; the worker resends its text after them."""
+"""Content characters accepted so far; the worker resends its content after them."""
+RESYNC_POSTED_REASONING_CHARS = "posted_reasoning_chars"
+"""Reasoning characters accepted so far; the worker resends its reasoning after them."""
 
 # ---- lease hash fields
 LEASE_REQUEST_ID = "request_id"
@@ -81,7 +85,9 @@ LEASE_OWNER = "owner"
 LEASE_LAST_SEQ = "last_seq"
 """The last accepted seq, -1 before the first post."""
 LEASE_CHARS = "chars"
-"""Characters accepted so far (the progress cap counts these)."""
+"""Content characters accepted so far (the progress cap counts these and reasoning_chars)."""
+LEASE_REASONING_CHARS = "reasoning_chars"
+"""Reasoning characters accepted so far (0 until the first post with reasoning)."""
 LEASE_CANCELLED = "cancelled"
 """1 once the client or the front cancelled; every later post is acknowledged with cancelled: true."""
 LEASE_STOPPED = "stopped"
@@ -95,11 +101,13 @@ ENTRY_GENERATION_ID = "generation_id"
 ENTRY_SEQ = "seq"
 """The post's seq (delta entries only)."""
 ENTRY_DELTA = "delta"
-"""The text posted (delta entries only)."""
+"""The content posted (delta entries only; may be empty when the post held only reasoning)."""
+ENTRY_REASONING = "reasoning"
+"""The reasoning posted (delta entries only; absent when the post held none)."""
 
 # ---- stream entry kinds
 KIND_DELTA = "delta"
-"""Content a worker posted, in seq order."""
+"""Content and reasoning a worker posted, in seq order."""
 KIND_SUBMITTED = "submitted"
 """The worker submitted the whole reply; the front reconciles with it."""
 KIND_FAULTED = "faulted"
@@ -117,7 +125,7 @@ STREAM_SECONDS = 900
 ENDED_MARKER_SECONDS = 900
 """An ended marker expires after this long."""
 GENERATION_CHARS = 65536
-"""The per-generation progress cap, in characters: a post that would pass it gets 413 ProgressCapReached and posts stop; the worker still submits the whole reply."""
+"""The per-generation progress cap, in characters of content and reasoning together: a post that would pass it gets 413 ProgressCapReached and posts stop; the worker still submits the whole reply."""
 STREAM_MAX_ENTRIES = 200000
 """XADD MAXLEN (approximate) of a stream. Every delta entry holds at least one character, so this keeps every entry of the latest generations (three times the cap)."""
 POST_INTERVAL_SECONDS = 1.0

@@ -268,6 +268,10 @@ class ProgressInput(TypedDict):
 
 
 class ProgressOutput(TypedDict):
+    reasoning: NotRequired[str]
+    """
+    The reasoning generated since the previous post (a reasoning field of the backend, or a leading think block split off the content as the submitted reply splits it).
+    """
     last_seq: int
     cancelled: bool
     """

@@ -1,22 +1,27 @@
 """The front's side of delta streaming: relay, pacing and reconciliation.
 
 * ``relay(redis, request_id, last_id, stop)`` reads the request's retained progress stream
-  with XREAD BLOCK and yields each posted delta as it arrives. It returns at the end entry
-  of a generation that was submitted or cancelled, or of a faulted one once something was
-  relayed (a later worker's reply then reconciles or diverges); a faulted generation that
-  relayed nothing is skipped, since the request may be served again. Once ``stop`` is set
-  (the completion signal arrived) it drains what is left without blocking and returns.
+  with XREAD BLOCK and yields each posted delta (content and reasoning) as it arrives. It
+  returns at the end entry of a generation that was submitted or cancelled, or of a faulted
+  one once something was relayed (a later worker's reply then reconciles or diverges); a
+  faulted generation that relayed nothing is skipped, since the request may be served
+  again. Once ``stop`` is set (the completion signal arrived) it drains what is left
+  without blocking and returns.
 * ``paced(texts, clock)`` spreads each post's text evenly over the estimated interval until
   the next post (a moving estimate, first ``POST_INTERVAL_SECONDS``, at most
   ``PACING_MAX_INTERVAL_SECONDS``, pieces at most every ``PACING_CHUNK_SECONDS``). A post
   that arrives early flushes what is left of the previous one first; after the last post
   the pieces keep their schedule. ``plan`` and ``next_estimate`` are the pure parts.
+  It paces ``str`` or ``Post`` (a post's reasoning then its content, cut as one text).
 * ``reconcile(relayed, final)``: a final reply equal to or extending the relayed text gives
   the rest to send; one that diverges gives None (the stream ends with an error event).
-* ``delta_events(redis, request_id, reply)`` is the ``runtime.front.sse.ReplyEvents`` source
-  of a plain streamed request (``generated.streaming.streams_deltas``): paced ``Delta``s
-  while the worker posts, then ``Final`` once ``reply()`` returns (its arrival stops the
-  relay, which drains first); ``chunk_stream`` reconciles the two.
+  ``chunk_stream`` applies it to each channel, content and reasoning.
+* ``delta_events(redis, request_id, reply, with_reasoning=...)`` is the
+  ``runtime.front.sse.ReplyEvents`` source of a plain streamed request
+  (``generated.streaming.streams_deltas``): paced ``Delta``s (content and reasoning) while
+  the worker posts, then ``Final`` once ``reply()`` returns (its arrival stops the relay,
+  which drains first); ``chunk_stream`` reconciles the two. Without ``with_reasoning``
+  (horde.include_reasoning false) the reasoning is left out before pacing.
 
 Every name and number comes from ``generated.streaming`` (spec/streaming.yaml).
 """
@@ -25,11 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
+import operator
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 
 from redis.asyncio import Redis
 
@@ -47,6 +54,47 @@ class RelayedDelta:
     entry_id: str
     generation_id: str
     text: str
+    reasoning: str = ""
+
+
+@dataclass(frozen=True)
+class Post:
+    """What one post (or a paced piece of it) adds: reasoning, then content.
+
+    Sliced and added as one text of ``len(reasoning) + len(content)`` characters with the
+    reasoning first, so pacing cuts it like a string and a piece may hold the end of the
+    reasoning and the start of the content.
+    """
+
+    reasoning: str = ""
+    content: str = ""
+
+    def __len__(self) -> int:
+        return len(self.reasoning) + len(self.content)
+
+    def __getitem__(self, span: slice, /) -> Post:
+        start, stop, _ = span.indices(len(self))
+        split = len(self.reasoning)
+        return Post(
+            self.reasoning[start : min(stop, split)],
+            self.content[max(start - split, 0) : max(stop - split, 0)],
+        )
+
+    def __add__(self, other: Post, /) -> Post:
+        return Post(self.reasoning + other.reasoning, self.content + other.content)
+
+
+class Text(Protocol):
+    """What pacing cuts: ``str`` or ``Post``."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, span: slice, /) -> Self: ...
+
+    def __add__(self, other: Self, /) -> Self: ...
+
+
+T = TypeVar("T", bound=Text)
 
 
 def _str(value: Any) -> str:
@@ -75,7 +123,12 @@ async def relay(
             kind = fields.get(S.ENTRY_KIND)
             if kind == S.KIND_DELTA:
                 relayed = True
-                yield RelayedDelta(cursor, fields[S.ENTRY_GENERATION_ID], fields[S.ENTRY_DELTA])
+                yield RelayedDelta(
+                    cursor,
+                    fields[S.ENTRY_GENERATION_ID],
+                    fields[S.ENTRY_DELTA],
+                    fields.get(S.ENTRY_REASONING, ""),
+                )
             elif kind in S.END_KINDS and (kind != S.KIND_FAULTED or relayed):
                 return
         if stopping and not entries:
@@ -90,11 +143,12 @@ def reconcile(relayed: str, final: str) -> str | None:
 # ---------------------------------------------------------------- pacing
 
 
-def split_evenly(text: str, pieces: int) -> list[str]:
+def split_evenly(text: T, pieces: int) -> list[T]:
     """``text`` in ``pieces`` consecutive parts whose lengths differ by at most one."""
     pieces = max(1, min(pieces, len(text)))
     size, extra = divmod(len(text), pieces)
-    parts, start = [], 0
+    parts: list[T] = []
+    start = 0
     for i in range(pieces):
         end = start + size + (1 if i < extra else 0)
         parts.append(text[start:end])
@@ -102,9 +156,9 @@ def split_evenly(text: str, pieces: int) -> list[str]:
     return parts
 
 
-def plan(text: str, interval: float, chunk_seconds: float) -> list[tuple[float, str]]:
+def plan(text: T, interval: float, chunk_seconds: float) -> list[tuple[float, T]]:
     """(offset after arrival, piece) pairs spreading ``text`` evenly over ``interval``."""
-    if not text:
+    if not len(text):
         return []
     count = max(1, min(len(text), math.floor(interval / chunk_seconds + 1e-9)))
     step = interval / count
@@ -155,19 +209,19 @@ async def _arrives_first(task: asyncio.Future[Any], clock: Clock, timeout: float
 
 
 async def paced(
-    texts: AsyncIterator[str],
+    texts: AsyncIterator[T],
     clock: Clock | None = None,
     *,
     first_interval: float = S.POST_INTERVAL_SECONDS,
     chunk_seconds: float = S.PACING_CHUNK_SECONDS,
-) -> AsyncIterator[str]:
+) -> AsyncIterator[T]:
     """``texts`` (one per post) re-cut into evenly timed pieces."""
     clock = clock or LoopClock()
     source = texts.__aiter__()
-    pending: deque[tuple[float, str]] = deque()
+    pending: deque[tuple[float, T]] = deque()
     estimate = first_interval
     last_arrival: float | None = None
-    next_post: asyncio.Future[str] | None = None
+    next_post: asyncio.Future[T] | None = None
     exhausted = False
     try:
         while not (exhausted and not pending):
@@ -190,7 +244,7 @@ async def paced(
                 continue
             now = clock.now()
             if pending:
-                yield "".join(piece for _, piece in pending)
+                yield functools.reduce(operator.add, (piece for _, piece in pending))
                 pending.clear()
             if last_arrival is not None:
                 estimate = next_estimate(estimate, now - last_arrival)
@@ -208,20 +262,36 @@ async def paced(
             await closer()
 
 
+async def paced_posts(
+    redis: Redis,
+    request_id: str,
+    stop: asyncio.Event | None = None,
+    clock: Clock | None = None,
+    *,
+    with_reasoning: bool = True,
+) -> AsyncIterator[Post]:
+    """The request's relayed posts, paced: what the front sends as reasoning and content
+    chunks (the reasoning left out before pacing unless ``with_reasoning``)."""
+
+    async def posts() -> AsyncIterator[Post]:
+        async for delta in relay(redis, request_id, stop=stop):
+            post = Post(delta.reasoning if with_reasoning else "", delta.text)
+            if len(post):
+                yield post
+
+    async for piece in paced(posts(), clock):
+        yield piece
+
+
 async def paced_relay(
     redis: Redis,
     request_id: str,
     stop: asyncio.Event | None = None,
     clock: Clock | None = None,
 ) -> AsyncIterator[str]:
-    """The request's relayed deltas, paced: what the front sends as content chunks."""
-
-    async def texts() -> AsyncIterator[str]:
-        async for delta in relay(redis, request_id, stop=stop):
-            yield delta.text
-
-    async for piece in paced(texts(), clock):
-        yield piece
+    """The request's relayed content, paced (its reasoning left out)."""
+    async for piece in paced_posts(redis, request_id, stop, clock, with_reasoning=False):
+        yield piece.content
 
 
 async def delta_events(
@@ -229,14 +299,17 @@ async def delta_events(
     request_id: str,
     reply: Callable[[], Awaitable[Reply]],
     clock: Clock | None = None,
+    *,
+    with_reasoning: bool = True,
 ) -> ReplyEvents:
     """Paced deltas of a plain streamed request, then its final reply."""
     stop = asyncio.Event()
     final = asyncio.ensure_future(reply())
     final.add_done_callback(lambda _: stop.set())
     try:
-        async for piece in paced_relay(redis, request_id, stop=stop, clock=clock):
-            yield Delta(piece)
+        pieces = paced_posts(redis, request_id, stop, clock, with_reasoning=with_reasoning)
+        async for piece in pieces:
+            yield Delta(piece.content, reasoning=piece.reasoning)
         yield Final(await final)
     finally:
         if not final.done():

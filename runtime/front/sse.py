@@ -5,9 +5,11 @@ the worker generates) and ``Final`` (the finished reply). ``runtime.front.stream
 picks the source of each request: a plain one (``generated.streaming.streams_deltas``) gets
 ``progress_stream.delta_events``, paced deltas while the worker posts then the final reply;
 any other (tools, a structured ``response_format``) gets ``whole_reply``, one ``Final`` once
-the request is done. ``chunk_stream`` turns them into chunks: a role chunk, a content chunk
-per delta, then the rest of the final reply (a reply equal to or extending the relayed text
-sends the rest; one that diverges ends the stream with 502 stream_diverged), a tool-call
+the request is done. ``chunk_stream`` turns them into chunks: a role chunk, per delta a
+``reasoning_content`` chunk (its reasoning, unless horde.include_reasoning is false) and a
+``content`` chunk, then the rest of the final reply, channel by channel (a reply whose
+content and reasoning each equal or extend what was relayed sends the rest; one that
+diverges in either ends the stream with 502 stream_diverged), a tool-call
 chunk when there are calls, a finish chunk, a usage chunk (``choices: []``) with
 stream_options.include_usage, then ``[DONE]``. Keep-alive comments (``comment``) are
 interleaved by the caller. An error after the headers is one event ``{"error": {...}}``
@@ -47,10 +49,11 @@ SSE_HEADERS = [
 
 @dataclass(frozen=True)
 class Delta:
-    """Content relayed before the reply is final (delta streaming)."""
+    """Content (``text``) and reasoning relayed before the reply is final (delta streaming)."""
 
     text: str
     model: str = ""
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -130,12 +133,36 @@ class ChunkMaker:
         }
 
 
+def _rest_of(reply: Reply, relayed: str, relayed_reasoning: str | None) -> ChunkDelta:
+    """The final reply's delta after what was relayed, channel by channel (reasoning only
+    when ``relayed_reasoning`` is not None); a channel that does not extend what was
+    relayed diverges (502 stream_diverged)."""
+    content = reply.content or ""
+    if relayed and not content.startswith(relayed):
+        raise StreamDiverged()
+    delta: ChunkDelta = {}
+    if content[len(relayed) :] or not relayed:
+        delta["content"] = content[len(relayed) :] if reply.content is not None else None
+    if relayed_reasoning is None or reply.reasoning_content is None:
+        if relayed_reasoning:  # reasoning was relayed and the reply has none
+            raise StreamDiverged()
+        return delta
+    reasoning = reply.reasoning_content
+    if not reasoning.startswith(relayed_reasoning):
+        raise StreamDiverged()
+    if reasoning[len(relayed_reasoning) :] or not relayed_reasoning:
+        delta["reasoning_content"] = reasoning[len(relayed_reasoning) :]
+    return delta
+
+
 async def chunk_stream(
     events: ReplyEvents, request_id: str, request: dict[str, Any]
 ) -> AsyncIterator[ChatCompletionChunk]:
     """The chunks of one streamed reply, in the documented order."""
     maker = ChunkMaker(request_id, request)
+    with_reasoning = shows_reasoning(request)
     relayed = ""
+    relayed_reasoning = ""
     started = False
     async for event in events:
         if isinstance(event, Delta):
@@ -143,21 +170,18 @@ async def chunk_stream(
                 maker.model = event.model
                 started = True
                 yield maker.role()
-            relayed += event.text
-            yield maker.chunk({"content": event.text})
+            if event.reasoning and with_reasoning:
+                relayed_reasoning += event.reasoning
+                yield maker.chunk({"reasoning_content": event.reasoning})
+            if event.text:
+                relayed += event.text
+                yield maker.chunk({"content": event.text})
             continue
         reply = event.reply
         maker.model = reply.model
         if not started:
             yield maker.role()
-        content = reply.content or ""
-        if relayed and not content.startswith(relayed):
-            raise StreamDiverged()
-        delta: ChunkDelta = {}
-        if content[len(relayed) :] or not relayed:
-            delta["content"] = content[len(relayed) :] if reply.content is not None else None
-        if reply.reasoning_content is not None and shows_reasoning(request):
-            delta["reasoning_content"] = reply.reasoning_content
+        delta = _rest_of(reply, relayed, relayed_reasoning if with_reasoning else None)
         if delta:
             yield maker.chunk(delta)
         if reply.tool_calls:

@@ -2,8 +2,9 @@
 
 * ``reply_events(redis, wait, request_id, request)`` picks the request's ``ReplyEvents``
   source: a plain streamed request (``generated.streaming.streams_deltas``) relays the
-  worker's progress (``progress_stream.delta_events``), its deltas named with the model
-  known so far (``stream_model``); every other request streams the whole reply.
+  worker's progress (``progress_stream.delta_events``: content, and reasoning unless
+  horde.include_reasoning is false), its deltas named with the model known so far
+  (``stream_model``); every other request streams the whole reply.
 * ``keep_alive(items, interval, note)`` passes the encoded chunks through and, whenever
   nothing was sent for ``interval`` seconds, sends an SSE comment line with ``note()``:
   the request's queue position and estimated wait from the last status the wait read, so
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -23,6 +25,7 @@ from generated.chat.names import PARAM_MODEL, PARAM_MODELS
 from generated.streaming import streams_deltas
 from generated.wire.native import ChatStatus
 from runtime.front.progress_stream import delta_events
+from runtime.front.responses import shows_reasoning
 from runtime.front.sse import Delta, ReplyEvents, comment, whole_reply
 from runtime.front.waiter import ReplyWait
 
@@ -44,7 +47,7 @@ async def _named(events: ReplyEvents, model_of: Callable[[], str]) -> ReplyEvent
     try:
         async for event in events:
             if isinstance(event, Delta) and not event.model:
-                event = Delta(event.text, model_of())
+                event = dataclasses.replace(event, model=model_of())
             yield event
     finally:
         await events.aclose()
@@ -56,7 +59,7 @@ def reply_events(
     """The events of one streamed request: relayed deltas then the reply, or the reply."""
     if not streams_deltas(request):
         return whole_reply(wait.reply)
-    relayed = delta_events(redis, request_id, wait.reply)
+    relayed = delta_events(redis, request_id, wait.reply, with_reasoning=shows_reasoning(request))
     return _named(relayed, lambda: stream_model(wait.status, request))
 
 

@@ -2,7 +2,10 @@
 
 A chat job's conversation goes to the backend as messages (the backend renders the model's
 template). It is counted first: a conversation that does not fit the context with its
-requested output is faulted with prompt_overflow, never trimmed. Every failure on the way
+requested output is faulted with prompt_overflow, never trimmed. A job whose client left
+max_tokens out (flagged PAYLOAD_FIT_MAX_TOKENS) gets as much as fits: its max_tokens is
+lowered to the room the count leaves, and it faults only when that is under
+REPLY_RESERVE_TOKENS (spec/workers/limits.yaml). Every failure on the way
 is a fault reason (generated.errors) and faults the job; an unexpected exception does too,
 so no job is ever left held.
 
@@ -13,17 +16,17 @@ unservable_job and its reason. The fit count leaves images out and adds the prob
 per-image cost.
 
 Streamed jobs: pass ``progress`` (issue 6's seam). It is called about once a second with the
-content generated since its previous call and returns True when the client cancelled; the
-job then stops and is not submitted.
+content and the reasoning generated since its previous call (a ``<think>`` block in the
+content split off as the submitted reply splits it) and returns True when the client
+cancelled; the job then stops and is not submitted.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from generated.chat.names import (
     PARAM_MAX_TOKENS,
@@ -35,6 +38,7 @@ from generated.chat.names import (
     PARAM_TOOLS,
     PARAM_TOP_P,
 )
+from generated.chat.tables import PAYLOAD_FIT_MAX_TOKENS, REPLY_RESERVE_TOKENS
 from generated.errors import BackendInvalidReply, HordeError, PromptOverflow, UnservableJob
 from generated.wire import STATE_OK
 from generated.wire.native import PopOutput, ReportedUsage, SubmitInput, ToolCall
@@ -48,7 +52,14 @@ from runtime.worker.vision import without_images
 
 log = logging.getLogger("horde-chat.worker")
 
-ProgressCallback = Callable[[str], bool]
+
+class ProgressCallback(Protocol):
+    """``progress(content, reasoning) -> cancelled``: the text generated since the last call,
+    split as the submitted reply will be (``reply.StreamAccumulator``)."""
+
+    def __call__(self, delta: str, reasoning: str = "", /) -> bool: ...
+
+
 PROGRESS_INTERVAL_SECONDS = 1.0
 TTL_MARGIN_SECONDS = 5.0
 # Upstream's text payload keys (native text jobs, not the chat contract).
@@ -114,11 +125,24 @@ class JobRunner:
             return False
         return self.horde.submit(body)
 
-    def check_fit(self, body: dict[str, Any]) -> None:
+    def check_fit(self, body: dict[str, Any], *, fit_output: bool = False) -> None:
+        """Fault prompt_overflow when the conversation and its output do not fit the context.
+
+        ``fit_output`` (the job's PAYLOAD_FIT_MAX_TOKENS: the client left max_tokens out, as
+        much as fits): ``body``'s max_tokens is lowered to the room the count leaves, and
+        only a room under REPLY_RESERVE_TOKENS faults. Otherwise max_tokens must fit whole.
+        """
         text_only, images = without_images(body[PARAM_MESSAGES])
         counted = self.probed.counter.count(text_only, body.get(PARAM_TOOLS))
         counted += images * self.probed.image_tokens
-        needed = counted + (body.get(PARAM_MAX_TOKENS) or 1)
+        wanted = body.get(PARAM_MAX_TOKENS) or 1
+        if fit_output:
+            room = self.probed.context - counted
+            if room >= REPLY_RESERVE_TOKENS:
+                body[PARAM_MAX_TOKENS] = min(wanted, room)
+                return
+            wanted = REPLY_RESERVE_TOKENS
+        needed = counted + wanted
         if needed > self.probed.context:
             raise PromptOverflow(
                 needed=needed, counter=self.probed.counter.kind, context=self.probed.context
@@ -129,7 +153,7 @@ class JobRunner:
         payload = {**job.payload, PARAM_MESSAGES: messages}
         streamed = progress is not None and job.stream
         body = chat_body(self.probed.kind, payload, self.probed.model_id, stream=streamed)
-        self.check_fit(body)
+        self.check_fit(body, fit_output=payload.get(PAYLOAD_FIT_MAX_TOKENS) is True)
         if not streamed:
             return parse_chat_completion(self.backend.chat(body, timeout=self.deadline(job)))
         assert progress is not None
@@ -139,25 +163,36 @@ class JobRunner:
         self, job: Job, body: dict[str, Any], progress: ProgressCallback
     ) -> ChatReply | None:
         folded = StreamAccumulator()
-        pending: list[str] = []
+        content: list[str] = []
+        reasoning: list[str] = []
         cancelled = False
         last_post = time.monotonic()
 
+        def post() -> bool:
+            thought = "".join(reasoning)  # a callback for content alone is called as before
+            answer = progress("".join(content), thought) if thought else progress("".join(content))
+            content.clear()
+            reasoning.clear()
+            return answer
+
         def on_event(chunk: dict[str, Any]) -> bool:
             nonlocal cancelled, last_post
-            pending.append(folded.add(chunk))
-            if time.monotonic() - last_post >= PROGRESS_INTERVAL_SECONDS and any(pending):
-                cancelled = progress("".join(pending))
-                pending.clear()
+            added = folded.add_parts(chunk)
+            content.append(added.content)
+            reasoning.append(added.reasoning)
+            if time.monotonic() - last_post >= PROGRESS_INTERVAL_SECONDS and (
+                any(content) or any(reasoning)
+            ):
+                cancelled = post()
                 last_post = time.monotonic()
             return not cancelled
 
         self.backend.stream_chat(body, on_event, timeout=self.deadline(job))
         if cancelled:
             return None
-        if any(pending) and progress("".join(pending)):
+        if (any(content) or any(reasoning)) and post():
             return None
-        return parse_chat_completion(folded.completion())
+        return parse_chat_completion(folded.completion(), split_think=False)
 
     def text_reply(self, job: Job) -> str:
         payload = job.payload

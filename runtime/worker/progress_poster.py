@@ -1,12 +1,15 @@
 """The worker's progress posts of a streamed job (issue 6): the ``progress`` callback of
 ``runtime.worker.job``, posting to ``generate/text/progress``.
 
-It keeps the whole text generated so far and how much of it the Horde accepted, so every
-post carries exactly the text after the accepted part:
+It keeps the whole text generated so far, content and reasoning apart (the job splits a
+``<think>`` block off as the submitted reply will), and how much of each the Horde accepted,
+so every post carries exactly the text after the accepted part of each: ``delta`` the
+content, ``reasoning`` the reasoning (only when there is some):
 
 * 200: accepted; ``cancelled: true`` makes the callback return True (stop, do not submit);
-* 409 (a gap, e.g. an acknowledgement lost on the way back): the body's ``last_seq`` and
-  ``posted_chars`` say where the Horde is; the poster resumes from there and posts again;
+* 409 (a gap, e.g. an acknowledgement lost on the way back): the body's ``last_seq``,
+  ``posted_chars`` and ``posted_reasoning_chars`` say where the Horde is; the poster
+  resumes from there and posts again;
 * 413 (the progress cap): posts stop for this job, generation goes on, the reply is submitted;
 * a broken connection keeps the text for the next call; any other refusal (the lease
   ended, wrong key) stops posting, since the submit decides the job's fate.
@@ -24,7 +27,11 @@ from typing import cast
 import httpx
 
 from generated.routes import ROUTES
-from generated.streaming import RESYNC_LAST_SEQ, RESYNC_POSTED_CHARS
+from generated.streaming import (
+    RESYNC_LAST_SEQ,
+    RESYNC_POSTED_CHARS,
+    RESYNC_POSTED_REASONING_CHARS,
+)
 from generated.wire.native import ProgressInput, ProgressOutput
 from runtime.worker.horde import HordeClient
 from runtime.worker.job import Job, ProgressCallback
@@ -36,20 +43,23 @@ RESYNC_ATTEMPTS = 3
 
 
 class ProgressPoster:
-    """``poster(delta) -> cancelled`` for one streamed generation."""
+    """``poster(delta, reasoning) -> cancelled`` for one streamed generation."""
 
     def __init__(self, http: httpx.Client, generation_id: str) -> None:
         self.http = http
         self.generation_id = generation_id
         self.path = ROUTES[OPERATION].path
         self.text = ""
+        self.reasoning = ""
         self.accepted_chars = 0
+        self.accepted_reasoning_chars = 0
         self.next_seq = 0
         self.stopped = False
         self.cancelled = False
 
-    def __call__(self, delta: str) -> bool:
+    def __call__(self, delta: str, reasoning: str = "", /) -> bool:
         self.text += delta
+        self.reasoning += reasoning
         if self.cancelled or self.stopped:
             return self.cancelled
         for _ in range(RESYNC_ATTEMPTS):
@@ -58,6 +68,8 @@ class ProgressPoster:
                 "seq": self.next_seq,
                 "delta": self.text[self.accepted_chars :],
             }
+            if len(self.reasoning) > self.accepted_reasoning_chars:
+                body["reasoning"] = self.reasoning[self.accepted_reasoning_chars :]
             try:
                 response = self.http.post(self.path, json=body)
             except httpx.TransportError as exc:
@@ -67,12 +79,15 @@ class ProgressPoster:
             if response.status_code == 200:
                 ack = cast(ProgressOutput, answer)
                 self.accepted_chars = len(self.text)
+                self.accepted_reasoning_chars = len(self.reasoning)
                 self.next_seq = int(ack["last_seq"]) + 1
                 self.cancelled = bool(ack["cancelled"])
                 return self.cancelled
             if response.status_code == 409 and RESYNC_LAST_SEQ in answer:
                 self.next_seq = int(answer[RESYNC_LAST_SEQ]) + 1
                 self.accepted_chars = min(int(answer[RESYNC_POSTED_CHARS]), len(self.text))
+                posted_reasoning = int(answer.get(RESYNC_POSTED_REASONING_CHARS) or 0)
+                self.accepted_reasoning_chars = min(posted_reasoning, len(self.reasoning))
                 continue
             self.stopped = True
             log.info(

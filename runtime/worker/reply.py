@@ -4,6 +4,11 @@ Reasoning is separated into ``reasoning_content`` whichever way the backend repo
 ``reasoning_content`` field (llama.cpp, older vLLM), a ``reasoning`` field (Ollama, newer
 vLLM) or a leading ``<think>...</think>`` block in the content (koboldcpp, raw templates).
 A think block cut off by max_tokens stays reasoning: it never becomes the answer.
+One splitter (:class:`ThinkSplitter`) does the think-block split, fed the whole content
+(``split_reasoning``) or a stream piece by piece (:class:`StreamAccumulator`, whose pieces
+the worker posts as progress): the pieces it gives out, joined, are the final reply's
+content and reasoning whatever the chunking, so a relayed stream is always extended by the
+submitted reply, channel by channel.
 Tool calls are normalised to OpenAI's shape; a reply without a finish_reason is invalid.
 """
 
@@ -40,15 +45,108 @@ class ChatReply:
     usage: dict[str, int | None] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Parts:
+    """Text added to the answer (content) and to the reasoning by one piece of content."""
+
+    content: str = ""
+    reasoning: str = ""
+
+
+class ThinkSplitter:
+    """Splits content that may open with a ``<think>`` block, piece by piece.
+
+    It holds back only what the next piece may still change: leading whitespace and a
+    partial ``<think>`` before the content's kind is known, and in the reasoning its
+    trailing whitespace and a partial ``</think>`` (the reasoning is stripped, the answer
+    left-stripped, as ``split_reasoning`` always did). ``finish`` gives out what is held.
+    """
+
+    UNDECIDED, PLAIN, THINKING, ANSWER = "undecided", "plain", "thinking", "answer"
+
+    def __init__(self) -> None:
+        self.state = self.UNDECIDED
+        self.held = ""
+        self.started = False  # the reasoning (THINKING) or the answer (ANSWER) has begun
+
+    def feed(self, text: str) -> Parts:
+        if not text:
+            return Parts()
+        if self.state == self.UNDECIDED:
+            self.held += text
+            opening = self.held.lstrip()
+            if not opening or (len(opening) < len(THINK_OPEN) and THINK_OPEN.startswith(opening)):
+                return Parts()
+            if not opening.startswith(THINK_OPEN):
+                return self.plain()
+            self.state, self.held = self.THINKING, ""
+            return self._thinking(opening[len(THINK_OPEN) :])
+        if self.state == self.THINKING:
+            return self._thinking(text)
+        if self.state == self.ANSWER:
+            return self._answer(text)
+        return Parts(content=text)
+
+    def plain(self) -> Parts:
+        """No think block (or one reported apart): the held text and all later is content."""
+        if self.state != self.UNDECIDED:
+            return Parts()
+        held, self.held, self.state = self.held, "", self.PLAIN
+        return Parts(content=held)
+
+    def _thinking(self, text: str) -> Parts:
+        pending = self.held + text
+        if not self.started:
+            pending = pending.lstrip()
+        before, closed, after = pending.partition(THINK_CLOSE)
+        if closed:
+            self.held, self.state = "", self.ANSWER
+            reasoning = before.rstrip()
+            self.started = False
+            answer = self._answer(after)
+            return Parts(content=answer.content, reasoning=reasoning)
+        keep = next(
+            (
+                n
+                for n in range(min(len(THINK_CLOSE) - 1, len(pending)), 0, -1)
+                if THINK_CLOSE.startswith(pending[-n:])
+            ),
+            0,
+        )
+        cut = len(pending) - keep
+        while cut > 0 and pending[cut - 1].isspace():
+            cut -= 1
+        self.held = pending[cut:]
+        if cut:
+            self.started = True
+        return Parts(reasoning=pending[:cut])
+
+    def _answer(self, text: str) -> Parts:
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        return Parts(content=text)
+
+    def finish(self) -> Parts:
+        """What is still held once the content is complete."""
+        if self.state == self.UNDECIDED:
+            return self.plain()
+        if self.state == self.THINKING:
+            held, self.held = self.held, ""
+            return Parts(reasoning=held.rstrip() if self.started else held.strip())
+        return Parts()
+
+
 def split_reasoning(content: str | None) -> tuple[str | None, str | None]:
     """(content, reasoning) from a content that may open with a think block."""
-    if content is None or not content.lstrip().startswith(THINK_OPEN):
+    if content is None:
+        return None, None
+    splitter = ThinkSplitter()
+    first, rest = splitter.feed(content), splitter.finish()
+    if splitter.state == ThinkSplitter.PLAIN:
         return content, None
-    body = content.lstrip()[len(THINK_OPEN) :]
-    reasoning, closed, answer = body.partition(THINK_CLOSE)
-    if not closed:  # cut off while thinking: there is no answer
-        return None, reasoning.strip() or None
-    return answer.lstrip() or None, reasoning.strip() or None
+    answer, reasoning = first.content + rest.content, first.reasoning + rest.reasoning
+    return answer or None, reasoning or None
 
 
 def _tool_call(raw: Any) -> dict[str, Any]:
@@ -80,7 +178,9 @@ def _usage(raw: Any) -> dict[str, int | None]:
     }
 
 
-def parse_chat_completion(body: dict[str, Any]) -> ChatReply:
+def parse_chat_completion(body: dict[str, Any], *, split_think: bool = True) -> ChatReply:
+    """The structured reply of a completion body; ``split_think=False`` for a body whose
+    content was already split (``StreamAccumulator.completion``)."""
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise BackendInvalidReply(detail="the completion has no choice")
@@ -90,7 +190,7 @@ def parse_chat_completion(body: dict[str, Any]) -> ChatReply:
     if content is not None and not isinstance(content, str):
         raise BackendInvalidReply(detail="the content is not a string")
     reasoning = message.get(REPLY_REASONING_CONTENT) or message.get("reasoning")
-    if reasoning is None:
+    if reasoning is None and split_think:
         content, reasoning = split_reasoning(content)
     raw_calls = message.get(REPLY_TOOL_CALLS) or []
     if not raw_calls and isinstance(message.get("function_call"), dict):
@@ -109,27 +209,41 @@ def parse_chat_completion(body: dict[str, Any]) -> ChatReply:
 
 
 class StreamAccumulator:
-    """Folds streamed chunks into one completion body for :func:`parse_chat_completion`."""
+    """Folds streamed chunks into one completion body for :func:`parse_chat_completion`.
+
+    Content deltas go through a :class:`ThinkSplitter` (unless the backend reports reasoning
+    in a field of its own), so what ``add_parts`` gives out, joined, is exactly the content
+    and reasoning of ``completion()``: the progress the worker posts and the reply it
+    submits are split the same way.
+    """
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
+        self.splitter = ThinkSplitter()
         self.calls: dict[int, dict[str, Any]] = {}
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
 
     def add(self, chunk: dict[str, Any]) -> str:
         """Fold one chunk in; returns the content text it added."""
+        return self.add_parts(chunk).content
+
+    def add_parts(self, chunk: dict[str, Any]) -> Parts:
+        """Fold one chunk in; returns the content and the reasoning it added."""
         if isinstance(chunk.get(REPLY_USAGE), dict):
             self.usage = chunk[REPLY_USAGE]
         choices = chunk.get("choices") or []
         if not choices:
-            return ""
+            return Parts()
         choice = choices[0]
         delta = choice.get("delta") or {}
-        text = delta.get(REPLY_CONTENT) or ""
-        self.content.append(text)
-        self.reasoning.append(delta.get(REPLY_REASONING_CONTENT) or delta.get("reasoning") or "")
+        field_reasoning = delta.get(REPLY_REASONING_CONTENT) or delta.get("reasoning") or ""
+        held = self.splitter.plain() if field_reasoning else Parts()
+        split = self.splitter.feed(delta.get(REPLY_CONTENT) or "")
+        added = Parts(held.content + split.content, field_reasoning + split.reasoning)
+        self.content.append(added.content)
+        self.reasoning.append(added.reasoning)
         for part in delta.get(REPLY_TOOL_CALLS) or []:
             call = self.calls.setdefault(
                 int(part.get("index", 0)), {"function": {"name": "", "arguments": ""}}
@@ -141,11 +255,15 @@ class StreamAccumulator:
             call["function"]["arguments"] += function.get("arguments") or ""
         if choice.get(REPLY_FINISH_REASON):
             self.finish_reason = choice[REPLY_FINISH_REASON]
-        return text
+        return added
 
     def completion(self) -> dict[str, Any]:
+        """The folded completion, its content and reasoning already split."""
         if self.finish_reason is None:
             raise BackendInvalidReply(detail="the stream ended without a finish_reason")
+        rest = self.splitter.finish()
+        self.content.append(rest.content)
+        self.reasoning.append(rest.reasoning)
         message: dict[str, Any] = {REPLY_CONTENT: "".join(self.content) or None}
         if any(self.reasoning):
             message[REPLY_REASONING_CONTENT] = "".join(self.reasoning)

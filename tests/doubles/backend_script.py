@@ -42,7 +42,10 @@ class Reply:
 
     ``prompt_tokens`` / ``completion_tokens`` left as None are computed by the double's
     counter; ``chunks`` splits the streamed content (default: word by word);
-    ``stream_error_after`` sends an error event after that many content chunks.
+    ``stream_error_after`` sends an error event after that many content chunks;
+    ``think_tags`` puts the reasoning in the content as a leading ``<think>`` block, as
+    koboldcpp and llama.cpp templates without a reasoning parser do (streamed word by word
+    like the rest of the content, tags in pieces of their own), not in reasoning_content.
     """
 
     content: str | None = "OK"
@@ -56,6 +59,7 @@ class Reply:
     chunks: list[str] | None = None
     stream_error_after: int | None = None
     include_usage: bool = True
+    think_tags: bool = False
 
 
 @dataclass
@@ -125,9 +129,18 @@ class Completion:
             for index, call in enumerate(self.reply.tool_calls or [])
         ]
 
+    def think_block(self) -> str:
+        """The reasoning as the leading think block of the content (``think_tags``)."""
+        if not self.reply.think_tags or self.reply.reasoning_content is None:
+            return ""
+        return f"<think>\n{self.reply.reasoning_content}\n</think>\n\n"
+
     def body(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self.reply.content}
-        if self.reply.reasoning_content is not None:
+        content = self.reply.content
+        if self.think_block():
+            content = self.think_block() + (content or "")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if self.reply.reasoning_content is not None and not self.reply.think_tags:
             message["reasoning_content"] = self.reply.reasoning_content
         if self.reply.tool_calls:
             message["tool_calls"] = self._tool_calls()
@@ -152,15 +165,18 @@ class Completion:
         }
 
     def content_pieces(self) -> list[str]:
+        thinking: list[str] = []
+        if self.think_block():
+            thinking = ["<think>", "\n", *_words(self.reply.reasoning_content or ""), "\n"]
+            thinking += ["</think>", "\n\n"]
         if self.reply.chunks is not None:
-            return list(self.reply.chunks)
-        words = (self.reply.content or "").split(" ")
-        return [word if i == 0 else f" {word}" for i, word in enumerate(words) if word or i]
+            return thinking + list(self.reply.chunks)
+        return thinking + _words(self.reply.content or "")
 
     def events(self, include_usage: bool) -> Iterator[dict[str, Any]]:
         """The stream as JSON events, in OpenAI's order; an error event ends it early."""
         yield self._chunk({"role": "assistant", "content": ""})
-        if self.reply.reasoning_content:
+        if self.reply.reasoning_content and not self.reply.think_tags:
             yield self._chunk({"reasoning_content": self.reply.reasoning_content})
         for sent, piece in enumerate(self.content_pieces()):
             if self.reply.stream_error_after is not None and sent >= self.reply.stream_error_after:
@@ -175,6 +191,12 @@ class Completion:
             usage_chunk["choices"] = []
             usage_chunk["usage"] = self.usage()
             yield usage_chunk
+
+
+def _words(text: str) -> list[str]:
+    """``text`` word by word, each word after the first with its leading space."""
+    words = text.split(" ")
+    return [word if i == 0 else f" {word}" for i, word in enumerate(words) if word or i]
 
 
 def sse(event: dict[str, Any] | str) -> bytes:

@@ -334,7 +334,7 @@ def test_a_client_leaving_mid_stream_cancels_and_settles_on_the_posted_text(
         assert wp.cancelled
         assert not wp.faulted
         tokens = output_estimate({S.STREAMED_REPLY_PART: posted}, wp.max_length)
-        price = kudos.money(kudos.generation_kudos(tokens, MODEL, wp.max_context_length, False))
+        price = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
         worker_row = session.scalars(select(Worker)).one()
         assert worker_row.aborted_jobs == 0
     assert ledger(native_db, owner.id) == [("reward", price)]
@@ -395,3 +395,83 @@ def test_keep_alive_comments_say_the_queue_position_while_queued(
     chunks = [c for c in map(sse_data, lines) if c]
     assert text_of(chunks) == "You said: Tell me a story"
     assert [line for line in lines if line][-1] == "data: [DONE]"
+
+
+REASONING = "The user wants a story. A short one will do."
+ANSWER = "Once upon a time there was a horde. The end."
+
+
+def reasoning_of(chunk: dict[str, Any]) -> str:
+    choices = chunk.get("choices") or []
+    return str(choices[0]["delta"].get("reasoning_content") or "") if choices else ""
+
+
+def test_a_think_block_streams_as_reasoning_content_then_content_without_divergence(
+    sdk: openai.OpenAI,
+    backend: OpenAIBackendDouble,
+    owner: MadeUser,
+    native_service: NativeService,
+    native_client: httpx.Client,
+    redis: Redis,
+) -> None:
+    # The backend puts the reasoning in the content as a <think> block, word by word, as
+    # koboldcpp and llama.cpp templates without a reasoning parser do.
+    reply = Reply(content=ANSWER, reasoning_content=REASONING, think_tags=True, chunk_delay=0.15)
+    with real_worker(native_service.url, owner, backend, native_client, reply):
+        received = [
+            c.to_dict()
+            for c in sdk.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+        ]
+        backend.script(reply)
+        whole = sdk.chat.completions.create(model=MODEL, messages=MESSAGES).to_dict()
+    for chunk in received:
+        assert_chunk(chunk)
+    kinds = [
+        "reasoning" if reasoning_of(c) else "content"
+        for c in received
+        if reasoning_of(c) or content_of(c)
+    ]
+    assert kinds[0] == "reasoning"
+    assert "reasoning" not in kinds[kinds.index("content") :]  # reasoning, then content
+    assert received[-1]["choices"][0]["finish_reason"] == "stop"  # no stream_diverged
+    assert "".join(reasoning_of(c) for c in received) == REASONING
+    assert text_of(received) == ANSWER
+    assert text_of(received) == whole["choices"][0]["message"]["content"]
+    assert whole["choices"][0]["message"]["reasoning_content"] == REASONING
+    entries = delta_entries(redis, request_id_of(received[0]))
+    posted_reasoning = "".join(e.get(S.ENTRY_REASONING, "") for e in entries)
+    assert posted_reasoning  # reasoning was relayed as progress, not only in the reply
+    assert REASONING.startswith(posted_reasoning)
+    assert all("<think>" not in e[S.ENTRY_DELTA] for e in entries)
+
+
+def test_include_reasoning_false_sends_no_reasoning_chunk_in_a_relayed_stream(
+    sdk: openai.OpenAI,
+    backend: OpenAIBackendDouble,
+    owner: MadeUser,
+    native_service: NativeService,
+    native_client: httpx.Client,
+    redis: Redis,
+) -> None:
+    reply = Reply(content=ANSWER, reasoning_content=REASONING, think_tags=True, chunk_delay=0.15)
+    with real_worker(native_service.url, owner, backend, native_client, reply):
+        received = [
+            c.to_dict()
+            for c in sdk.chat.completions.create(
+                model=MODEL,
+                messages=MESSAGES,
+                stream=True,
+                extra_body={"horde": {"include_reasoning": False}},
+            )
+        ]
+    for chunk in received:
+        assert_chunk(chunk)
+    assert [
+        c for c in received if "reasoning_content" in (c.get("choices") or [{}])[0].get("delta", {})
+    ] == []
+    assert text_of(received) == ANSWER
+    assert received[-1]["choices"][0]["finish_reason"] == "stop"
+    request_id = request_id_of(received[0])
+    assert "".join(e.get(S.ENTRY_REASONING, "") for e in delta_entries(redis, request_id))
+    status = chat_status(native_client, request_id)
+    assert status["generations"][0]["reasoning_content"] == REASONING  # the native status shows it

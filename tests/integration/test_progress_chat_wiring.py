@@ -161,8 +161,8 @@ def test_a_cancel_settles_on_the_posted_text(
     }
     tokens = output_estimate({S.STREAMED_REPLY_PART: posted}, 300)
     with native_db() as session:
-        context = session.get(WaitingPrompt, uuid.UUID(request_id)).max_context_length
-    price = kudos.money(kudos.generation_kudos(tokens, MODEL, context, trusted=False))
+        wp = session.get(WaitingPrompt, uuid.UUID(request_id))
+        price = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
     assert ledger(native_db, worker.id) == [("reward", price)]
     assert ("charge", -price) in ledger(native_db, requester.id)
     shown = chat_status(native_client, request_id)
@@ -172,3 +172,36 @@ def test_a_cancel_settles_on_the_posted_text(
     late = submit_reply(native_client, worker.api_key, job["id"], posted + "more")
     assert late.status_code == 400
     assert ledger(native_db, worker.id) == [("reward", price)]
+
+
+def test_a_cancel_during_reasoning_settles_on_the_posted_reasoning(
+    native_client: httpx.Client,
+    native_db: Any,
+    redis: Redis,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    # Reasoning is generated output, charged with the content (design doc "Reasoning"): a
+    # client that leaves while the model still thinks pays for the reasoning posted.
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, stream=True)
+    reasoning = "First I consider the question carefully. " * 4
+    response = native_client.post(
+        "/generate/text/progress",
+        headers={"apikey": worker.api_key},
+        json={"id": job["id"], "seq": 0, "delta": "", "reasoning": reasoning},
+    )
+    assert response.status_code == 200, response.text
+
+    cancelled = native_client.delete(f"/generate/chat/status/{request_id}")
+    assert cancelled.status_code == 200, cancelled.text
+
+    reply = {S.STREAMED_REPLY_PART: "", S.STREAMED_REASONING_PART: reasoning}
+    tokens = output_estimate(reply, 300)
+    assert tokens > output_estimate({S.STREAMED_REPLY_PART: ""}, 300)  # the reasoning counted
+    with native_db() as session:
+        wp = session.get(WaitingPrompt, uuid.UUID(request_id))
+        price = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
+    assert ledger(native_db, worker.id) == [("reward", price)]
+    assert ("charge", -price) in ledger(native_db, requester.id)
+    shown = chat_status(native_client, request_id)
+    assert [g["reasoning_content"] for g in shown["generations"]] == [reasoning]

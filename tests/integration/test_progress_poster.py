@@ -13,7 +13,13 @@ from redis import Redis
 
 from generated import streaming as S
 from runtime.native.accounts.keys import hash_key, new_api_key
-from runtime.native.progress.protocol import mark_cancelled, posted_text, write_lease
+from runtime.native.progress.protocol import (
+    mark_cancelled,
+    posted,
+    posted_text,
+    read_lease,
+    write_lease,
+)
 from runtime.native.server import NativeService
 from runtime.worker.progress_poster import ProgressPoster
 
@@ -90,3 +96,34 @@ def test_reports_the_cancel(redis: Redis, leased: Leased, worker_http: httpx.Cli
     assert poster(" world") is True
     assert poster("!") is True
     assert posted_text(redis, leased.request_id) == "Hello"
+
+
+def test_reasoning_posts_on_its_own_channel_and_resyncs_on_its_own_cursor(
+    redis: Redis, leased: Leased, worker_http: httpx.Client
+) -> None:
+    poster = ProgressPoster(worker_http, leased.generation_id)
+    assert poster("", "Let me think.") is False
+    # A post with reasoning and content lands but its acknowledgement is lost.
+    landed = worker_http.post(
+        "/api/v2/generate/text/progress",
+        json={"id": leased.generation_id, "seq": 1, "delta": "The", "reasoning": " Done."},
+    )
+    assert landed.status_code == 200
+    poster.text += "The"
+    poster.reasoning += " Done."
+    assert poster(" answer.") is False
+    sent = posted(redis, leased.request_id)
+    assert (sent.reasoning, sent.content) == ("Let me think. Done.", "The answer.")
+    lease = read_lease(redis, leased.generation_id)
+    assert lease is not None
+    assert (lease.chars, lease.reasoning_chars) == (len("The answer."), len("Let me think. Done."))
+
+
+def test_the_cap_counts_reasoning_and_content_together(
+    redis: Redis, leased: Leased, worker_http: httpx.Client
+) -> None:
+    poster = ProgressPoster(worker_http, leased.generation_id)
+    assert poster("", "r" * (S.GENERATION_CHARS - 1)) is False
+    assert poster("cc") is False
+    assert poster.stopped
+    assert posted_text(redis, leased.request_id) == ""

@@ -1,9 +1,11 @@
 """POST /api/v2/generate/text/progress: a worker posts the content of a streamed job.
 
 Authenticated by the lease written at pop (the digest of the popping key), so the route
-reads Redis only, never Postgres. A 409 body adds ``last_seq`` and ``posted_chars`` beside
-``{message, rc}``: the worker resumes with seq ``last_seq + 1`` and its text after the first
-``posted_chars`` characters (``runtime.worker.progress_poster`` does this).
+reads Redis only, never Postgres. A post carries the content (``delta``) and, from a
+reasoning model, the reasoning (``reasoning``). A 409 body adds ``last_seq``,
+``posted_chars`` and ``posted_reasoning_chars`` beside ``{message, rc}``: the worker resumes
+with seq ``last_seq + 1``, its content after the first ``posted_chars`` characters and its
+reasoning after the first ``posted_reasoning_chars`` (``runtime.worker.progress_poster``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ def text_progress() -> Response:
     generation_id = _generation_id(body["id"])
     try:
         ack = post_progress(
-            native().redis, generation_id, hash_key(api_key), body["seq"], body["delta"]
+            native().redis,
+            generation_id,
+            hash_key(api_key),
+            body["seq"],
+            body["delta"],
+            body.get("reasoning") or "",
         )
     except ProgressOutOfOrder as gap:
         response = jsonify({**gap.native_body(), **(gap.metadata or {})})

@@ -6,14 +6,16 @@ inside a step, and no step reads Postgres:
 * ``write_lease`` at pop of a plain streamed chat job: the lease (owner = digest of the
   worker's apikey, ``last_seq`` -1) expiring after the generation's ttl plus a grace;
 * ``post_progress`` from the progress route: checks the lease, refuses a seq gap (409 with
-  the last accepted seq), appends the delta to the request's retained stream (XADD MAXLEN,
+  the last accepted seq), appends the delta (content, and reasoning when the post has
+  some) to the request's retained stream (XADD MAXLEN,
   refreshed expiry), stops at the per-generation cap (413), and acknowledges
   ``cancelled: true`` once cancelled without appending anything;
 * ``finish`` at submit (lease deleted, end entry, stream left to expire), ``mark_ended`` on
   a fault (ended marker, lease deleted, end entry), ``mark_cancelled`` /
   ``cancel_request`` on a cancel (flag kept in the lease until it expires, end entry);
-* ``posted_text`` reads back what a generation posted, for the cancel settlement. Read it
-  after ``mark_cancelled``: from then on nothing is appended.
+* ``posted`` (content and reasoning) / ``posted_text`` (content) read back what a
+  generation posted, for the cancel settlement. Read it after ``mark_cancelled``: from
+  then on nothing is appended.
 
 Names, lifetimes and the cap come from ``generated.streaming`` (spec/streaming.yaml).
 redis-py types every answer as ``T | Awaitable[T]`` (one signature for its sync and async
@@ -55,30 +57,42 @@ class Lease:
     chars: int
     cancelled: bool
     stopped: bool
+    reasoning_chars: int = 0
 
 
 # KEYS: lease. ARGV: owner, seq, delta, delta chars, cap, maxlen, stream ttl, gen id, stream
-# key prefix (the stream's name comes from the lease's request id).
+# key prefix (the stream's name comes from the lease's request id), reasoning, reasoning
+# chars. A lease written before the reasoning channel has no reasoning_chars: 0.
 _POST = f"""
 if redis.call('EXISTS', KEYS[1]) == 0 then return {{'missing', -1}} end
 local f = redis.call('HMGET', KEYS[1], '{S.LEASE_OWNER}', '{S.LEASE_LAST_SEQ}',
-                     '{S.LEASE_CHARS}', '{S.LEASE_CANCELLED}', '{S.LEASE_STOPPED}')
+                     '{S.LEASE_CHARS}', '{S.LEASE_CANCELLED}', '{S.LEASE_STOPPED}',
+                     '{S.LEASE_REASONING_CHARS}')
 if f[1] ~= ARGV[1] then return {{'owner', -1}} end
 local last = tonumber(f[2])
+local rchars = tonumber(f[6]) or 0
 if f[4] == '1' then return {{'cancelled', last}} end
 if f[5] == '1' then return {{'cap', last}} end
 local seq = tonumber(ARGV[2])
-if seq ~= last + 1 then return {{'gap', last, tonumber(f[3])}} end
+if seq ~= last + 1 then return {{'gap', last, tonumber(f[3]), rchars}} end
 local chars = tonumber(f[3]) + tonumber(ARGV[4])
-if chars > tonumber(ARGV[5]) then
+rchars = rchars + tonumber(ARGV[11])
+if chars + rchars > tonumber(ARGV[5]) then
   redis.call('HSET', KEYS[1], '{S.LEASE_STOPPED}', '1')
   return {{'cap', last}}
 end
-redis.call('HSET', KEYS[1], '{S.LEASE_LAST_SEQ}', seq, '{S.LEASE_CHARS}', chars)
-if tonumber(ARGV[4]) > 0 then
+redis.call('HSET', KEYS[1], '{S.LEASE_LAST_SEQ}', seq, '{S.LEASE_CHARS}', chars,
+           '{S.LEASE_REASONING_CHARS}', rchars)
+if tonumber(ARGV[4]) > 0 or tonumber(ARGV[11]) > 0 then
   local stream = ARGV[9] .. redis.call('HGET', KEYS[1], '{S.LEASE_REQUEST_ID}')
-  redis.call('XADD', stream, 'MAXLEN', '~', ARGV[6], '*', '{S.ENTRY_KIND}', '{S.KIND_DELTA}',
-             '{S.ENTRY_GENERATION_ID}', ARGV[8], '{S.ENTRY_SEQ}', seq, '{S.ENTRY_DELTA}', ARGV[3])
+  if tonumber(ARGV[11]) > 0 then
+    redis.call('XADD', stream, 'MAXLEN', '~', ARGV[6], '*', '{S.ENTRY_KIND}', '{S.KIND_DELTA}',
+               '{S.ENTRY_GENERATION_ID}', ARGV[8], '{S.ENTRY_SEQ}', seq, '{S.ENTRY_DELTA}', ARGV[3],
+               '{S.ENTRY_REASONING}', ARGV[10])
+  else
+    redis.call('XADD', stream, 'MAXLEN', '~', ARGV[6], '*', '{S.ENTRY_KIND}', '{S.KIND_DELTA}',
+               '{S.ENTRY_GENERATION_ID}', ARGV[8], '{S.ENTRY_SEQ}', seq, '{S.ENTRY_DELTA}', ARGV[3])
+  end
   redis.call('EXPIRE', stream, ARGV[7])
   return {{'ok', seq}}
 end
@@ -147,6 +161,7 @@ def write_lease(
             S.LEASE_OWNER: worker_owner,
             S.LEASE_LAST_SEQ: -1,
             S.LEASE_CHARS: 0,
+            S.LEASE_REASONING_CHARS: 0,
             S.LEASE_CANCELLED: 0,
             S.LEASE_STOPPED: 0,
         },
@@ -168,15 +183,20 @@ def read_lease(redis: Redis, generation_id: str) -> Lease | None:
         chars=int(raw[S.LEASE_CHARS]),
         cancelled=raw[S.LEASE_CANCELLED] == "1",
         stopped=raw[S.LEASE_STOPPED] == "1",
+        reasoning_chars=int(raw.get(S.LEASE_REASONING_CHARS) or 0),
     )
 
 
-def post_progress(redis: Redis, generation_id: str, owner: str, seq: int, delta: str) -> Ack:
+def post_progress(
+    redis: Redis, generation_id: str, owner: str, seq: int, delta: str, reasoning: str = ""
+) -> Ack:
     """Accept post ``seq`` of a generation, or raise the error the worker gets.
 
-    Any seq but the next one is a gap (409): its metadata carries the last accepted seq and
-    the characters accepted so far, so a worker whose acknowledgement was lost resends
-    exactly the text after them with the next seq. Empty deltas advance seq, no entry.
+    A post carries two channels, the content (``delta``) and the reasoning; each has its
+    own count. Any seq but the next one is a gap (409): its metadata carries the last
+    accepted seq and the content and reasoning characters accepted so far, so a worker
+    whose acknowledgement was lost resends exactly the text after them with the next seq.
+    Empty posts advance seq, no entry. The cap counts both channels.
     """
     outcome, last, *rest = _run(
         redis,
@@ -191,6 +211,8 @@ def post_progress(redis: Redis, generation_id: str, owner: str, seq: int, delta:
         S.STREAM_SECONDS,
         generation_id,
         _prefix(S.STREAM_KEY_PATTERN),
+        reasoning,
+        len(reasoning),
     )
     last = int(last)
     if outcome == "missing":
@@ -198,7 +220,11 @@ def post_progress(redis: Redis, generation_id: str, owner: str, seq: int, delta:
     if outcome == "owner":
         raise WrongCredentials()
     if outcome == "gap":
-        resync = {S.RESYNC_LAST_SEQ: last, S.RESYNC_POSTED_CHARS: int(rest[0])}
+        resync = {
+            S.RESYNC_LAST_SEQ: last,
+            S.RESYNC_POSTED_CHARS: int(rest[0]),
+            S.RESYNC_POSTED_REASONING_CHARS: int(rest[1]),
+        }
         raise ProgressOutOfOrder(seq=seq, last=last, metadata=resync)
     if outcome == "cap":
         raise ProgressCapReached(id=generation_id, limit=S.GENERATION_CHARS)
@@ -255,14 +281,29 @@ def ended_kind(redis: Redis, generation_id: str) -> str | None:
     return None if value is None else str(value)
 
 
-def posted_text(redis: Redis, request_id: str, generation_id: str | None = None) -> str:
-    """The content posted for a request (one generation's, when given), in seq order."""
-    parts: list[str] = []
+@dataclass(frozen=True)
+class Posted:
+    """What a request's posts carried, per channel, in seq order."""
+
+    content: str
+    reasoning: str
+
+
+def posted(redis: Redis, request_id: str, generation_id: str | None = None) -> Posted:
+    """The content and reasoning posted for a request (one generation's, when given)."""
+    content: list[str] = []
+    reasoning: list[str] = []
     entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.stream_key(request_id)))
     for _entry_id, fields in entries:
         if fields.get(S.ENTRY_KIND) != S.KIND_DELTA:
             continue
         if generation_id is not None and fields.get(S.ENTRY_GENERATION_ID) != generation_id:
             continue
-        parts.append(fields.get(S.ENTRY_DELTA, ""))
-    return "".join(parts)
+        content.append(fields.get(S.ENTRY_DELTA, ""))
+        reasoning.append(fields.get(S.ENTRY_REASONING, ""))
+    return Posted("".join(content), "".join(reasoning))
+
+
+def posted_text(redis: Redis, request_id: str, generation_id: str | None = None) -> str:
+    """The content posted for a request (one generation's, when given), in seq order."""
+    return posted(redis, request_id, generation_id).content

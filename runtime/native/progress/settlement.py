@@ -2,10 +2,11 @@
 estimate" and the lease diagram's Cancelled state).
 
 When a request is cancelled, each of its generations still in flight that posted progress
-is settled on the content posted before the cancel, which the Horde measured: the worker
-is paid for it and the requester charged for it through the same output estimate as a
-submitted reply, and the job is not counted as dropped (no abort, no fault). The posted
-text becomes the generation's text, so the status shows what was charged.
+is settled on the content (and reasoning) posted before the cancel, which the Horde
+measured: the worker is paid for it and the requester charged for it through the same
+output estimate as a submitted reply, and the job is not counted as dropped (no abort, no
+fault). The posted content becomes the generation's text (the reasoning its reasoning), so
+the status shows what was charged.
 
 Call ``settle_cancelled_streams`` inside the cancel's transaction, before the generations
 still in flight are marked cancelled unpaid (``cancel_text_request`` does that for the
@@ -26,12 +27,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from generated.chat.tables_reply import CHARGE_BASIS
-from generated.streaming import STREAMED_REPLY_PART
+from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
-from runtime.native.progress.protocol import mark_cancelled, posted_text
+from runtime.native.progress.protocol import mark_cancelled, posted
 from runtime.native.requests.rows import unfinished
 
 SETTLED_STATE = STATE_OK
@@ -51,15 +52,20 @@ def settle_generation(
     """Cancel one streamed generation and settle it on its posted text (None: nothing posted)."""
     generation_id = str(gen.id)
     mark_cancelled(redis, generation_id)
-    text = posted_text(redis, str(wp.id), generation_id)
-    if not text:
+    sent = posted(redis, str(wp.id), generation_id)
+    text = sent.content
+    if not text and not sent.reasoning:
         return None
     worker, owner = session.execute(
         select(Worker, User).join(User, User.id == Worker.user_id).where(Worker.id == gen.worker_id)
     ).one()
-    reply = {STREAMED_REPLY_PART: text}
+    reply: dict[str, str | None] = {STREAMED_REPLY_PART: text}
+    if sent.reasoning:  # reasoning is generated output, priced with the content
+        reply[STREAMED_REASONING_PART] = sent.reasoning
     tokens = output_estimate(reply, wp.max_length)
-    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, owner.trusted)
+    reward = kudos.request_reward(
+        wp, tokens, gen.model, trusted=owner.trusted, bridge_agent=worker.bridge_agent
+    )
     values: dict[str, Any] = {
         "generation": text,
         "state": SETTLED_STATE,
