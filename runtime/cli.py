@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+
+
+def finite_number(text: str) -> float:
+    """An argument that is a finite number (a NaN or infinite balance is refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     users = sub.add_parser("users", help="manage users").add_subparsers(dest="users", required=True)
     create = users.add_parser("create", help="create a user and print its new API key")
     create.add_argument("--name", required=True)
-    create.add_argument("--kudos", type=float, default=0)
+    create.add_argument("--kudos", type=finite_number, default=0)
     create.add_argument("--concurrency", type=int, default=30)
     return parser
 

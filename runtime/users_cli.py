@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import TextIO
 
@@ -18,8 +19,11 @@ def create_user_command(
     """Create the user in the configured (or embedded) database; returns the API key.
 
     With the embedded Postgres, ``horde-chat up`` may already run it: the server of a data
-    folder is shared, so this works with or without ``up`` running.
+    folder is shared, so this works with or without ``up`` running. A NaN or infinite
+    balance is refused (ValueError) before anything starts.
     """
+    if not math.isfinite(kudos):
+        raise ValueError(f"kudos must be a finite number, not {kudos}")
     stores = EmbeddedStores.start(Settings(**{**vars(settings), "redis_url": "unused://"}))
     try:
         upgrade(stores.database_url)

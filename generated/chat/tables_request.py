@@ -507,7 +507,7 @@ HORDE_KEYS: dict[str, dict[str, Any]] = {
     },
     "worker_blacklist": {"schema": {"type": "boolean"}, "default": False},
     "trusted_workers": {"schema": {"type": "boolean"}, "default": False},
-    "validated_backends": {"schema": {"type": "boolean"}, "default": True},
+    "validated_backends": {"schema": {"type": "boolean"}, "default": False},
     "slow_workers": {"schema": {"type": "boolean"}, "default": True},
     "extra_slow_workers": {"schema": {"type": "boolean"}, "default": False},
     "dry_run": {"schema": {"type": "boolean"}, "default": False},

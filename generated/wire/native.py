@@ -60,6 +60,9 @@ class TextAsyncInput(TypedDict):
     softprompt: NotRequired[str]
     trusted_workers: NotRequired[bool]
     validated_backends: NotRequired[bool]
+    """
+    true: only workers whose bridge agent is a validated backend (spec/pricing.yaml) serve the request. Default false, as upstream's request parser.
+    """
     slow_workers: NotRequired[bool]
     extra_slow_workers: NotRequired[bool]
     workers: NotRequired[WorkerList]
@@ -268,11 +271,11 @@ class ProgressInput(TypedDict):
 
 
 class ProgressOutput(TypedDict):
+    last_seq: int
     reasoning: NotRequired[str]
     """
     The reasoning generated since the previous post (a reasoning field of the backend, or a leading think block split off the content as the submitted reply splits it).
     """
-    last_seq: int
     cancelled: bool
     """
     The client left; stop and do not submit.

@@ -11,7 +11,6 @@ body to forward and the normalised request.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,12 +24,14 @@ from generated.errors import (
     FrontAtCapacity,
     InvalidAPIKey,
     InvalidJSON,
+    InvalidPayload,
     NulByteInPayload,
     PayloadTooLarge,
     UnsupportedChatParameter,
 )
 from generated.routes import HEADER_AUTHORIZATION
 from generated.wire import ANONYMOUS_API_KEY
+from runtime import strict_json
 from runtime.contract.validator import drop_front_defaults, horde_option, validate_chat_request
 
 BEARER = "bearer "
@@ -117,11 +118,14 @@ def _has_nul(value: Any) -> bool:
 def checked_request(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the body to forward, the normalised request), or the validator's refusal."""
     try:
-        body = json.loads(raw)
+        body = strict_json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidJSON(detail=str(exc)) from exc
     if _has_nul(body):
         raise NulByteInPayload()
+    where = strict_json.non_finite(body)
+    if where is not None:
+        raise InvalidPayload(field=where, problem="a number must be finite", param=where)
     forward = drop_front_defaults(body) if isinstance(body, dict) else body
     request = validate_chat_request(forward)
     if horde_option(request, HORDE_DRY_RUN):

@@ -82,7 +82,8 @@ class Reply:
             tool_calls=calls,
             finish_reason=finish,
             reported=dict(gen.get("usage") or {}),
-            kudos=float(gen.get("kudos", status.get("kudos", 0)) or 0),
+            # what the request cost, the horde tax included: the native status's kudos
+            kudos=float(status.get("kudos", gen.get("kudos", 0)) or 0),
             charge_basis=str(
                 gen.get("charge_basis")
                 or status.get("charge_basis")  # type: ignore[unreachable]  # absent from a malformed status

@@ -75,7 +75,7 @@ def test_round_trip_charges_the_output_estimate_and_shows_reported_usage(
         from runtime.native.db.tables import WaitingPrompt
 
         wp = session.get(WaitingPrompt, request_id)
-        expected = kudos.generation_kudos(tokens, MODEL, wp.max_context_length, trusted=False)
+        expected = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
     assert gen["kudos"] == float(expected) == response.json()["reward"]
     charges = [d for reason, d in ledger(native_db, requester.id) if reason == "charge"]
     assert charges == [-expected]

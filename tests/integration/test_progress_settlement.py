@@ -18,7 +18,7 @@ from generated.streaming import STREAMED_REPLY_PART
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.accounts.keys import hash_key
-from runtime.native.db.tables import Generation, Worker
+from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.progress.protocol import write_lease
 from runtime.native.progress.settlement import settle_cancelled_streams
 from runtime.native.queue.sweep import utcnow
@@ -76,7 +76,9 @@ def test_cancel_settles_on_the_posted_text(
     settled = cancel(native_service, native_db, request_id)
 
     tokens = output_estimate({STREAMED_REPLY_PART: posted}, 200)
-    price = kudos.money(kudos.generation_kudos(tokens, MODEL, 2048, trusted=False))
+    with native_db() as session:
+        wp = session.get(WaitingPrompt, uuid.UUID(request_id))
+        price = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
     assert [(s.generation_id, s.text, s.tokens) for s in settled] == [(job_id, posted, tokens)]
     assert ledger(native_db, worker.id) == [("reward", price)]
     assert ("charge", -price) in ledger(native_db, requester.id)

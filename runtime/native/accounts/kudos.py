@@ -1,19 +1,15 @@
-"""Kudos: upstream's text formula, the ledger every change goes through, upfront holds.
+"""Kudos: the ledger every change goes through, upfront holds, and the formula in money.
 
-Formula (upstream ``TextProcessingGeneration``): tokens are ``ceil(len(text) / 4)``, at
-least 20 and at most the requested max_length; the context multiplier is
-``2.5 ** log2(max_context_length / 1024)`` clamped to 0.1..30; the reward is
-``tokens * params_in_billions / 100 * context_multiplier``. A model whose size we cannot
-read from its name counts as 2.7B when its worker's owner is trusted, and earns the bare
-context multiplier otherwise, as upstream treats unknown models. The requester is charged
-what the worker earns (nothing for a censored generation) plus the horde tax once, when
-the request is queued.
+The formula is upstream's, on spec/pricing.yaml's numbers, applied by
+``runtime.contract.pricing`` (``job_quote``, ``job_reward``); this module turns its results
+into cents. A model's size comes from the text model reference only. The requester is
+charged what the worker earns (nothing for a censored generation) plus the horde tax once,
+when the request is queued.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import uuid
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -21,49 +17,53 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from runtime.native.db.tables import KudosHold, KudosLedger, User
+from generated.pricing import HORDE_TAX
+from runtime.contract import pricing
+from runtime.contract.pricing import context_multiplier, model_billions, token_count
+from runtime.native.db.tables import KudosHold, KudosLedger, User, WaitingPrompt
+
+__all__ = ["context_multiplier", "model_billions", "token_count"]
 
 CENT = Decimal("0.01")
-UNKNOWN_MODEL_BILLIONS = 2.7
-_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])")
+
+
+class NonFiniteAmount(ValueError):
+    """A kudos amount that is NaN or infinite: never stored."""
 
 
 def money(value: float | Decimal) -> Decimal:
+    """An amount in cents; a NaN or infinite amount is refused (NonFiniteAmount)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NonFiniteAmount(f"{value} is not a finite amount")
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise NonFiniteAmount(f"{value} is not a finite amount")
     return Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def token_count(generation: str, max_length: int) -> int:
-    """Upstream's quick count: a token per 4 characters, floor 20, capped at max_length."""
-    return min(max(20, math.ceil(len(generation) / 4)), max_length)
+def generation_kudos(
+    tokens: int, model: str, context: int, trusted: bool, validated: bool = True
+) -> Decimal:
+    """A worker's reward for one generation, in cents (``context``: what
+    ``pricing.reward_context`` measured)."""
+    return money(pricing.job_reward(tokens, model, context, trusted=trusted, validated=validated))
 
 
-def context_multiplier(max_context_length: int) -> float:
-    value = math.pow(2.5, math.log2(max(max_context_length, 1) / 1024))
-    return min(30.0, max(0.1, value))
+def request_reward(
+    wp: WaitingPrompt, tokens: int, model: str, *, trusted: bool, bridge_agent: str
+) -> Decimal:
+    """A generation's reward from its request and its worker (the owner's trust, the bridge
+    agent): what every payment (submit, streamed settlement) pays."""
+    context = pricing.reward_context(wp.prompt, wp.max_length, wp.max_context_length)
+    validated = pricing.is_validated_backend(bridge_agent)
+    return generation_kudos(tokens, model, context, trusted, validated)
 
 
-def model_billions(model: str) -> float | None:
-    """Parameter count in billions read from a model name (``llama-3-8B`` -> 8.0)."""
-    sizes = [float(m) for m in _SIZE.findall(model)]
-    return max(sizes) if sizes else None
-
-
-def generation_kudos(tokens: int, model: str, max_context_length: int, trusted: bool) -> Decimal:
-    multiplier = context_multiplier(max_context_length)
-    billions = model_billions(model)
-    if billions is None:
-        if not trusted:
-            return money(multiplier)
-        billions = UNKNOWN_MODEL_BILLIONS
-    return money(tokens * billions / 100 * multiplier)
-
-
-def quote(max_length: int, max_context_length: int, n: int, models: list[str], tax: int) -> Decimal:
-    """What a request would cost at its full max_length on its largest named model."""
-    sizes = [b for m in models if (b := model_billions(m)) is not None]
-    model = f"{max(sizes)}B" if sizes else ""
-    per_job = generation_kudos(max_length, model, max_context_length, trusted=True)
-    return money(per_job * n + tax)
+def quote(
+    max_length: int, max_context_length: int, n: int, models: list[str], tax: int = HORDE_TAX
+) -> Decimal:
+    """What a request would cost: each job at its full max_length, plus the horde tax."""
+    per_job = money(pricing.job_quote(max_length, max_context_length, models))
+    return money(per_job * n + money(tax))
 
 
 def apply_kudos(

@@ -4,20 +4,16 @@ filled from the route's schema) and the headers, all by ``generated.routes`` (ch
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from flask import request
 
 from generated.errors import InvalidJSON, InvalidPayload, NulByteInPayload
 from generated.routes import DEFS, ROUTES
+from runtime import strict_json
 from runtime.native.api.validation import validate_body, validate_headers
 
 INT64 = 2**63 - 1
-
-
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def _has_nul(value: Any) -> bool:
@@ -57,13 +53,16 @@ def fill_defaults(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> A
 
 def parse_json(raw: bytes) -> dict[str, Any]:
     try:
-        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constants)
+        body = strict_json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InvalidJSON(detail=str(exc)[:200]) from None
     if not isinstance(body, dict):
         raise InvalidJSON(detail="the body must be a JSON object")
     if _has_nul(body):
         raise NulByteInPayload()
+    where = strict_json.non_finite(body)
+    if where is not None:
+        raise InvalidPayload(field=where, problem="a number must be finite", param=where)
     return body
 
 

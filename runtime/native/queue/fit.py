@@ -6,7 +6,8 @@ and one loaded request, used for ``is_possible`` and the chat status).
 
 A text request follows upstream's rules, ``TEXT_RULES`` in the order of upstream's
 ``skipped`` keys: lengths fit the worker, models overlap (an empty list takes any), worker
-lists (allow or block), trusted workers, NSFW.
+lists (allow or block), trusted workers, NSFW, validated backends (validated_backends
+true skips a worker whose bridge agent is not one).
 
 A chat request's requirements were computed once at creation and stored on its row
 (``required_features``, ``required_limits``); eligibility compares a worker's parsed chat
@@ -14,7 +15,8 @@ declaration with them and never loads the messages. A worker serves a chat reque
 declared chat_jobs, its model_id is one of the request's models, it declares every required
 feature (and guarantee, under strict), no stored limit is above its declared bound, it can
 receive the request's images (an image transport, or messages_url for an offloaded request),
-and upstream's worker list, trusted and NSFW rules (``SHARED_RULES``) let it. The length and
+and upstream's worker list, trusted, NSFW and validated-backend rules (``SHARED_RULES``)
+let it. The length and
 model rules are replaced by the declaration's limits and model_id. Images need the vision
 feature, which ``required_features`` stores; whether a request has images is the stored
 max_images measure, so the messages stay unread here too.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Numeric, and_, cast, false, literal, or_, true
+from sqlalchemy import ColumnElement, Numeric, and_, cast, false, func, literal, or_, true
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
@@ -39,6 +41,7 @@ from generated.chat.names import (
     LIMIT_MAX_IMAGES,
 )
 from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
+from runtime.contract.pricing import is_validated_backend
 from runtime.contract.requirements import declaration_covers
 from runtime.native.db.tables import WaitingPrompt, Worker
 
@@ -104,7 +107,22 @@ NSFW = Rule(
     allows=lambda w, _t, wp: not wp.nsfw or w.nsfw,
 )
 
-SHARED_RULES = (WORKER_LIST, TRUSTED, NSFW)
+VALIDATED_BACKENDS_KEY = "validated_backends"
+"""The request's validated_backends, kept in its params row (out of the job payload)."""
+VALIDATED = Rule(
+    "bridge_version",
+    sql=lambda w, _t: or_(
+        func.coalesce(WaitingPrompt.params[VALIDATED_BACKENDS_KEY].as_boolean(), false()).is_(
+            False
+        ),
+        _flag(is_validated_backend(w.bridge_agent)),
+    ),
+    allows=lambda w, _t, wp: (
+        not wp.params.get(VALIDATED_BACKENDS_KEY) or is_validated_backend(w.bridge_agent)
+    ),
+)
+
+SHARED_RULES = (WORKER_LIST, TRUSTED, NSFW, VALIDATED)
 """The upstream rules that apply to chat requests too."""
 TEXT_RULES = (CONTEXT_LENGTH, LENGTH, MODELS, *SHARED_RULES)
 """Upstream's rules for text requests, in the order of its ``skipped`` keys."""

@@ -23,7 +23,13 @@ from generated.errors import (
     WrongCredentials,
 )
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
-from runtime.native.queue.fit import SKIP_REASONS, chat_queue_filters, pick_model, queue_filters
+from runtime.native.queue.fit import (
+    SKIP_REASONS,
+    VALIDATED_BACKENDS_KEY,
+    chat_queue_filters,
+    pick_model,
+    queue_filters,
+)
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
 
@@ -133,4 +139,5 @@ def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[
 
 
 def job_payload(wp: WaitingPrompt, count: int) -> dict[str, Any]:
-    return {**wp.params, "prompt": wp.prompt, "n": count}
+    params = {k: v for k, v in wp.params.items() if k != VALIDATED_BACKENDS_KEY}
+    return {**params, "prompt": wp.prompt, "n": count}

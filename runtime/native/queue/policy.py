@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from generated.pricing import HORDE_TAX, UPFRONT_MAX_LENGTH
 from generated.rate_limits import RATE_LIMITS, RateLimit
 
 
@@ -25,9 +26,9 @@ class Policy:
     """A worker with more aborted jobs than this in an hour goes into maintenance."""
     worker_stale_seconds: int = 300
     """A worker not seen for this long no longer counts as online."""
-    upfront_max_length: int = 512
+    upfront_max_length: int = UPFRONT_MAX_LENGTH
     """Requests above this max_length * n need their kudos upfront."""
-    horde_tax: int = 1
+    horde_tax: int = HORDE_TAX
     """Kudos a text request pays when it is queued."""
     anonymous_priority: int = -(10**12)
     """Queue priority of the anonymous user: below any real balance."""

@@ -111,7 +111,10 @@ def land_job(
 ) -> tuple[Decimal, WaitingPrompt]:
     """Claim a finished job with ``stored`` (its result) and pay for ``tokens`` through the
     text formula (nothing charged when censored); returns the reward and the locked request."""
-    reward = kudos.generation_kudos(tokens, gen.model, wp.max_context_length, user.trusted)
+    bridge_agent = session.scalar(select(Worker.bridge_agent).where(Worker.id == worker_id))
+    reward = kudos.request_reward(
+        wp, tokens, gen.model, trusted=user.trusted, bridge_agent=bridge_agent or ""
+    )
     censored = state != STATE_OK
     charge = Decimal(0) if censored else reward
     claim_job(

@@ -40,6 +40,7 @@ from generated.chat.names import (
     HORDE_MAX_KUDOS,
     HORDE_SLOW_WORKERS,
     HORDE_TRUSTED_WORKERS,
+    HORDE_VALIDATED_BACKENDS,
     HORDE_WORKER_BLACKLIST,
     HORDE_WORKERS,
     PARAM_MESSAGES,
@@ -58,7 +59,7 @@ from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
-from runtime.native.queue.fit import serving_declarations
+from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, serving_declarations
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.moderation import screen
@@ -210,7 +211,7 @@ def _row(
         required_limits=plan.required_limits,
         conformance=horde_option(request, HORDE_CONFORMANCE),
         max_tokens_lowered_to=plan.max_tokens_lowered_to,
-        params={},
+        params={VALIDATED_BACKENDS_KEY: bool(horde_option(request, HORDE_VALIDATED_BACKENDS))},
         n=1,
         jobs=1,
         max_length=plan.max_length,

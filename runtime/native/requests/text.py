@@ -25,7 +25,7 @@ from generated.errors import (
 from generated.wire import DEFAULT_STATE
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
-from runtime.native.queue.fit import worker_fits
+from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, worker_fits
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import (
     admit_jobs,
@@ -92,7 +92,7 @@ def create_text_request(
         id=uuid.uuid4(),
         user_id=user.id,
         prompt=body["prompt"],
-        params=params,
+        params={**params, VALIDATED_BACKENDS_KEY: bool(body.get(VALIDATED_BACKENDS_KEY))},
         n=n,
         jobs=n,
         max_length=params["max_length"],
