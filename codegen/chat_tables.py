@@ -116,6 +116,15 @@ def guarantees(spec: Spec) -> list[str]:
     return list(spec[FEATURES_FILE]["guarantees"])
 
 
+def guarantee_exceptions(spec: Spec) -> dict[str, tuple[str, str]]:
+    """Scope name -> (the guarantee it narrows, the feature whose requests it leaves out)."""
+    return {
+        name: (entry["narrows"], entry["except_with"])
+        for name, entry in spec[FEATURES_FILE]["guarantees"].items()
+        if "narrows" in entry
+    }
+
+
 def limits(spec: Spec) -> dict[str, dict[str, Any]]:
     return {
         name: {
@@ -130,6 +139,14 @@ def limits(spec: Spec) -> dict[str, dict[str, Any]]:
 
 def chars_per_token(spec: Spec) -> int:
     return int(spec[LIMITS_FILE]["chars_per_token_estimate"])
+
+
+def reply_reserve_tokens(spec: Spec) -> int:
+    return int(spec[LIMITS_FILE]["absent_max_tokens"]["reply_reserve_tokens"])
+
+
+def fit_flag(spec: Spec) -> str:
+    return str(spec[LIMITS_FILE]["absent_max_tokens"]["fit_flag"])
 
 
 def declaration(spec: Spec) -> dict[str, dict[str, Any]]:

@@ -101,6 +101,7 @@ def build(spec: Spec) -> list[Output]:
             "docs/limits.md",
             limits=limits["limits"],
             cpt=limits["chars_per_token_estimate"],
+            absent=limits["absent_max_tokens"],
             decl=decl,
             words=_schema_words,
             value=_value,

@@ -102,6 +102,7 @@ FEATURE_PENALTIES = "penalties"
 
 # Worker guarantees
 GUARANTEE_PROMPT_OVERFLOW_REFUSED = "prompt_overflow_refused"
+GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS = "prompt_overflow_refused_except_tools"
 GUARANTEE_TOOL_CHOICE_ENFORCED = "tool_choice_enforced"
 GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED = "tool_choice_required_enforced"
 GUARANTEE_JSON_OUTPUT_ENFORCED = "json_output_enforced"

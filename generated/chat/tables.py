@@ -27,7 +27,10 @@ from generated.chat.tables_workers import (
     DECLARATION,
     FEATURES,
     GUARANTEES,
+    GUARANTEE_EXCEPTIONS,
     LIMITS,
+    PAYLOAD_FIT_MAX_TOKENS,
+    REPLY_RESERVE_TOKENS,
 )
 
 __all__ = [
@@ -37,11 +40,14 @@ __all__ = [
     "FEATURES",
     "FRONT_DEFAULT_DROPS",
     "GUARANTEES",
+    "GUARANTEE_EXCEPTIONS",
     "HORDE_KEYS",
     "LIMITS",
     "PARAMETERS",
+    "PAYLOAD_FIT_MAX_TOKENS",
     "REFUSED_PARTS",
     "REFUSED_ROLES",
+    "REPLY_RESERVE_TOKENS",
     "RESPONSE_FORMAT_TYPES",
     "ROLES",
     "SAMPLING_DEFAULTS",

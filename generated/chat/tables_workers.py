@@ -22,6 +22,9 @@ GUARANTEES: tuple[str, ...] = (
     "json_schema_enforced",
     "single_tool_call_enforced",
 )
+# A scope declared beside a guarantee -> (that guarantee, the feature whose requests it does
+# not cover): such a declaration covers the guarantee only for requests not requiring it.
+GUARANTEE_EXCEPTIONS: dict[str, tuple[str, str]] = {}
 LIMITS: dict[str, dict[str, Any]] = {
     "max_context_length": {
         "type": "integer",
@@ -46,6 +49,10 @@ LIMITS: dict[str, dict[str, Any]] = {
     "max_tools": {"type": "integer", "minimum": 1, "when_absent": None, "pop_fallback": None},
 }
 CHARS_PER_TOKEN_ESTIMATE: int = 3
+# A request without max_tokens: the tokens reserved for its reply, and the job payload key
+# (true) by which the worker lowers max_tokens to the room its own count leaves.
+REPLY_RESERVE_TOKENS: int = 64
+PAYLOAD_FIT_MAX_TOKENS: str = "fit_max_tokens"
 
 # The chat declaration keys of a text pop.
 DECLARATION: dict[str, dict[str, Any]] = {

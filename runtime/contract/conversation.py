@@ -104,8 +104,9 @@ def truncate_oldest(
     """The messages with the oldest whole turns dropped until they fit, or the limit gap.
 
     The conversation fits when its estimated tokens plus ``reserved_tokens`` (the requested
-    output and the tool definitions, which are never dropped) are at most
-    ``max_context_tokens``. A conversation that already fits comes back unchanged (a copy).
+    output, or the reply reserve when max_tokens is absent, and the tool definitions, which
+    are never dropped) are at most ``max_context_tokens``, so what is kept leaves room for a
+    reply. A conversation that already fits comes back unchanged (a copy).
     Raises NoWorkerSupportsLimit on max_context_length when the system and developer
     messages and the latest user turn alone do not fit.
     """

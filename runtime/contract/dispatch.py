@@ -4,8 +4,12 @@
 messages as sent (developer as system), every sampling field with OpenAI's default where
 omitted, reasoning_effort (medium when omitted) only for a worker declaring reasoning, the
 tools narrowed (tool_choice none sends none; a named function goes alone under required),
-response_format, and max_tokens filled with the request's output length. The stored
-request keeps the client's values.
+response_format, and max_tokens filled with the request's output length. A request without
+max_tokens asks for as much as fits (spec/workers/limits.yaml, absent_max_tokens): its job's
+max_tokens is the worker's declared max_length, or the room its declared context leaves
+after the prompt measure when that is less (never under REPLY_RESERVE_TOKENS), and the job
+carries PAYLOAD_FIT_MAX_TOKENS: true, so the worker lowers it to the room its own count
+leaves instead of faulting. The stored request keeps the client's values.
 
 ``operation_fingerprint(request)`` hashes the validated request's canonical JSON; keys
 listed as set-valued (models) count as sets, so reordering them does not change it.
@@ -20,6 +24,7 @@ from typing import Any
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_LIMITS,
+    LIMIT_MAX_CONTEXT_LENGTH,
     LIMIT_MAX_LENGTH,
     PARAM_MAX_TOKENS,
     PARAM_MESSAGES,
@@ -28,9 +33,10 @@ from generated.chat.names import (
     PARAM_TOOL_CHOICE,
     PARAM_TOOLS,
 )
-from generated.chat.tables import PARAMETERS
+from generated.chat.tables import PARAMETERS, PAYLOAD_FIT_MAX_TOKENS, REPLY_RESERVE_TOKENS
 from generated.chat.tables_reply import FINGERPRINT
 from runtime.contract.messages import messages_for_worker
+from runtime.contract.requirements import prompt_measure
 from runtime.contract.sampling import sampling_payload, tools_for_worker
 from runtime.contract.validator import output_tokens
 
@@ -44,14 +50,15 @@ def chat_job_payload(
 
     ``max_tokens`` overrides the output length (the lowered value when the native API
     lowered it at submission); otherwise the request's max_completion_tokens / max_tokens,
-    else the worker's declared max_length.
+    else as much as fits (``fitted_output``), flagged for the worker to fit.
     """
     features = declaration.get(DECL_CHAT_FEATURES) or []
     payload: dict[str, Any] = {PARAM_MESSAGES: messages_for_worker(request[PARAM_MESSAGES])}
     payload.update(sampling_payload(request, list(features)))
     length = max_tokens if max_tokens is not None else output_tokens(request)
     if length is None:
-        length = (declaration.get(DECL_CHAT_LIMITS) or {}).get(LIMIT_MAX_LENGTH)
+        length = fitted_output(request, declaration)
+        payload[PAYLOAD_FIT_MAX_TOKENS] = True
     payload[_MAX_TOKENS_KEY] = length
     tools, choice = tools_for_worker(request)
     if tools is not None:
@@ -62,6 +69,18 @@ def chat_job_payload(
     if PARAM_RESPONSE_FORMAT in request:
         payload[PARAM_RESPONSE_FORMAT] = request[PARAM_RESPONSE_FORMAT]
     return payload
+
+
+def fitted_output(request: dict[str, Any], declaration: dict[str, Any]) -> int | None:
+    """The output of a request without max_tokens on this worker: its declared max_length,
+    or the room its declared context leaves after the prompt measure when that is less, but
+    never under REPLY_RESERVE_TOKENS (routing reserved that much) nor over max_length."""
+    limits = declaration.get(DECL_CHAT_LIMITS) or {}
+    longest, context = limits.get(LIMIT_MAX_LENGTH), limits.get(LIMIT_MAX_CONTEXT_LENGTH)
+    if context is None:
+        return None if longest is None else int(longest)
+    room = max(int(context) - prompt_measure(request), REPLY_RESERVE_TOKENS)
+    return room if longest is None else min(int(longest), room)
 
 
 def _as_set(values: list[Any]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,9 @@ from generated.chat.names import (
 )
 from generated.chat.tables import (
     CONTENT_PARTS,
+    GUARANTEE_EXCEPTIONS,
     PARAMETERS,
+    REPLY_RESERVE_TOKENS,
     ROLES,
 )
 from generated.errors import HordeError, NoWorkerSupportsFeatures, NoWorkerSupportsLimit
@@ -131,25 +133,40 @@ def _image_bytes(url: str) -> int:
         return math.ceil(len(data) * 3 / 4)
 
 
+def prompt_measure(request: dict[str, Any]) -> int:
+    """The estimated tokens of what the worker renders: the messages' text and, when they are
+    sent, the tool definitions (chars_per_token_estimate, no tokenizer)."""
+    chars = text_chars(request[PARAM_MESSAGES])
+    if tools_sent(request):
+        chars += sum(len(str(t["function"])) for t in request[PARAM_TOOLS])
+    return estimated_tokens(chars)
+
+
+def reserved_output(request: dict[str, Any]) -> int:
+    """The output the context measure reserves: max_completion_tokens / max_tokens, or, when
+    absent (as much as fits), REPLY_RESERVE_TOKENS (spec/workers/limits.yaml)."""
+    output = output_tokens(request)
+    return REPLY_RESERVE_TOKENS if output is None else output
+
+
 def required_chat_limits(request: dict[str, Any]) -> dict[str, int | float]:
     """Limit name -> the request's measure of it (a limit the request does not touch is absent).
 
-    Image sizes are known here only for inline (data:) images; the native API adds the sizes
-    of fetched images after it fetches them.
+    max_context_length is the prompt measure plus the reserved output (the reply reserve
+    when max_tokens is absent). Image sizes are known here only for inline (data:) images;
+    the native API adds the sizes of fetched images after it fetches them.
     """
     out: dict[str, int | float] = {}
     output = output_tokens(request)
     if output is not None:
         out[LIMIT_MAX_LENGTH] = output
-    chars = text_chars(request[PARAM_MESSAGES])
     if tools_sent(request):
         tools = request[PARAM_TOOLS]
-        chars += sum(len(str(t["function"])) for t in tools)
         forced_one = isinstance(request.get(PARAM_TOOL_CHOICE), dict)
         out[LIMIT_MAX_TOOLS] = 1 if forced_one else len(tools)
         default_temperature = PARAMETERS[PARAM_TEMPERATURE]["default"]
         out[LIMIT_TOOLS_MAX_TEMPERATURE] = request.get(PARAM_TEMPERATURE, default_temperature)
-    out[LIMIT_MAX_CONTEXT_LENGTH] = estimated_tokens(chars) + (output or 0)
+    out[LIMIT_MAX_CONTEXT_LENGTH] = prompt_measure(request) + reserved_output(request)
     images = image_parts(request[PARAM_MESSAGES])
     if images:
         out[LIMIT_MAX_IMAGES] = len(images)
@@ -177,11 +194,28 @@ class Gap:
         )
 
 
+def scope_exclusions(declared: Collection[str]) -> list[tuple[str, str]]:
+    """(guarantee, feature) pairs the declared scopes exclude: the guarantee does not cover
+    a request that requires the feature (the SQL form of eligibility uses these)."""
+    return [pair for scope, pair in GUARANTEE_EXCEPTIONS.items() if scope in declared]
+
+
+def covered_names(declared: Collection[str], required: Collection[str]) -> set[str]:
+    """The names a declaration covers for a request requiring ``required``: every declared
+    name, less a guarantee whose declared scope (GUARANTEE_EXCEPTIONS, e.g.
+    prompt_overflow_refused_except_tools) leaves out a feature the request requires."""
+    covered = set(declared)
+    for guarantee, feature in scope_exclusions(declared):
+        if feature in required:
+            covered.discard(guarantee)
+    return covered
+
+
 def declaration_covers(
     declaration: dict[str, Any], required: list[str], limits: dict[str, int | float]
 ) -> Gap | None:
     """None when a parsed declaration covers the stored requirements, else the gap."""
-    declared = set(declaration.get(DECL_CHAT_FEATURES, ()))
+    declared = covered_names(declaration.get(DECL_CHAT_FEATURES, ()), required)
     missing = tuple(name for name in required if name not in declared)
     if missing:
         return Gap(kind="features", missing=missing)

@@ -16,7 +16,10 @@ Each capability and guarantee is declared only when a probe against the backend 
 * reasoning: the probe reply carried reasoning; seed: the same seed gave the same reply;
 * penalties: backends whose samplers implement OpenAI's frequency and presence penalties
   (llama.cpp, llama-cpp-python, vLLM) that accepted them in a probe;
-* prompt_overflow_refused: the counter was not short on the probe (see counter.py);
+* prompt_overflow_refused: the counter was not short on the probe (see counter.py); on the
+  byte bound without --template-overhead, with prompt_overflow_refused_except_tools beside
+  it (the probe has no tools, so the bound does not cover a tool preamble): tools stay
+  declared and only strict tool requests go elsewhere;
 * vision: only when the operator passes --vision (no backend route says a projector is
   loaded, and a text-only backend may answer an image part without seeing it), and then only
   if a probe image was answered; the probe's prompt tokens with and without the image
@@ -49,6 +52,7 @@ from generated.chat.names import (
     GUARANTEE_JSON_OUTPUT_ENFORCED,
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
+    GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
     GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
     LIMIT_MAX_CONTEXT_LENGTH,
@@ -302,10 +306,19 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
     )
     if calibration.not_short:
         features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED)
-        if calibration.counter.kind != "exact" and config.template_overhead == 0:
-            # The probe has no tools, so the bound does not cover a tool preamble.
-            features = [f for f in features if f not in TOOL_NAMES]
-            probed.notes.append("tools not declared: the byte bound needs --template-overhead")
+        if (
+            calibration.counter.kind != "exact"
+            and config.template_overhead == 0
+            and FEATURE_TOOLS in features
+        ):
+            # The probe has no tools, so the bound does not cover a tool preamble: tools stay
+            # declared, the guarantee is withheld for tool requests only (its scope).
+            features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS)
+            probed.notes.append(
+                "tools declared without prompt_overflow_refused: the byte bound does not"
+                " cover a tool preamble, so strict tool requests go to other workers and"
+                " best_effort ones come here (pass --template-overhead N to cover it)"
+            )
     if config.vision:  # the operator's word, checked: see runtime/worker/vision.py
         try:
             measured = probe_vision(client, kind, model_id)

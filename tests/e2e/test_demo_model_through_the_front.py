@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from runtime.front.server import FrontService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.cli import RunningWorker
-from runtime.worker.config import WorkerConfig
+from runtime.worker.config import DEFAULT_MAX_LENGTH, WorkerConfig
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
@@ -173,3 +173,27 @@ def test_a_tool_loops_second_turn_is_answered_not_faulted(
     second = sdk.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[UNIT_TOOL])  # type: ignore[list-item]
     choice = second.choices[0]
     assert (choice.message.content, choice.finish_reason) == (DEMO_REPLY, "stop")
+
+
+def test_a_long_conversation_without_max_tokens_gets_as_much_as_fits_not_a_fault(
+    stack: tuple[OpenAI, RunningWorker],
+) -> None:
+    """Issue 17: an absent max_tokens means as much as fits. The conversation fits the demo
+    worker's context with room for a reply, but not with its whole declared max_length,
+    which the worker used to add in its fit check: three prompt_overflow faults, then 502."""
+    sdk, worker = stack
+    turn = "Tell me once more who you are, and say it plainly. "
+    messages: list[Any] = list(QUESTION)
+    while CONTEXT - worker.probed.counter.count(messages, None) >= DEFAULT_MAX_LENGTH:
+        messages = [
+            {"role": "user", "content": turn},
+            {"role": "assistant", "content": turn},
+            *messages,
+        ]
+    counted = worker.probed.counter.count(messages, None)
+    assert 64 <= CONTEXT - counted < DEFAULT_MAX_LENGTH  # fits, not with the declared length
+    completion = sdk.chat.completions.create(model=MODEL_NAME, messages=messages)
+    choice = completion.choices[0]
+    assert (choice.message.content, choice.finish_reason) == (DEMO_REPLY, "stop")
+    assert completion.usage is not None
+    assert completion.usage.prompt_tokens == counted

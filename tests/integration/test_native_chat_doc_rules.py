@@ -1,17 +1,30 @@
-"""Design-doc rules on the live native API (issue 17): the developer role as stored, a
-refusal's param in the native error body, and what strict verification lets through as
-cut off."""
+"""Design-doc rules on the live native API (issue 17): the developer role as stored, what
+strict verification lets through as cut off, and where a request without max_tokens keeps
+room for its reply (routing, truncation, the job)."""
 
 from __future__ import annotations
 
 import pytest
 
-from generated.chat.names import ROLE_DEVELOPER, ROLE_SYSTEM
-from generated.chat.tables import FEATURES, GUARANTEES
+from generated.chat.names import (
+    HORDE_CONTEXT_FIT,
+    LIMIT_MAX_CONTEXT_LENGTH,
+    PARAM_MAX_TOKENS,
+    ROLE_DEVELOPER,
+    ROLE_SYSTEM,
+)
+from generated.chat.tables import (
+    FEATURES,
+    GUARANTEES,
+    PAYLOAD_FIT_MAX_TOKENS,
+    REPLY_RESERVE_TOKENS,
+)
+from runtime.contract.messages import estimated_tokens, text_chars
 from runtime.native.db.tables import WaitingPrompt
 from tests.integration.chat_flow import (
     MODEL,
     chat_async,
+    chat_body,
     chat_pop,
     chat_status,
     submit_chat,
@@ -64,3 +77,38 @@ def test_a_reply_claiming_a_cut_it_does_not_show_is_held_to_strict_json(native_c
     generation = chat_status(native_client, request_id)["generations"][-1]
     assert generation["finish_reason"] == "length"
     assert generation["content"] == cut
+
+
+def test_without_max_tokens_routing_truncation_and_the_job_reserve_room_for_a_reply(
+    native_client, make_user
+):
+    """An absent max_tokens means as much as fits: the context measure reserves
+    REPLY_RESERVE_TOKENS, truncate_oldest leaves that room, and the job's max_tokens is the
+    room the worker's declared context leaves (flagged for the worker to fit)."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    limits = {LIMIT_MAX_CONTEXT_LENGTH: 200}
+    chat_pop(native_client, worker.api_key, limits=limits)
+    # 187 estimated tokens fit the 200-token context, but leave no room for a reply
+    crowded = chat_async(native_client, requester.api_key, chat_body("x" * 560))
+    assert crowded.status_code == 400, crowded.text
+    assert crowded.json()["rc"] == "no_worker_supports_limit"
+    assert crowded.json()["param"] == LIMIT_MAX_CONTEXT_LENGTH
+    old = "an old turn " * 40  # 480 characters: 160 tokens, the whole history 172
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": old},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "The latest question?"},
+    ]
+    body = {"model": MODEL, "messages": messages, "horde": {HORDE_CONTEXT_FIT: "truncate_oldest"}}
+    assert chat_async(native_client, requester.api_key, body).status_code == 202
+    payload = chat_pop(native_client, worker.api_key, limits=limits)["payload"]
+    assert [m["content"] for m in payload["messages"]] == ["You are terse.", "The latest question?"]
+    prompt = estimated_tokens(text_chars(payload["messages"]))
+    assert payload[PARAM_MAX_TOKENS] == 200 - prompt >= REPLY_RESERVE_TOKENS
+    assert payload[PAYLOAD_FIT_MAX_TOKENS] is True
+    # an explicit max_tokens keeps its meaning: no flag, the worker must fit it whole
+    chat_async(native_client, requester.api_key, chat_body(max_tokens=30))
+    explicit = chat_pop(native_client, worker.api_key, limits=limits)["payload"]
+    assert explicit[PARAM_MAX_TOKENS] == 30
+    assert PAYLOAD_FIT_MAX_TOKENS not in explicit

@@ -25,6 +25,7 @@ from generated.chat.names import (
     GUARANTEE_JSON_OUTPUT_ENFORCED,
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
+    GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
     GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
 )
@@ -177,17 +178,21 @@ def test_a_backend_refusing_a_tool_result_turn_declares_no_tools(make_backend: C
     assert any("refused a tool-result turn" in note for note in probed.notes)
 
 
-def test_byte_bound_without_template_overhead_does_not_declare_tools(
+def test_byte_bound_without_template_overhead_keeps_tools_and_scopes_the_guarantee(
     make_backend: Callable,
 ) -> None:
+    # Issue 17, item 4: the bound then does not back the guarantee for tool requests only,
+    # so tools stay declared (best_effort tool requests still come) and the guarantee is
+    # declared with its scope (strict tool requests go to other workers).
     backend = make_backend()
     backend.script(
         Reply(content=None, tool_calls=[{"name": "probe_flag", "arguments": "{}"}]),
         Reply(content="no call"),
     )
     probed = _probe(backend)
-    assert FEATURE_TOOLS not in probed.features
+    assert FEATURE_TOOLS in probed.features
     assert GUARANTEE_PROMPT_OVERFLOW_REFUSED in probed.features
+    assert GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS in probed.features
     assert any("--template-overhead" in note for note in probed.notes)
 
 

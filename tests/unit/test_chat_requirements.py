@@ -15,6 +15,7 @@ from generated.errors import (
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.contract.messages import messages_for_worker
 from runtime.contract.requirements import (
+    covered_names,
     declaration_covers,
     pool_gap,
     required_chat_features,
@@ -229,3 +230,24 @@ def test_developer_messages_go_to_the_worker_as_system() -> None:
     req = request(messages=[{"role": "developer", "content": "rules"}, USER])
     assert req["messages"][0]["role"] == "developer"
     assert [m["role"] for m in messages_for_worker(req["messages"])] == ["system", "user"]
+
+
+def test_a_scoped_overflow_guarantee_covers_only_requests_without_tools() -> None:
+    # Issue 17, item 4: a byte-bound worker without --template-overhead declares tools and
+    # prompt_overflow_refused with its scope prompt_overflow_refused_except_tools.
+    scoped = declaration(
+        chat_features=["tools", "prompt_overflow_refused", "prompt_overflow_refused_except_tools"]
+    )
+    strict_tools = request(tools=[TOOL])
+    gap = declaration_covers(scoped, required_chat_features(strict_tools), {})
+    assert gap is not None
+    assert gap.missing == ("prompt_overflow_refused",)
+    assert declaration_covers(scoped, required_chat_features(best_effort(tools=[TOOL])), {}) is None
+    assert declaration_covers(scoped, required_chat_features(request()), {}) is None
+    assert covered_names(scoped["chat_features"], ["tools"]) == {
+        "tools",
+        "prompt_overflow_refused_except_tools",
+    }
+    # tool_choice none sends no tools: the guarantee holds for it.
+    none = request(tools=[TOOL], tool_choice="none")
+    assert declaration_covers(scoped, required_chat_features(none), {}) is None

@@ -42,7 +42,7 @@ from generated.chat.names import (
 )
 from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
 from runtime.contract.pricing import is_validated_backend
-from runtime.contract.requirements import declaration_covers
+from runtime.contract.requirements import declaration_covers, scope_exclusions
 from runtime.native.db.tables import WaitingPrompt, Worker
 
 
@@ -189,6 +189,10 @@ def chat_queue_filters(
         WaitingPrompt.models.has_key(declaration[DECL_MODEL_ID]),
         WaitingPrompt.required_features.contained_by(declared),
     ]
+    for guarantee, feature in scope_exclusions(declaration[DECL_CHAT_FEATURES]):
+        # a declared scope: the guarantee does not cover requests requiring the feature
+        both = _text_array([guarantee, feature])
+        conditions.append(~WaitingPrompt.required_features.contains(both))
     for name, bound in declaration[DECL_CHAT_LIMITS].items():
         if bound is None:
             continue
