@@ -16,6 +16,7 @@ FEATURES: tuple[str, ...] = (
 )
 GUARANTEES: tuple[str, ...] = (
     "prompt_overflow_refused",
+    "prompt_overflow_refused_except_tools",
     "tool_choice_enforced",
     "tool_choice_required_enforced",
     "json_output_enforced",
@@ -24,7 +25,9 @@ GUARANTEES: tuple[str, ...] = (
 )
 # A scope declared beside a guarantee -> (that guarantee, the feature whose requests it does
 # not cover): such a declaration covers the guarantee only for requests not requiring it.
-GUARANTEE_EXCEPTIONS: dict[str, tuple[str, str]] = {}
+GUARANTEE_EXCEPTIONS: dict[str, tuple[str, str]] = {
+    "prompt_overflow_refused_except_tools": ("prompt_overflow_refused", "tools")
+}
 LIMITS: dict[str, dict[str, Any]] = {
     "max_context_length": {
         "type": "integer",
