@@ -11,7 +11,8 @@
   the next post (a moving estimate, first ``POST_INTERVAL_SECONDS``, at most
   ``PACING_MAX_INTERVAL_SECONDS``, pieces at most every ``PACING_CHUNK_SECONDS``). A post
   that arrives early flushes what is left of the previous one first; after the last post
-  the pieces keep their schedule. ``plan`` and ``next_estimate`` are the pure parts.
+  the pieces keep their schedule, unless ``flush_at_end``: then the source's end sends what
+  is left at once. ``plan`` and ``next_estimate`` are the pure parts.
   It paces ``str`` or ``Post`` (a post's reasoning then its content, cut as one text).
 * ``reconcile(relayed, final)``: a final reply equal to or extending the relayed text gives
   the rest to send; one that diverges gives None (the stream ends with an error event).
@@ -21,7 +22,9 @@
   (``generated.streaming.streams_deltas``): paced ``Delta``s (content and reasoning) while
   the worker posts, then ``Final`` once ``reply()`` returns (its arrival stops the relay,
   which drains first); ``chunk_stream`` reconciles the two. Without ``with_reasoning``
-  (horde.include_reasoning false) the reasoning is left out before pacing.
+  (horde.include_reasoning false) the reasoning is left out before pacing. Pacing never
+  delays the end: the relay ends once the whole reply is known (the final reply arrived, or
+  the generation's end entry was read) and what is left of the last post goes out at once.
 
 Every name and number comes from ``generated.streaming`` (spec/streaming.yaml).
 """
@@ -208,14 +211,23 @@ async def _arrives_first(task: asyncio.Future[Any], clock: Clock, timeout: float
     return task in done
 
 
+def _all_due(pending: deque[tuple[float, T]], now: float) -> deque[tuple[float, T]]:
+    """``pending``'s pieces joined into one, due ``now``."""
+    if not pending:
+        return pending
+    return deque([(now, functools.reduce(operator.add, (piece for _, piece in pending)))])
+
+
 async def paced(
     texts: AsyncIterator[T],
     clock: Clock | None = None,
     *,
     first_interval: float = S.POST_INTERVAL_SECONDS,
     chunk_seconds: float = S.PACING_CHUNK_SECONDS,
+    flush_at_end: bool = False,
 ) -> AsyncIterator[T]:
-    """``texts`` (one per post) re-cut into evenly timed pieces."""
+    """``texts`` (one per post) re-cut into evenly timed pieces; with ``flush_at_end`` the
+    end of ``texts`` sends the pieces still pending as one, without waiting."""
     clock = clock or LoopClock()
     source = texts.__aiter__()
     pending: deque[tuple[float, T]] = deque()
@@ -241,6 +253,7 @@ async def paced(
                 text = arrived.result()
             except StopAsyncIteration:
                 exhausted = True
+                pending = _all_due(pending, clock.now()) if flush_at_end else pending
                 continue
             now = clock.now()
             if pending:
@@ -279,7 +292,8 @@ async def paced_posts(
             if len(post):
                 yield post
 
-    async for piece in paced(posts(), clock):
+    # the relay ends once the whole reply is known: nothing is left to spread it over
+    async for piece in paced(posts(), clock, flush_at_end=True):
         yield piece
 
 

@@ -209,3 +209,47 @@ def test_delta_events_end_with_divergence_when_the_final_reply_differs(
 
     with pytest.raises(StreamDiverged):
         _chunks(horde_stores.redis_url, request_id, "Goodbye")
+
+
+class _FrozenClock:
+    """A clock on which no time passes: a paced sleep never returns."""
+
+    def now(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.Event().wait()
+
+
+def test_pacing_never_delays_the_end_of_a_stream_once_the_whole_reply_is_known(
+    redis: Redis, horde_stores: EmbeddedStores
+) -> None:
+    """Issue 11: once the final reply is known the relay ends and what is left of the last
+    post goes out at once, then the finish and usage chunks: on a clock where no time passes
+    the stream still ends, every character in order."""
+    request_id = str(uuid.uuid4())
+    generation_id = leased(redis, request_id)
+    post_progress(redis, generation_id, OWNER, 0, "Hello, ")
+    post_progress(redis, generation_id, OWNER, 1, "world")
+    finish(redis, generation_id)
+
+    async def body(client: AsyncRedis) -> list[dict[str, Any]]:
+        async def reply() -> Reply:
+            return _reply(request_id, "Hello, world!")
+
+        request = {"stream": True, "stream_options": {"include_usage": True}}
+        events = delta_events(client, request_id, reply, clock=_FrozenClock())
+        chunks = chunk_stream(events, request_id, request)
+        return await within(asyncio.ensure_future(_collect(chunks)))
+
+    chunks = run_with_async_redis(horde_stores.redis_url, body)
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert "".join(t for t in contents if t) == "Hello, world!"
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]]
+    assert finishes[-1] == "stop"
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] is not None
+
+
+async def _collect(chunks: AsyncIterator[Any]) -> list[dict[str, Any]]:
+    return [dict(c) async for c in chunks]

@@ -204,3 +204,31 @@ def test_pieces_never_come_faster_than_the_chunk_spacing(chunk: float) -> None:
     times = asyncio.run(main())
     assert len(times) == round(1.0 / chunk)
     assert all(b - a >= chunk - 1e-9 for a, b in itertools.pairwise(times))
+
+
+def test_pacing_never_delays_the_end_of_a_stream_once_the_whole_reply_is_known() -> None:
+    """Issue 11: the source's end (the relay ends when the final reply is known) sends what
+    is left of the last post at once: no paced sleep runs after it, so the stream ends even
+    on a clock where time never passes."""
+
+    async def main() -> tuple[list[tuple[float, str]], list[asyncio.Future[None]]]:
+        clock, posts = FakeClock(), Posts()
+        sent: list[tuple[float, str]] = []
+
+        async def consume() -> None:
+            async for piece in paced(
+                posts.texts(), clock, first_interval=1.0, chunk_seconds=CHUNK, flush_at_end=True
+            ):
+                sent.append((clock.now(), piece))
+
+        consumer = asyncio.ensure_future(consume())
+        await posts.queue.put("abcd")
+        await settle()
+        await posts.queue.put(None)
+        await settle()
+        await asyncio.wait_for(consumer, 5)  # time never advanced: a paced sleep would hang
+        return sent, [future for *_, future in clock._sleepers if not future.cancelled()]
+
+    sent, still_sleeping = asyncio.run(main())
+    assert sent == [(0.0, "a"), (0.0, "bcd")]
+    assert still_sleeping == []  # the one wait for a next post was abandoned at the end
