@@ -583,10 +583,31 @@ class AnonForbiddenWorker(HordeError):
 
 
 class WorkerMaintenance(HordeError):
-    """A pop by a worker in maintenance (for example after more than 20 aborted jobs in an hour)."""
+    """A pop by a worker in maintenance, for example after more than 20 jobs in an hour ended by
+    its fault (ran out of time, or faulted by the worker); the reason says which."""
 
     code = "WorkerMaintenance"
     template = "Worker {name} is in maintenance: {reason}"
+    native_status = 403
+    native_routes = ("pop_submit",)
+
+
+class TooManyWorkers(HordeError):
+    """A pop under a new worker name by an untrusted user who already has that many workers
+    (upstream: 3; Policy.workers_per_user)."""
+
+    code = "TooManyWorkers"
+    template = "To avoid abuse, untrusted users can only have up to {limit} distinct workers."
+    native_status = 403
+    native_routes = ("pop_submit",)
+
+
+class TooManyWorkersTrusted(HordeError):
+    """A pop under a new worker name by a trusted user who already has that many workers
+    (upstream: 20; Policy.workers_per_trusted_user)."""
+
+    code = "TooManyWorkersTrusted"
+    template = "To avoid abuse, you cannot onboard more than {limit} workers as a trusted user."
     native_status = 403
     native_routes = ("pop_submit",)
 
@@ -815,6 +836,8 @@ ERRORS: dict[str, type[HordeError]] = {
     "InvalidServicePasskey": InvalidServicePasskey,
     "AnonForbiddenWorker": AnonForbiddenWorker,
     "WorkerMaintenance": WorkerMaintenance,
+    "TooManyWorkers": TooManyWorkers,
+    "TooManyWorkersTrusted": TooManyWorkersTrusted,
     "WrongCredentials": WrongCredentials,
     "InvalidJobID": InvalidJobID,
     "DuplicateGen": DuplicateGen,

@@ -251,6 +251,8 @@ ROUTES: dict[str, Route] = {
                 "WrongCredentials",
                 "WorkerMaintenance",
                 "InvalidChatDeclaration",
+                "TooManyWorkers",
+                "TooManyWorkersTrusted",
                 "RateLimited",
                 "InternalError",
                 "InvalidJSON",

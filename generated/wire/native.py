@@ -307,6 +307,14 @@ class Worker(TypedDict):
     type: Literal["text"]
     online: bool
     maintenance_mode: NotRequired[bool]
+    maintenance_reason: NotRequired[str | None]
+    """
+    Why the worker is in maintenance (null when it is not).
+    """
+    performance: NotRequired[str]
+    """
+    The worker's speed, the average of its newest speed samples: "N tokens per second" (upstream's wording), or "no speed samples yet".
+    """
     trusted: NotRequired[bool]
     threads: NotRequired[int]
     max_length: NotRequired[int]

@@ -77,6 +77,12 @@ def _worker_json(worker: Worker, trusted: bool, online_since: Any) -> dict[str, 
         "type": "text",
         "online": worker.last_check_in > online_since,
         "maintenance_mode": worker.maintenance,
+        "maintenance_reason": worker.maintenance_reason if worker.maintenance else None,
+        "performance": (
+            "no speed samples yet"
+            if worker.speed is None
+            else f"{round(worker.speed, 1)} tokens per second"
+        ),
         "trusted": trusted,
         "threads": worker.threads,
         "max_length": worker.max_length,

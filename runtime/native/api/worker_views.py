@@ -11,6 +11,9 @@ A chat job's images and offloaded messages are resolved after the commit that re
 queue's row lock (``chat_objects.dispatch_messages``: messages_url, signed image URLs or
 inlined bytes); if the store cannot serve them, the job is faulted with the reason and the
 worker is told there is no job. A request that ends releases its stored objects.
+
+A landed generation of a request with a webhook is handed to the webhook sender after the
+submit's commit (``runtime.native.queue.webhooks``), never inside it.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from runtime.native.queue.chat_submit import (
 from runtime.native.queue.jobs import Popped, job_payload, pop_text_job, register_worker
 from runtime.native.queue.submit import Submission, submit_text_job
 from runtime.native.queue.sweep import utcnow
+from runtime.native.queue.webhooks import SENDER, Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.native.requests.signals import publish_chat_event
 from runtime.stores.database import transaction
@@ -77,7 +81,7 @@ def text_pop() -> Response:
     now = utcnow()
     with transaction(ctx.sessions) as session:
         user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
-        worker = register_worker(session, user, body, now, declaration)
+        worker = register_worker(session, ctx.policy, user, body, now, declaration)
     with transaction(ctx.sessions) as session:
         popped = pop_text_job(
             session, ctx.policy, worker, user.trusted, body["amount"], now, declaration
@@ -187,9 +191,15 @@ def _chat_submit(body: dict[str, Any]) -> Response:
     if outcome.ended:
         publish_chat_event(ctx.redis, outcome.wp_id, outcome.ended)
         release_ended(ctx.sessions, ctx.objects, [outcome.wp_id])
+    _send_webhook(outcome.webhook)
     if outcome.refusal is not None:
         raise outcome.refusal
     return jsonify(reward=float(outcome.reward))
+
+
+def _send_webhook(delivery: Delivery | None) -> None:
+    if delivery is not None:
+        SENDER.send(delivery, allow_loopback=native().settings.image_fetch_allow_loopback)
 
 
 def text_submit() -> Response:
@@ -214,5 +224,6 @@ def text_submit() -> Response:
     ctx = native()
     with transaction(ctx.sessions) as session:
         user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
-        reward = submit_text_job(session, ctx.policy, user, submission, utcnow())
+        reward, webhook = submit_text_job(session, ctx.policy, user, submission, utcnow())
+    _send_webhook(webhook)
     return jsonify(reward=float(reward))

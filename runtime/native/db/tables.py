@@ -7,7 +7,9 @@ apart by ``is_chat``. The chat columns (migration 0002) hold the validated reque
 messages (deferred: the queue never loads them), the requirements computed once at creation,
 and on generations the structured reply; ``workers.chat_declaration`` keeps a chat worker's
 parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. Migration
-0003 adds the object-storage columns (offloaded messages, the objects a request owns).
+0003 adds the object-storage columns (offloaded messages, the objects a request owns);
+0004 each worker's speed samples and rolling speed, its extra_slow_worker flag and a
+request's webhook.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -95,6 +98,10 @@ class Worker(Base):
     chat_declaration: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """The parsed chat declaration of the last pop; None when it did not send chat_jobs."""
     prompt_jobs: Mapped[bool] = mapped_column(Boolean, server_default=text("true"), default=True)
+    speed: Mapped[float | None] = mapped_column(Float)
+    """Tokens per second: the average of the newest speed samples; None before the first."""
+    extra_slow_worker: Mapped[bool] = _false()
+    """Declared on pop: serves only requests that accept extra slow workers."""
     last_check_in: Mapped[datetime] = _now()
     created: Mapped[datetime] = _now()
 
@@ -163,6 +170,8 @@ class WaitingPrompt(Base):
     object_keys: Mapped[list[str]] = mapped_column(
         JSONB, nullable=False, server_default=text("'[]'::jsonb"), default=list
     )
+    webhook: Mapped[str | None] = mapped_column(String(1024))
+    """Each landed generation is POSTed here (migration 0004)."""
 
 
 class Generation(Base):
@@ -191,11 +200,28 @@ class Generation(Base):
     censored: Mapped[bool] = _false()
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     aborted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    """When the job ended by its worker's fault (ran out of time, or faulted by the worker):
+    these count toward the worker's abort limit. ``aborted`` alone means it ran out of time."""
     reply: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """A chat generation's verified structured reply (content, reasoning, tool calls, finish)."""
     reported_usage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     """Token counts the worker reported: stored and shown, never charged."""
     charge_basis: Mapped[str | None] = mapped_column(String(40))
+
+
+class WorkerPerformance(Base):
+    """One speed sample: a generation's output estimate over its time, pop to submit
+    (upstream's worker_performances); the newest ``Policy.speed_samples`` make the speed."""
+
+    __tablename__ = "worker_performances"
+    __table_args__ = (Index("ix_worker_performances_worker_id", "worker_id", "id"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    worker_id: Mapped[uuid.UUID] = mapped_column(
+        UUID(as_uuid=True), ForeignKey("workers.id", ondelete="CASCADE"), nullable=False
+    )
+    performance: Mapped[float] = mapped_column(Float, nullable=False)
+    created: Mapped[datetime] = _now()
 
 
 class KudosLedger(Base):

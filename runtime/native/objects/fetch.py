@@ -6,6 +6,10 @@ unspecified ranges are refused (IPv4-mapped IPv6 included). The connection then 
 the checked address itself (the Host header and TLS SNI keep the name, so certificates
 are verified against it), so a second DNS answer cannot swap in an inside address.
 Loopback is reachable only with ``allow_loopback``, a test-only setting.
+
+``post_public`` sends a webhook through the same guards: https only (plain http only to
+loopback, under the same test-only setting), the address checked and pinned, no redirect
+followed.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ class FetchRefused(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Unreachable(FetchRefused):
+    """The URL passed the guards but the connection or the exchange failed (retriable)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +123,23 @@ def fetch_public(url: str, policy: FetchPolicy) -> bytes:
             except httpx.HTTPError as exc:
                 raise FetchRefused(f"the URL could not be fetched ({type(exc).__name__})") from None
         raise FetchRefused(f"more than {policy.max_redirects} redirects")
+
+
+def post_public(url: str, body: bytes, policy: FetchPolicy) -> int:
+    """POST ``body`` (JSON) to ``url`` through the address guards; returns the HTTP status.
+
+    FetchRefused when the URL is refused, Unreachable when the POST fails; a redirect is
+    not followed."""
+    if urlsplit(url).scheme != "https" and not policy.allow_loopback:
+        raise FetchRefused("webhooks need to point to an https endpoint")
+    pinned, headers, extensions = _pinned(url, policy)
+    headers = {**headers, "Content-Type": "application/json"}
+    try:
+        with httpx.Client(follow_redirects=False, timeout=policy.timeout_seconds) as client:
+            response = client.post(pinned, content=body, headers=headers, extensions=extensions)
+            return response.status_code
+    except httpx.HTTPError as exc:
+        raise Unreachable(f"the URL could not be reached ({type(exc).__name__})") from None
 
 
 def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> bytes:

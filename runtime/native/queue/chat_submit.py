@@ -10,6 +10,13 @@ ChatReplyRejected).
 A kept reply is claimed with the same compare-and-set as a text submit, charged and
 rewarded through the text formula on ``output_estimate`` (never on the reported counts,
 which are stored and shown), with ``charge_basis`` stored on the generation.
+
+A censored (or csam) submit is not delivered as an answer: the generation keeps no content,
+reasoning or tool calls and its finish_reason is content_filter (OpenAI's outcome for a
+filtered reply), so the client gets that and nothing of the withheld text. It is not
+verified (nothing of it is delivered); as upstream's censored text, the worker is paid on
+its output estimate and the requester is charged nothing. A job the horde itself could not
+send is faulted without counting toward the worker's abort limit.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.chat.names import (
+    FINISH_CONTENT_FILTER,
     FINISH_STOP,
     FINISH_TOOL_CALLS,
     REPLY_CONTENT,
@@ -35,11 +43,13 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
+from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
 from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
-from runtime.native.queue.submit import FAULTED, fault_job, land_job, load_job
+from runtime.native.queue.submit import FAULTED, Landed, fault_job, land_job, load_job
+from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat import stored_request
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
@@ -67,6 +77,8 @@ class ChatSubmitOutcome:
     """The completion-signal event when the request ended with this submit."""
     refusal: HordeError | None = None
     """Verification refused the reply: the job was faulted; answer with this after commit."""
+    webhook: Delivery | None = None
+    """The request's webhook call, to make after the commit."""
 
 
 def is_chat_job(session: Session, generation_id: str) -> bool | None:
@@ -103,8 +115,11 @@ def _fault(
     wp_id: uuid.UUID,
     now: datetime,
     metadata: list[Any],
+    *,
+    worker_fault: bool = True,
 ) -> ChatSubmitOutcome:
-    fault_job(session, policy, gen.id, now, {"state": FAULTED, "gen_metadata": metadata})
+    values = {"state": FAULTED, "gen_metadata": metadata}
+    fault_job(session, policy, gen.id, now, values, worker_fault=worker_fault)
     wp = session.scalars(select(WaitingPrompt).where(WaitingPrompt.id == wp_id)).one()
     return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
 
@@ -117,9 +132,10 @@ def fault_chat_job(
     metadata: list[Any],
     now: datetime,
 ) -> ChatSubmitOutcome:
-    """Fault a handed-out job the horde itself could not send (as a worker's fault)."""
+    """Fault a handed-out job the horde itself could not send: it counts toward the request's
+    fault limit, not toward the worker's abort limit."""
     gen = session.scalars(select(Generation).where(Generation.id == generation_id)).one()
-    return _fault(session, policy, gen, wp_id, now, metadata)
+    return _fault(session, policy, gen, wp_id, now, metadata, worker_fault=False)
 
 
 def submit_chat_job(
@@ -128,6 +144,8 @@ def submit_chat_job(
     gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
     if sub.state == FAULTED:
         return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
+    if sub.state != STATE_OK:
+        return _land_censored(session, policy, user, sub, now, gen, worker.id, wp)
     try:
         reply = verify_chat_reply(stored_request(wp), sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
@@ -135,10 +153,7 @@ def submit_chat_job(
         outcome = _fault(session, policy, gen, wp.id, now, note)
         outcome.refusal = refusal
         return outcome
-    reply = {key: reply.get(key) for key in REPLY_KEYS}
-    reply[REPLY_TOOL_CALLS] = list(reply[REPLY_TOOL_CALLS] or [])
-    if not reply[REPLY_FINISH_REASON]:
-        reply[REPLY_FINISH_REASON] = FINISH_TOOL_CALLS if reply[REPLY_TOOL_CALLS] else FINISH_STOP
+    reply = _shaped(reply)
     tokens = output_estimate(reply, wp.max_length)
     stored = {
         "generation": reply_text(reply),
@@ -148,7 +163,55 @@ def submit_chat_job(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    reward, locked = land_job(session, user, worker.id, wp, gen, tokens, sub.state, now, stored)
+    landed = land_job(session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored)
+    return _landed_outcome(landed, gen.id)
+
+
+def _shaped(reply: dict[str, Any]) -> dict[str, Any]:
+    """The reply's stored keys; tool_calls a list; finish_reason filled when absent."""
+    reply = {key: reply.get(key) for key in REPLY_KEYS}
+    reply[REPLY_TOOL_CALLS] = list(reply[REPLY_TOOL_CALLS] or [])
+    if not reply[REPLY_FINISH_REASON]:
+        reply[REPLY_FINISH_REASON] = FINISH_TOOL_CALLS if reply[REPLY_TOOL_CALLS] else FINISH_STOP
+    return reply
+
+
+def _landed_outcome(landed: Landed, gen_id: uuid.UUID) -> ChatSubmitOutcome:
     return ChatSubmitOutcome(
-        wp_id=wp.id, generation_id=gen.id, reward=reward, landed=True, ended=ended_event(locked)
+        wp_id=landed.wp.id,
+        generation_id=gen_id,
+        reward=landed.reward,
+        landed=True,
+        ended=ended_event(landed.wp),
+        webhook=landed.webhook,
     )
+
+
+def _land_censored(
+    session: Session,
+    policy: Policy,
+    user: User,
+    sub: ChatSubmission,
+    now: datetime,
+    gen: Generation,
+    worker_id: uuid.UUID,
+    wp: WaitingPrompt,
+) -> ChatSubmitOutcome:
+    """A censored reply: paid on its output estimate, charged nothing, its text withheld."""
+    tokens = output_estimate(_shaped(sub.reply), wp.max_length)
+    withheld: dict[str, Any] = {
+        REPLY_CONTENT: None,
+        REPLY_REASONING_CONTENT: None,
+        REPLY_TOOL_CALLS: [],
+        REPLY_FINISH_REASON: FINISH_CONTENT_FILTER,
+    }
+    stored = {
+        "generation": "",
+        "reply": withheld,
+        "reported_usage": reported_usage(sub.usage),
+        "charge_basis": CHARGE_BASIS,
+        "seed": sub.seed,
+        "gen_metadata": sub.gen_metadata,
+    }
+    landed = land_job(session, policy, user, worker_id, wp, gen, tokens, sub.state, now, stored)
+    return _landed_outcome(landed, gen.id)

@@ -7,7 +7,12 @@ and one loaded request, used for ``is_possible`` and the chat status).
 A text request follows upstream's rules, ``TEXT_RULES`` in the order of upstream's
 ``skipped`` keys: lengths fit the worker, models overlap (an empty list takes any), worker
 lists (allow or block), trusted workers, NSFW, validated backends (validated_backends
-true skips a worker whose bridge agent is not one).
+true skips a worker whose bridge agent is not one), then the speed rules: a request with
+slow_workers false skips a worker slower than upstream's threshold for its model
+(``policy.slow_speed``; a worker without speed samples counts as the baseline, so it is
+slow), and a worker that declared extra_slow_worker serves only requests with
+extra_slow_workers true (upstream applies this one to images; the horde key is implemented
+for text and chat alike rather than ignored).
 
 A chat request's requirements were computed once at creation and stored on its row
 (``required_features``, ``required_limits``); eligibility compares a worker's parsed chat
@@ -43,7 +48,9 @@ from generated.chat.names import (
 from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
 from runtime.contract.pricing import is_validated_backend
 from runtime.contract.requirements import declaration_covers, scope_exclusions
+from runtime.native.accounts.kudos import model_billions
 from runtime.native.db.tables import WaitingPrompt, Worker
+from runtime.native.queue.policy import SLOW_SPEED_NO_MODEL, SPEED_BASELINE, slow_speed
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,37 @@ NSFW = Rule(
     allows=lambda w, _t, wp: not wp.nsfw or w.nsfw,
 )
 
+
+def first_model(worker: Worker) -> str | None:
+    """The model upstream sizes the slow threshold by: a chat worker's model_id, else the
+    first listed model."""
+    decl = worker.chat_declaration
+    if decl and decl.get(DECL_CHAT_JOBS):
+        return str(decl[DECL_MODEL_ID])
+    return worker.models[0] if worker.models else None
+
+
+def is_slow(worker: Worker) -> bool:
+    """Slower than upstream's threshold for the worker's model (no samples: the baseline)."""
+    model = first_model(worker)
+    threshold = SLOW_SPEED_NO_MODEL if model is None else slow_speed(model_billions(model))
+    speed = SPEED_BASELINE if worker.speed is None else worker.speed
+    return speed < threshold
+
+
+SLOW = Rule(
+    "performance",
+    sql=lambda w, _t: or_(WaitingPrompt.slow_workers.is_(True), _flag(not is_slow(w))),
+    allows=lambda w, _t, wp: wp.slow_workers or not is_slow(w),
+)
+EXTRA_SLOW = Rule(
+    "extra_slow",
+    sql=lambda w, _t: or_(
+        WaitingPrompt.extra_slow_workers.is_(True), _flag(not w.extra_slow_worker)
+    ),
+    allows=lambda w, _t, wp: wp.extra_slow_workers or not w.extra_slow_worker,
+)
+
 VALIDATED_BACKENDS_KEY = "validated_backends"
 """The request's validated_backends, kept in its params row (out of the job payload)."""
 VALIDATED = Rule(
@@ -122,7 +160,7 @@ VALIDATED = Rule(
     ),
 )
 
-SHARED_RULES = (WORKER_LIST, TRUSTED, NSFW, VALIDATED)
+SHARED_RULES = (WORKER_LIST, TRUSTED, NSFW, VALIDATED, SLOW, EXTRA_SLOW)
 """The upstream rules that apply to chat requests too."""
 TEXT_RULES = (CONTEXT_LENGTH, LENGTH, MODELS, *SHARED_RULES)
 """Upstream's rules for text requests, in the order of its ``skipped`` keys."""

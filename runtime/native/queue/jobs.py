@@ -5,6 +5,11 @@ age), so concurrent pops never hand out the same job. Text and chat requests sha
 queue: a pop with a chat declaration also matches the chat requests it covers
 (``fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
 Submissions are ``job_submit``'s.
+
+A user may register ``Policy.workers_per_user`` distinct worker names (trusted users
+``workers_per_trusted_user``), as upstream: a pop under one more new name is refused
+(TooManyWorkers, TooManyWorkersTrusted); the user's row is locked while counting, so
+concurrent pops under new names cannot pass the limit together.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
 from generated.errors import (
+    TooManyWorkers,
+    TooManyWorkersTrusted,
     WorkerMaintenance,
     WrongCredentials,
 )
@@ -43,6 +50,7 @@ class Popped:
 
 def register_worker(
     session: Session,
+    policy: Policy,
     user: User,
     body: dict[str, Any],
     now: datetime,
@@ -56,6 +64,7 @@ def register_worker(
         select(Worker).where(Worker.name == body["name"]).with_for_update()
     ).first()
     if worker is None:
+        check_worker_limit(session, policy, user)
         worker = Worker(id=uuid.uuid4(), name=body["name"], user_id=user.id)
         session.add(worker)
     elif worker.user_id != user.id:
@@ -66,6 +75,7 @@ def register_worker(
     worker.threads = body.get("threads", 1)
     worker.nsfw = bool(body.get("nsfw"))
     worker.bridge_agent = (body.get("bridge_agent") or "")[:255]
+    worker.extra_slow_worker = bool(body.get("extra_slow_worker"))
     chat = bool(declaration and declaration[DECL_CHAT_JOBS])
     worker.chat_declaration = declaration if chat else None
     worker.prompt_jobs = bool(declaration[DECL_PROMPT_JOBS]) if declaration else True
@@ -74,6 +84,18 @@ def register_worker(
     if worker.maintenance:
         raise WorkerMaintenance(name=worker.name, reason=worker.maintenance_reason or "")
     return worker
+
+
+def check_worker_limit(session: Session, policy: Policy, user: User) -> None:
+    """Refuse one more worker name past the user's limit (upstream's TooManyWorkers)."""
+    session.execute(select(User.id).where(User.id == user.id).with_for_update())
+    count = session.scalar(
+        select(func.count()).select_from(Worker).where(Worker.user_id == user.id)
+    )
+    if user.trusted and int(count or 0) >= policy.workers_per_trusted_user:
+        raise TooManyWorkersTrusted(limit=policy.workers_per_trusted_user)
+    if not user.trusted and int(count or 0) >= policy.workers_per_user:
+        raise TooManyWorkers(limit=policy.workers_per_user)
 
 
 def pop_text_job(

@@ -35,7 +35,31 @@ class Policy:
     default_concurrency: int = 30
     """Queued jobs (n) a user may have at once."""
     assumed_tokens_per_second: int = 10
-    """Per worker thread, for the wait-time estimate when a worker has no history."""
+    """Per worker thread, for the wait-time estimate when a worker has no speed samples."""
+    speed_samples: int = 20
+    """A worker's speed is the average of its newest this many samples (upstream's
+    WORKER_SPEED_SAMPLE_LIMIT)."""
+    workers_per_user: int = 3
+    """Distinct worker names an untrusted user may register (upstream: 3)."""
+    workers_per_trusted_user: int = 20
+    """Distinct worker names a trusted user may register (upstream: 20)."""
     rate_limits: Mapping[str, tuple[RateLimit, ...]] = field(default_factory=lambda: RATE_LIMITS)
     """Per operation id, the native API's rate limits (spec/rate_limits.yaml); a test that
     needs more than one route's shipped limit replaces only that route's."""
+
+
+SPEED_BASELINE = 1.0
+"""Tokens per second a worker without speed samples counts as for ``slow_workers``
+(upstream's SPEED_BASELINE_THINGS_PER_SEC): a fresh worker is slow until it has samples."""
+
+SLOW_SPEEDS = ((20.0, 3.0), (13.0, 4.0), (0.0, 5.0))
+"""(model billions at least, tokens per second): a worker slower than this for its first
+model is slow, so a request with slow_workers false skips it (upstream's text_functions)."""
+SLOW_SPEED_NO_MODEL = 3.0
+"""The threshold for a worker that names no model (upstream)."""
+
+
+def slow_speed(billions: float | None) -> float:
+    """Upstream's slow threshold for a model of ``billions`` parameters (unknown: 0)."""
+    size = billions or 0.0
+    return next(speed for least, speed in SLOW_SPEEDS if size >= least)

@@ -5,6 +5,13 @@ A submit claims its job with ``generation IS NULL AND NOT faulted AND NOT cancel
 job that ended (aborted, faulted, cancelled) AbortedGen. ``load_job``, ``claim_job``,
 ``fault_job`` and ``pay_for_job`` serve the text submit here and the chat submit
 (``chat_submit``), which differ only in what they store and how they count tokens.
+
+Every landed generation records its worker's speed sample (upstream's worker
+performance): its output estimate (the tokens it is paid for) over its time from pop to
+submit, in tokens per second; the worker's ``speed`` is the average of its newest
+``Policy.speed_samples`` samples (older ones are deleted). A worker's fault counts toward
+its abort limit (``sweep.fault_generation``). A landed generation of a request with a
+webhook returns the call to make after the commit (``webhooks.generation_delivery``).
 """
 
 from __future__ import annotations
@@ -15,19 +22,29 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
 from generated.wire import STATE_FAULTED, STATE_OK
 from runtime.native.accounts import kudos
-from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker, WorkerPerformance
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import fault_generation
+from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.native.requests.text import finish_if_complete
 
 FAULTED = STATE_FAULTED
+
+
+@dataclass(frozen=True)
+class Landed:
+    reward: Decimal
+    wp: WaitingPrompt
+    """The request, locked."""
+    webhook: Delivery | None = None
+    """The webhook call to make after the commit."""
 
 
 @dataclass(frozen=True)
@@ -41,18 +58,19 @@ class Submission:
 
 def submit_text_job(
     session: Session, policy: Policy, user: User, sub: Submission, now: datetime
-) -> Decimal:
-    """Store a worker's result once and pay for it; returns the worker's reward."""
+) -> tuple[Decimal, Delivery | None]:
+    """Store a worker's result once and pay for it; returns the worker's reward and the
+    webhook call to make after the commit."""
     gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=False)
     if sub.state == FAULTED:
         fault_job(session, policy, gen.id, now, {"state": FAULTED})
-        return Decimal(0)
+        return Decimal(0), None
     tokens = kudos.token_count(sub.text, wp.max_length)
-    reward, _ = land_job(
-        session, user, worker.id, wp, gen, tokens, sub.state, now,
+    landed = land_job(
+        session, policy, user, worker.id, wp, gen, tokens, sub.state, now,
         {"generation": sub.text, "seed": sub.seed, "gen_metadata": sub.gen_metadata},
     )  # fmt: skip
-    return reward
+    return landed.reward, landed.webhook
 
 
 def load_job(
@@ -91,15 +109,23 @@ def claim_job(session: Session, gen_id: uuid.UUID, values: dict[str, Any]) -> No
 
 
 def fault_job(
-    session: Session, policy: Policy, gen_id: uuid.UUID, now: datetime, values: dict[str, Any]
+    session: Session,
+    policy: Policy,
+    gen_id: uuid.UUID,
+    now: datetime,
+    values: dict[str, Any],
+    *,
+    worker_fault: bool = True,
 ) -> None:
-    """A worker's fault: claim the job with ``values`` and give the request its slot back."""
+    """A fault: claim the job with ``values`` and give the request its slot back. A worker's
+    fault counts toward its abort limit; one the horde caused (``worker_fault`` False) not."""
     claim_job(session, gen_id, values)
-    fault_generation(session, policy, gen_id, now, aborted=False)
+    fault_generation(session, policy, gen_id, now, aborted=False, worker_fault=worker_fault)
 
 
 def land_job(
     session: Session,
+    policy: Policy,
     user: User,
     worker_id: uuid.UUID,
     wp: WaitingPrompt,
@@ -108,9 +134,10 @@ def land_job(
     state: str,
     now: datetime,
     stored: dict[str, Any],
-) -> tuple[Decimal, WaitingPrompt]:
-    """Claim a finished job with ``stored`` (its result) and pay for ``tokens`` through the
-    text formula (nothing charged when censored); returns the reward and the locked request."""
+) -> Landed:
+    """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
+    text formula (the worker is paid and nothing charged when censored, as upstream) and
+    record the worker's speed sample."""
     bridge_agent = session.scalar(select(Worker.bridge_agent).where(Worker.id == worker_id))
     reward = kudos.request_reward(
         wp, tokens, gen.model, trusted=user.trusted, bridge_agent=bridge_agent or ""
@@ -130,7 +157,40 @@ def land_job(
         },
     )
     locked = pay_for_job(session, user, worker_id, wp, gen.id, reward, charge, tokens)
-    return reward, locked
+    record_speed(session, policy, worker_id, tokens, (now - gen.start_time).total_seconds())
+    return Landed(reward, locked, generation_delivery(session, locked, gen.id, reward))
+
+
+def speed_sample(tokens: int, seconds: float) -> float:
+    """Upstream's sample: tokens over seconds, rounded to 0.1 (1 when no time passed)."""
+    return 1.0 if seconds <= 0 else round(tokens / seconds, 1)
+
+
+def record_speed(
+    session: Session, policy: Policy, worker_id: uuid.UUID, tokens: int, seconds: float
+) -> None:
+    """Add a speed sample, keep the newest ``policy.speed_samples`` and set the worker's
+    speed to their average."""
+    session.add(WorkerPerformance(worker_id=worker_id, performance=speed_sample(tokens, seconds)))
+    session.flush()
+    newest = (
+        select(WorkerPerformance.id, WorkerPerformance.performance)
+        .where(WorkerPerformance.worker_id == worker_id)
+        .order_by(WorkerPerformance.id.desc())
+        .limit(policy.speed_samples)
+        .subquery()
+    )
+    session.execute(
+        update(Worker)
+        .where(Worker.id == worker_id)
+        .values(speed=select(func.avg(newest.c.performance)).scalar_subquery())
+    )
+    session.execute(
+        delete(WorkerPerformance).where(
+            WorkerPerformance.worker_id == worker_id,
+            WorkerPerformance.id.not_in(select(newest.c.id)),
+        )
+    )
 
 
 def pay_for_job(

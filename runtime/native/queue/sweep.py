@@ -1,5 +1,10 @@
 """The lifecycle sweep: stale jobs aborted and requeued, faults counted, requests expired.
 
+A job that ends by its worker's fault (it ran out of time, or the worker faulted it) counts
+toward the worker's abort limit: more than ``Policy.abort_limit_per_hour`` of them in an hour
+put the worker in maintenance, with a reason its operator reads on /workers and in the
+pop's WorkerMaintenance error.
+
 ``sweep(sessions, policy)`` does one pass (tests call it directly with a ``now``);
 ``Sweeper`` runs it periodically in a daemon thread started with the app. Given a Redis
 client, a pass ends the progress lease of every streamed generation it aborted (the ended
@@ -39,16 +44,25 @@ def utcnow() -> datetime:
 
 
 def fault_generation(
-    session: Session, policy: Policy, gen_id: uuid.UUID, now: datetime, *, aborted: bool
+    session: Session,
+    policy: Policy,
+    gen_id: uuid.UUID,
+    now: datetime,
+    *,
+    aborted: bool,
+    worker_fault: bool = True,
 ) -> None:
     """Fault a job and give its request the slot back; fault the request past the limit.
 
-    ``aborted``: the job ran out of time (counts toward the worker's maintenance limit).
+    ``aborted``: the job ran out of time. ``worker_fault``: the worker caused it (it ran out
+    of time, or the worker faulted it: an overflow, a refused reply, a backend error); these
+    count toward the worker's abort limit (a job the horde itself could not send does not).
     """
     gen = session.scalars(select(Generation).where(Generation.id == gen_id)).one()
     gen.faulted = True
     if aborted:
         gen.aborted = True
+    if aborted or worker_fault:
         gen.aborted_at = now
     wp = session.scalars(
         select(WaitingPrompt).where(WaitingPrompt.id == gen.wp_id).with_for_update()
@@ -65,17 +79,26 @@ def fault_generation(
         wp.n = 0
         wp.active = False
         kudos.release_holds(session, wp.id)
-    if aborted:
+    if aborted or worker_fault:
         _count_abort(session, policy, gen.worker_id, now)
 
 
+def maintenance_reason(count: int, limit: int) -> str:
+    """What an operator reads on /workers and in the worker's pop error."""
+    return (
+        f"{count} jobs in the last hour ended by this worker's fault (ran out of time or "
+        f"faulted), more than the limit of {limit}: check its backend (each faulted job's "
+        "gen_metadata says why) and consider fewer threads"
+    )
+
+
 def _count_abort(session: Session, policy: Policy, worker_id: uuid.UUID, now: datetime) -> None:
+    """Count a job ended by the worker's fault; past the hourly limit, maintenance."""
     recent = session.execute(
         select(func.count())
         .select_from(Generation)
         .where(
             Generation.worker_id == worker_id,
-            Generation.aborted.is_(True),
             Generation.aborted_at > now - timedelta(hours=1),
         )
     ).scalar_one()
@@ -83,7 +106,7 @@ def _count_abort(session: Session, policy: Policy, worker_id: uuid.UUID, now: da
     if recent > policy.abort_limit_per_hour:
         values |= {
             "maintenance": True,
-            "maintenance_reason": f"{recent} jobs aborted in the last hour",
+            "maintenance_reason": maintenance_reason(recent, policy.abort_limit_per_hour),
         }
     session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
 

@@ -78,7 +78,7 @@ def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
     return or_(false(), *kinds)
 
 
-def _generation_json(gen: Generation, worker_name: str) -> ChatGeneration:
+def generation_json(gen: Generation, worker_name: str) -> ChatGeneration:
     reply = gen.reply or {}
     return {
         "id": str(gen.id),
@@ -104,12 +104,12 @@ def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: dateti
     restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
     pool = availability(session, policy, wp, now)
     takes = takes_any(pool.eligible) if wp.n > 0 else None
-    position = queue_position(session, policy, wp, pool.threads, takes)
+    position = queue_position(session, policy, wp, [w for w, _ in pool.eligible], takes)
     return {
         **status_counts(
             policy, wp, jobs, restarted, position, is_possible=wp.n == 0 or pool.threads > 0
         ),
-        "generations": [_generation_json(g, name) for g, name in jobs.landed],
+        "generations": [generation_json(g, name) for g, name in jobs.landed],
         "eligible_threads": pool.threads,
         "charge_basis": CHARGE_BASIS,  # type: ignore[typeddict-item]
         "missing_features": pool.missing_features,

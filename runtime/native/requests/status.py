@@ -2,10 +2,12 @@
 the counts every status carries, and the queue position with its wait estimate.
 
 The wait is the queued work ahead (max_length x n, in tokens) plus the request's own, over
-the throughput of the workers that could serve it (``Policy.assumed_tokens_per_second``
-per thread). Which queued work counts and which workers serve differ by kind: the text
-status counts all work ahead and the online workers that fit; the chat status only the work
-its eligible workers could take (``takes``), over those workers.
+the throughput of the workers that could serve it: each one's recorded speed (the rolling
+average of its speed samples, tokens per second) times its threads, or
+``Policy.assumed_tokens_per_second`` per thread for a worker without samples. Which
+queued work counts and which workers serve differ by kind: the text status counts all work
+ahead and the online workers that fit; the chat status only the work its eligible workers
+could take (``takes``), over those workers.
 """
 
 from __future__ import annotations
@@ -76,11 +78,19 @@ def status_counts(
     }
 
 
+def throughput(policy: Policy, workers: list[Worker]) -> float:
+    """Tokens per second of ``workers``: recorded speed (or the assumed one) x threads."""
+    return sum(
+        w.threads * (policy.assumed_tokens_per_second if w.speed is None else w.speed)
+        for w in workers
+    )
+
+
 def queue_position(
     session: Session,
     policy: Policy,
     wp: WaitingPrompt,
-    threads: int,
+    workers: list[Worker],
     takes: ColumnElement[bool] | None = None,
 ) -> tuple[int, int]:
     """(requests ahead of ``wp``, estimated seconds), the work ahead counted in SQL (only
@@ -102,7 +112,7 @@ def queue_position(
     if takes is not None:
         work = work.filter(takes)
     count, tokens = session.execute(select(func.count(), func.coalesce(work, 0)).where(ahead)).one()
-    if threads == 0:
+    rate = throughput(policy, workers)
+    if rate <= 0:
         return int(count), 0
-    rate = threads * policy.assumed_tokens_per_second
     return int(count), math.ceil((int(tokens) + wp.max_length * wp.n) / rate)

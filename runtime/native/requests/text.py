@@ -105,6 +105,7 @@ def create_text_request(
         extra_slow_workers=bool(body.get("extra_slow_workers")),
         nsfw=bool(body.get("nsfw")),
         softprompt=body.get("softprompt"),
+        webhook=body.get("webhook"),
         client_agent=client_agent[:255],
         ipaddr=ipaddr[:64],
         extra_priority=queue_priority(policy, user),
@@ -154,29 +155,30 @@ def text_status(
     if wp.n > 0:
         online = online_workers(session, policy, now)
         fitting = [w for w, t in online if worker_fits(w, t, wp)]
-    threads = sum(w.threads for w in fitting)
     return {
         **status_counts(
             policy,
             wp,
             jobs,
             restarted,
-            queue_position(session, policy, wp, threads),
+            queue_position(session, policy, wp, fitting),
             is_possible=wp.n == 0 or bool(fitting),
         ),
-        "generations": [
-            {
-                "text": g.generation,
-                "seed": g.seed,
-                "worker_id": str(g.worker_id),
-                "worker_name": name,
-                "model": g.model,
-                "id": str(g.id),
-                "state": g.state or DEFAULT_STATE,
-                "gen_metadata": g.gen_metadata or [],
-            }
-            for g, name in jobs.landed
-        ],
+        "generations": [text_generation_json(g, name) for g, name in jobs.landed],
+    }
+
+
+def text_generation_json(g: Generation, worker_name: str) -> dict[str, Any]:
+    """A landed text generation as the status (and its webhook) shows it."""
+    return {
+        "text": g.generation,
+        "seed": g.seed,
+        "worker_id": str(g.worker_id),
+        "worker_name": worker_name,
+        "model": g.model,
+        "id": str(g.id),
+        "state": g.state or DEFAULT_STATE,
+        "gen_metadata": g.gen_metadata or [],
     }
 
 
