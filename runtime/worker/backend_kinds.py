@@ -26,6 +26,7 @@ from generated.chat.names import (
     PARAM_REASONING_EFFORT,
     PARAM_RESPONSE_FORMAT,
     PARAM_STREAM,
+    PARAM_STREAM_OPTIONS,
     PARAM_TOOL_CHOICE,
     PARAM_TOOLS,
     RESPONSE_FORMAT_JSON_OBJECT,
@@ -144,4 +145,6 @@ def chat_body(
         body[PARAM_REASONING_EFFORT] = payload[PARAM_REASONING_EFFORT]
     if stream:
         body[PARAM_STREAM] = True
+        # the usage chunk (llama.cpp's server, vLLM, Ollama); backends without one ignore it
+        body[PARAM_STREAM_OPTIONS] = {"include_usage": True}
     return body

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from generated.chat.names import (
     PARAM_MAX_TOKENS,
@@ -47,6 +47,16 @@ class PromptCounter(Protocol):
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         """Tokens the prompt takes (an upper bound where not exact)."""
+        ...
+
+
+@runtime_checkable
+class TextCounter(Protocol):
+    """An exact counter that also tokenizes a reply's text (a streamed reply's usage when
+    the backend reports none in the stream)."""
+
+    def count_text(self, text: str) -> int:
+        """Tokens ``text`` takes, without the special tokens a prompt would get."""
         ...
 
 
@@ -101,6 +111,13 @@ class TemplateCounter:
 
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         text = self.template.render(messages, tools)
+        return self._tokens(text)
+
+    def count_text(self, text: str) -> int:
+        # the count route adds a BOS when the model asks for one: the empty text's count
+        return self._tokens(text) - self._tokens("")
+
+    def _tokens(self, text: str) -> int:
         if self.route.startswith("/api/extra"):  # koboldcpp
             return int(self.client.request_json("POST", self.route, {"prompt": text})["value"])
         return int(self.client.request_json("POST", self.route, {"input": text})["count"])
@@ -122,6 +139,10 @@ class LlamaCppCounter:
         )["tokens"]
         return len(tokens)
 
+    def count_text(self, text: str) -> int:
+        body = {"content": text, "add_special": False}
+        return len(self.client.request_json("POST", "/tokenize", body)["tokens"])
+
 
 class VllmCounter:
     """vLLM's ``/tokenize`` applies the chat template itself."""
@@ -138,6 +159,10 @@ class VllmCounter:
             "add_generation_prompt": True,
             **({PARAM_TOOLS: tools} if tools else {}),
         }
+        return int(self.client.request_json("POST", "/tokenize", body)["count"])
+
+    def count_text(self, text: str) -> int:
+        body = {PARAM_MODEL: self.model, "prompt": text, "add_special_tokens": False}
         return int(self.client.request_json("POST", "/tokenize", body)["count"])
 
 

@@ -23,6 +23,7 @@ cancelled; the job then stops and is not submitted.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from generated.wire import STATE_OK
 from generated.wire.native import PopOutput, ReportedUsage, SubmitInput, ToolCall
 from runtime.worker.backend import BackendClient
 from runtime.worker.backend_kinds import chat_body
+from runtime.worker.counter import TextCounter
 from runtime.worker.declaration import Probed
 from runtime.worker.fetch import job_messages
 from runtime.worker.horde import HordeClient
@@ -125,12 +127,13 @@ class JobRunner:
             return False
         return self.horde.submit(body)
 
-    def check_fit(self, body: dict[str, Any], *, fit_output: bool = False) -> None:
+    def check_fit(self, body: dict[str, Any], *, fit_output: bool = False) -> int:
         """Fault prompt_overflow when the conversation and its output do not fit the context.
 
         ``fit_output`` (the job's PAYLOAD_FIT_MAX_TOKENS: the client left max_tokens out, as
         much as fits): ``body``'s max_tokens is lowered to the room the count leaves, and
         only a room under REPLY_RESERVE_TOKENS faults. Otherwise max_tokens must fit whole.
+        Returns the prompt's count.
         """
         text_only, images = without_images(body[PARAM_MESSAGES])
         counted = self.probed.counter.count(text_only, body.get(PARAM_TOOLS))
@@ -140,24 +143,42 @@ class JobRunner:
             room = self.probed.context - counted
             if room >= REPLY_RESERVE_TOKENS:
                 body[PARAM_MAX_TOKENS] = min(wanted, room)
-                return
+                return counted
             wanted = REPLY_RESERVE_TOKENS
         needed = counted + wanted
         if needed > self.probed.context:
             raise PromptOverflow(
                 needed=needed, counter=self.probed.counter.kind, context=self.probed.context
             )
+        return counted
 
     def chat_reply(self, job: Job, progress: ProgressCallback | None) -> ChatReply | None:
         messages = job_messages(job.payload, timeout=self.deadline(job))
         payload = {**job.payload, PARAM_MESSAGES: messages}
         streamed = progress is not None and job.stream
         body = chat_body(self.probed.kind, payload, self.probed.model_id, stream=streamed)
-        self.check_fit(body, fit_output=payload.get(PAYLOAD_FIT_MAX_TOKENS) is True)
+        counted = self.check_fit(body, fit_output=payload.get(PAYLOAD_FIT_MAX_TOKENS) is True)
         if not streamed:
             return parse_chat_completion(self.backend.chat(body, timeout=self.deadline(job)))
         assert progress is not None
-        return self._streamed(job, body, progress)
+        reply = self._streamed(job, body, progress)
+        return self.counted_usage(reply, counted) if reply is not None else None
+
+    def counted_usage(self, reply: ChatReply, prompt_tokens: int) -> ChatReply:
+        """A streamed reply's usage where the backend's stream reported none (llama-cpp-python
+        sends no usage chunk): the worker's own counts with an exact counter, the prompt's
+        from the fit check and the reply's by tokenizing its text, which are the numbers
+        the backend reports for the same reply unstreamed."""
+        counter = self.probed.counter
+        usage = dict(reply.usage)
+        if counter.kind != "exact":
+            return reply
+        if usage.get("prompt_tokens") is None:
+            usage["prompt_tokens"] = prompt_tokens
+        if usage.get("completion_tokens") is None and isinstance(counter, TextCounter):
+            text = (reply.reasoning_content or "") + (reply.content or "")
+            usage["completion_tokens"] = counter.count_text(text) if text else 0
+        return dataclasses.replace(reply, usage=usage)
 
     def _streamed(
         self, job: Job, body: dict[str, Any], progress: ProgressCallback
