@@ -15,6 +15,7 @@ import openai
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
+from generated.chat.names import GUARANTEE_PROMPT_OVERFLOW_REFUSED
 from runtime.config import Settings
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
@@ -94,3 +95,30 @@ def test_a_native_refusal_names_its_param_in_the_openai_envelope(
         )
     assert isinstance(error, openai.NotFoundError)
     assert (error.code, error.param) == ("model_not_found", "models.[1]")
+
+
+def test_a_whole_reply_stream_refused_for_a_missing_feature_is_an_http_error_at_create(
+    client: openai.OpenAI, native_url: str, worker_key: str
+) -> None:
+    """A streamed tool request (a whole-reply stream) that no worker can serve: the SDK's
+    create() raises NotFoundError, no SSE headers, no keep-alive and no error event, as
+    for a plain stream (design doc: "a declaration gap ... is an HTTP error here, before
+    any SSE headers")."""
+    with ChatTestWorker(
+        native_url, worker_key, model=MODEL, features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED]
+    ):
+        for stream in (True, False):
+            error = refused(
+                lambda stream=stream: client.chat.completions.create(
+                    model=MODEL,
+                    messages=MESSAGES,
+                    tools=[WEATHER],
+                    tool_choice="required",
+                    stream=stream,
+                ),
+                openai.NotFoundError,
+            )
+            assert error.status_code == 404
+            assert error.code == "no_worker_supports_features"
+            assert "tools" in error.message
+            assert not error.response.headers["content-type"].startswith("text/event-stream")

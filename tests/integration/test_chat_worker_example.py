@@ -227,6 +227,26 @@ def test_example_worker_faults_a_conversation_over_its_context_with_prompt_overf
         assert f"(byte-bound count) but the backend has {CONTEXT};" in reason["ref"]
 
 
+def test_example_worker_gives_a_request_without_max_tokens_as_much_as_fits(
+    example_worker: ExampleWorker,
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    """700 bytes leave the byte bound room for a reply in the 1,024-token context, but not
+    for the declared max_length (512): without max_tokens (as much as fits, the job's
+    fit_max_tokens) the worker lowers max_tokens to the room and answers, not faults."""
+    requester = make_user("requester", kudos=100)
+    messages = [{"role": "user", "content": "x" * 700}]
+    response = chat_async(
+        native_client, requester.api_key, {"model": MODEL_NAME, "messages": messages}
+    )
+    assert response.status_code == 202, response.text
+    status = wait_done(native_client, example_worker, response.json()["id"])
+    assert not status["faulted"], example_worker.output()
+    (generation,) = status["generations"]
+    assert generation["content"]
+
+
 def test_check_script_reports_the_counters_calibration_features_and_tool_preamble(
     server: LlamaServer,
 ) -> None:

@@ -53,6 +53,10 @@ FORWARDED = (
 FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
 INVALID = "The backend's reply cannot be submitted: "
 UNSERVABLE = "This worker cannot serve the job: "
+# The client left max_tokens out ("as much as fits"): the job says fit_max_tokens, and its
+# max_tokens may be lowered to the room the count leaves, down to this reserve
+# (spec/workers/limits.yaml, absent_max_tokens).
+FIT_FLAG, REPLY_RESERVE_TOKENS = "fit_max_tokens", 64
 
 
 class Fault(Exception):
@@ -340,7 +344,11 @@ def serve(job: dict[str, Any], probed: dict[str, Any], backend: Backend) -> dict
         raise Fault("unservable_job", f"{UNSERVABLE}no messages array")
     body = backend_body(probed["model"], payload)
     counter, context = probed["counter"], probed["declaration"]["chat_limits"]
-    needed = counter.count(body["messages"], body.get("tools")) + (body.get("max_tokens") or 1)
+    prompt = counter.count(body["messages"], body.get("tools"))
+    room = context["max_context_length"] - prompt
+    if payload.get(FIT_FLAG) is True and room >= REPLY_RESERVE_TOKENS:
+        body["max_tokens"] = min(body.get("max_tokens") or room, room)  # as much as fits
+    needed = prompt + (body.get("max_tokens") or 1)
     if needed > context["max_context_length"]:
         raise Fault(
             "prompt_overflow",
