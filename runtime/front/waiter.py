@@ -12,8 +12,8 @@ whole grace (503 no_eligible_worker). The caller cancels on the native side for 
 but a reply or a fault (``needs_cancel``), with ``cancel_until_confirmed``.
 
 A wait never dies of a transient answer: a status read answered 429 or 5xx, or lost, is
-retried after a back-off (doubling from half a second up to the poll interval, never
-sooner than the native API's Retry-After) until the deadline; the status reads carry the
+retried after a back-off (doubling from half a second, raised to the native API's
+Retry-After, at most the poll interval) until the deadline; the status reads carry the
 client's address and count on the front's service budget. A cancel is repeated the same
 way until the native API confirms it.
 """
@@ -65,10 +65,11 @@ log = logging.getLogger(__name__)
 
 
 def backoff(attempt: int, retry_after: float | None, cap: float) -> float:
-    """The pause before repeat ``attempt`` (0 first): doubling, jittered, at most ``cap``,
-    never sooner than the native API's Retry-After."""
-    delay = min(cap, BACKOFF_FIRST * 2.0**attempt) * random.uniform(*POLL_JITTER)
-    return max(delay, retry_after) if retry_after is not None else delay
+    """The pause before repeat ``attempt`` (0 first): doubling and jittered, raised to the
+    native API's Retry-After, at most ``cap`` (a refused call costs the native API little,
+    and the cap bounds how late the wait notices the window's end or its reply)."""
+    delay = BACKOFF_FIRST * 2.0**attempt * random.uniform(*POLL_JITTER)
+    return min(cap, max(delay, retry_after or 0.0))
 
 
 async def cancel_until_confirmed(

@@ -56,8 +56,8 @@ def running_native_with_objects(
         shutil.rmtree(objects_dir, ignore_errors=True)
 
 
-LIMIT_COUNTS = "horde:limits*"
-"""The native API's rate-limit counters in Redis (flask-limiter's key prefix)."""
+LIMIT_COUNTS = "LIMITS:*horde:limits*"
+"""The native API's rate-limit counters in Redis (the limits library's prefix, then ours)."""
 
 
 @contextmanager
