@@ -507,8 +507,8 @@ class KudosCapExceeded(HordeError):
 
 
 class KudosUpfront(HordeError):
-    """A large request (max_length above the upfront threshold) by a user without enough kudos to
-    hold for it."""
+    """A large request (max_length above the upfront threshold), or one with slow_workers false
+    (as upstream), by a user without enough kudos to hold for it."""
 
     code = "KudosUpfront"
     template = "This request needs {kudos} kudos upfront; your balance is {balance}."

@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 import httpx
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.config import Settings
-from runtime.native.db.tables import Generation, Worker
+from runtime.native.db.tables import Generation, KudosHold, Worker
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.webhooks import SENDER
 from runtime.native.server import NativeService
@@ -344,3 +344,17 @@ def test_a_webhook_to_an_inside_address_is_not_called(native_client, make_user, 
     assert submit(native_client, owner.api_key, job["id"]).status_code == 200
     SENDER.drain()
     assert received == []
+
+
+def test_slow_workers_false_needs_its_kudos_upfront(client, native_db, make_user):
+    body = {"prompt": "Once upon a time", "params": {"max_length": 80}, "slow_workers": False}
+    poor = make_user("poor")
+    refused = client.post("/generate/text/async", headers={"apikey": poor.api_key}, json=body)
+    assert refused.status_code == 403
+    assert refused.json()["rc"] == "KudosUpfront"
+    rich = make_user("rich", kudos=100)
+    accepted = client.post("/generate/text/async", headers={"apikey": rich.api_key}, json=body)
+    assert accepted.status_code == 202, accepted.text
+    with native_db() as session:
+        held = session.scalar(select(func.count()).select_from(KudosHold))
+    assert held == 1

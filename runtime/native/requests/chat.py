@@ -174,7 +174,8 @@ def create_chat_request(
     _check_kudos_cap(request, cost)
     if horde_option(request, HORDE_DRY_RUN):
         return ChatSubmitted(id=None, kudos=cost)
-    needs_upfront = admit_jobs(session, policy, user, 1, plan.max_length, cost)
+    slow = bool(horde_option(request, HORDE_SLOW_WORKERS))
+    needs_upfront = admit_jobs(session, policy, user, 1, plan.max_length, cost, slow_workers=slow)
     wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
     wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
     if objects is not None:

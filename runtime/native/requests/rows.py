@@ -75,16 +75,24 @@ def queued_jobs(session: Session, user_id: int) -> int:
 
 
 def admit_jobs(
-    session: Session, policy: Policy, user: User, jobs: int, max_length: int, cost: Decimal
+    session: Session,
+    policy: Policy,
+    user: User,
+    jobs: int,
+    max_length: int,
+    cost: Decimal,
+    *,
+    slow_workers: bool = True,
 ) -> bool:
-    """Refuse ``jobs`` more over the user's concurrency, or a large request the user cannot
-    hold upfront; returns whether the request needs an upfront hold."""
+    """Refuse ``jobs`` more over the user's concurrency, or a request the user cannot hold
+    upfront: a large one, or one that keeps slow workers away (``slow_workers`` false, as
+    upstream's require_upfront_kudos); returns whether the request needs an upfront hold."""
     count = queued_jobs(session, user.id)
     if count + jobs > user.concurrency:
         raise TooManyPrompts(
             count=count + jobs, concurrency=user.concurrency, retry_after=CONCURRENCY_RETRY_AFTER
         )
-    needs_upfront = max_length > policy.upfront_max_length
+    needs_upfront = max_length > policy.upfront_max_length or not slow_workers
     if needs_upfront and user.kudos < cost:
         raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
     return needs_upfront

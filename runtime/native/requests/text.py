@@ -87,7 +87,15 @@ def create_text_request(
     )
     if body.get("dry_run"):
         return Submitted(id=None, kudos=cost)
-    needs_upfront = admit_jobs(session, policy, user, n, params["max_length"], cost)
+    needs_upfront = admit_jobs(
+        session,
+        policy,
+        user,
+        n,
+        params["max_length"],
+        cost,
+        slow_workers=bool(body.get("slow_workers", True)),
+    )
     wp = WaitingPrompt(
         id=uuid.uuid4(),
         user_id=user.id,
