@@ -95,6 +95,7 @@ def worker_declaration_schema(spec: Spec) -> dict[str, Any]:
     names = {
         "features": chat_tables.features(spec),
         "guarantees": chat_tables.guarantees(spec),
+        "guarantee_scopes": chat_tables.guarantee_scopes(spec),
     }
     props: dict[str, Any] = {}
     for key, d in spec[chat_tables.DECLARATION_FILE]["declaration"].items():

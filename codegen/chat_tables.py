@@ -116,12 +116,15 @@ def guarantees(spec: Spec) -> list[str]:
     return list(spec[FEATURES_FILE]["guarantees"])
 
 
+def guarantee_scopes(spec: Spec) -> list[str]:
+    return list(spec[FEATURES_FILE].get("guarantee_scopes") or {})
+
+
 def guarantee_exceptions(spec: Spec) -> dict[str, tuple[str, str]]:
     """Scope name -> (the guarantee it narrows, the feature whose requests it leaves out)."""
     return {
         name: (entry["narrows"], entry["except_with"])
-        for name, entry in spec[FEATURES_FILE]["guarantees"].items()
-        if "narrows" in entry
+        for name, entry in (spec[FEATURES_FILE].get("guarantee_scopes") or {}).items()
     }
 
 

@@ -93,6 +93,7 @@ def build(spec: Spec) -> list[Output]:
             "docs/features.md",
             features=features["features"],
             guarantees=features["guarantees"],
+            scopes=features.get("guarantee_scopes") or {},
             rows=rows,
         ),
         render(

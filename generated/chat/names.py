@@ -102,12 +102,14 @@ FEATURE_PENALTIES = "penalties"
 
 # Worker guarantees
 GUARANTEE_PROMPT_OVERFLOW_REFUSED = "prompt_overflow_refused"
-GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS = "prompt_overflow_refused_except_tools"
 GUARANTEE_TOOL_CHOICE_ENFORCED = "tool_choice_enforced"
 GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED = "tool_choice_required_enforced"
 GUARANTEE_JSON_OUTPUT_ENFORCED = "json_output_enforced"
 GUARANTEE_JSON_SCHEMA_ENFORCED = "json_schema_enforced"
 GUARANTEE_SINGLE_TOOL_CALL_ENFORCED = "single_tool_call_enforced"
+
+# Guarantee scopes (declared beside a guarantee, never required)
+SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS = "prompt_overflow_refused_except_tools"
 
 # Worker limits (chat_limits)
 LIMIT_MAX_CONTEXT_LENGTH = "max_context_length"

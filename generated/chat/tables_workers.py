@@ -16,15 +16,16 @@ FEATURES: tuple[str, ...] = (
 )
 GUARANTEES: tuple[str, ...] = (
     "prompt_overflow_refused",
-    "prompt_overflow_refused_except_tools",
     "tool_choice_enforced",
     "tool_choice_required_enforced",
     "json_output_enforced",
     "json_schema_enforced",
     "single_tool_call_enforced",
 )
-# A scope declared beside a guarantee -> (that guarantee, the feature whose requests it does
-# not cover): such a declaration covers the guarantee only for requests not requiring it.
+# Guarantee scopes, declared beside a guarantee (never required by a request); each -> (that
+# guarantee, the feature whose requests it does not cover): such a declaration covers the
+# guarantee only for requests not requiring the feature.
+GUARANTEE_SCOPES: tuple[str, ...] = ("prompt_overflow_refused_except_tools",)
 GUARANTEE_EXCEPTIONS: dict[str, tuple[str, str]] = {
     "prompt_overflow_refused_except_tools": ("prompt_overflow_refused", "tools")
 }
@@ -90,7 +91,7 @@ DECLARATION: dict[str, dict[str, Any]] = {
         "has_default": True,
         "default": [],
         "required_with": None,
-        "names": ["features", "guarantees"],
+        "names": ["features", "guarantees", "guarantee_scopes"],
     },
     "chat_limits": {
         "schema": {"type": "object"},

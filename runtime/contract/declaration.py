@@ -16,10 +16,15 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_CHAT_LIMITS, DECL_PROMPT_JOBS
-from generated.chat.tables import DECLARATION, FEATURES, GUARANTEES, LIMITS
+from generated.chat.tables import DECLARATION, FEATURES, GUARANTEE_SCOPES, GUARANTEES, LIMITS
 from generated.errors import InvalidChatDeclaration
 
-_KNOWN = {"features": FEATURES, "guarantees": GUARANTEES, "limits": tuple(LIMITS)}
+_KNOWN = {
+    "features": FEATURES,
+    "guarantees": GUARANTEES,
+    "guarantee_scopes": GUARANTEE_SCOPES,
+    "limits": tuple(LIMITS),
+}
 
 
 def _refuse(key: str, problem: str) -> InvalidChatDeclaration:

@@ -52,7 +52,6 @@ from generated.chat.names import (
     GUARANTEE_JSON_OUTPUT_ENFORCED,
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
-    GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
     GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
     LIMIT_MAX_CONTEXT_LENGTH,
@@ -68,6 +67,7 @@ from generated.chat.names import (
     PARAM_TOOLS,
     RESPONSE_FORMAT_JSON_OBJECT,
     RESPONSE_FORMAT_JSON_SCHEMA,
+    SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
 )
 from generated.errors import HordeError
 from runtime.worker.backend import BackendClient
@@ -313,7 +313,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         ):
             # The probe has no tools, so the bound does not cover a tool preamble: tools stay
             # declared, the guarantee is withheld for tool requests only (its scope).
-            features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS)
+            features.append(SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS)
             probed.notes.append(
                 "tools declared without prompt_overflow_refused: the byte bound does not"
                 " cover a tool preamble, so strict tool requests go to other workers and"

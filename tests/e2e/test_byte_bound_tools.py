@@ -18,7 +18,7 @@ import pytest
 from generated.chat.names import (
     FEATURE_TOOLS,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
-    GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
+    SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
 )
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
@@ -120,7 +120,7 @@ def test_a_byte_bound_worker_keeps_tools_and_withholds_the_guarantee_for_tool_re
     assert {
         FEATURE_TOOLS,
         GUARANTEE_PROMPT_OVERFLOW_REFUSED,
-        GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
+        SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
     } <= declared
     printed = "\n".join(describe(worker.probed))  # what it prints at startup
     assert "strict tool requests go to other workers" in printed
@@ -168,4 +168,4 @@ def test_template_overhead_backs_the_guarantee_for_tool_requests(
     with BackendClient(config.backend_base, timeout=10) as client:
         probed = probe(client, config)
     assert {FEATURE_TOOLS, GUARANTEE_PROMPT_OVERFLOW_REFUSED} <= set(probed.features)
-    assert GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS not in probed.features
+    assert SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS not in probed.features

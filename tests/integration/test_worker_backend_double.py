@@ -25,9 +25,9 @@ from generated.chat.names import (
     GUARANTEE_JSON_OUTPUT_ENFORCED,
     GUARANTEE_JSON_SCHEMA_ENFORCED,
     GUARANTEE_PROMPT_OVERFLOW_REFUSED,
-    GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
     GUARANTEE_TOOL_CHOICE_ENFORCED,
     GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
+    SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
 )
 from generated.errors import (
     BackendError,
@@ -192,7 +192,7 @@ def test_byte_bound_without_template_overhead_keeps_tools_and_scopes_the_guarant
     probed = _probe(backend)
     assert FEATURE_TOOLS in probed.features
     assert GUARANTEE_PROMPT_OVERFLOW_REFUSED in probed.features
-    assert GUARANTEE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS in probed.features
+    assert SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS in probed.features
     assert any("--template-overhead" in note for note in probed.notes)
 
 
