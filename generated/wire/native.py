@@ -268,14 +268,14 @@ class ProgressInput(TypedDict):
     """
     The content generated since the previous post.
     """
-
-
-class ProgressOutput(TypedDict):
-    last_seq: int
     reasoning: NotRequired[str]
     """
     The reasoning generated since the previous post (a reasoning field of the backend, or a leading think block split off the content as the submitted reply splits it).
     """
+
+
+class ProgressOutput(TypedDict):
+    last_seq: int
     cancelled: bool
     """
     The client left; stop and do not submit.
