@@ -379,10 +379,12 @@ class NoEligibleWorker(HordeError):
 
 class NoWorkerSupportsFeatures(HordeError):
     """A declaration gap: no online worker of the model declares a feature or (under strict) a
-    guarantee the request requires. Immediate; the front cancels a submitted request."""
+    guarantee the request requires. Immediate; the front cancels a submitted request. When a
+    guarantee is missing, the message names the opt-in (horde.conformance: best_effort), under
+    which a request requires the features alone."""
 
     code = "no_worker_supports_features"
-    template = "No online worker declares what this request requires: {missing}."
+    template = "No online worker declares what this request requires: {missing}.{opt_in}"
     native_status = 404
     front_status = 404
     openai_type = "invalid_request_error"

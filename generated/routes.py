@@ -131,6 +131,22 @@ ROUTES: dict[str, Route] = {
             ),
         ),
         Route(
+            operation_id="retrieve_model",
+            surface="front",
+            method="GET",
+            path="/v1/models/{model}",
+            headers=(HEADER_AUTHORIZATION,),
+            path_params={"model": {"type": "string", "maxLength": 255}},
+            errors=(
+                "InvalidAPIKey",
+                "model_not_found",
+                "horde_unavailable",
+                "FrontAtCapacity",
+                "RateLimited",
+                "InternalError",
+            ),
+        ),
+        Route(
             operation_id="text_async",
             surface="native",
             method="POST",

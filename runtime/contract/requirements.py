@@ -39,6 +39,7 @@ from generated.chat.names import (
 from generated.chat.tables import (
     CONTENT_PARTS,
     GUARANTEE_EXCEPTIONS,
+    GUARANTEES,
     PARAMETERS,
     REPLY_RESERVE_TOKENS,
     ROLES,
@@ -188,10 +189,29 @@ class Gap:
 
     def error(self) -> HordeError:
         if self.kind == "features":
-            return NoWorkerSupportsFeatures(missing=", ".join(self.missing))
+            return features_gap(self.missing)
         return NoWorkerSupportsLimit(
             limit=self.limit, value=self.value, maximum=self.maximum, param=self.limit
         )
+
+
+def features_gap(
+    missing: Collection[str], metadata: dict[str, Any] | None = None
+) -> NoWorkerSupportsFeatures:
+    """404 no_worker_supports_features naming what is missing and, when a guarantee is among
+    it, the opt-in: a best_effort request does not require guarantees (design doc:
+    "Guarantees and the conformance mode"), the features themselves still apply."""
+    guarantees = [name for name in missing if name in GUARANTEES]
+    opt_in = (
+        f" {', '.join(guarantees)} {'is a guarantee' if len(guarantees) == 1 else 'are guarantees'}"
+        f" that strict requests (the default) require; send horde.{HORDE_CONFORMANCE}:"
+        f' {CONFORMANCE_BEST_EFFORT} (OpenAI SDK: extra_body={{"horde":'
+        f' {{"{HORDE_CONFORMANCE}": "{CONFORMANCE_BEST_EFFORT}"}}}}) to accept a worker'
+        " that supports the feature without guaranteeing it."
+        if guarantees
+        else ""
+    )
+    return NoWorkerSupportsFeatures(missing=", ".join(missing), opt_in=opt_in, metadata=metadata)
 
 
 def scope_exclusions(declared: Collection[str]) -> list[tuple[str, str]]:

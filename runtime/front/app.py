@@ -5,6 +5,10 @@
 of progress streams) and the signal hub, and closes them. ``FrontState`` is what every
 handler shares (it is ``app.state.front``). Native cancels run as background tasks the
 state keeps until they finish, so a cancel outlives the request task that asked for it.
+
+Every response carries ``x-request-id`` (OpenAI's header, the SDKs' ``_request_id``): the
+horde request id once the request was submitted (``RequestId.submitted``), else an id the
+front made for it.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from typing import Any
 import httpx
 from redis.asyncio import Redis
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from generated.errors import HordeError
+from generated.errors import HordeError, ModelNotFound
 from generated.routes import ROUTES
 from generated.signals import chat_channel
 from generated.wire.front import Model, ModelList
@@ -32,6 +37,7 @@ from runtime.front.chat import ChatCompletions
 from runtime.front.config import FrontConfig
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
 from runtime.front.native_client import NativeClient
+from runtime.front.request_id import RequestIdMiddleware
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
 
@@ -78,6 +84,21 @@ async def list_models(request: Request) -> Response:
     return JSONResponse(listed)
 
 
+async def retrieve_model(request: Request) -> Response:
+    """OpenAI's retrieve model: one model online chat workers serve, else 404
+    model_not_found."""
+    state: FrontState = request.app.state.front
+    name = str(request.path_params["model"])
+    try:
+        api_key_of(request)
+        active = await state.native.models()
+        if not any(str(m["name"]) == name and m.get("chat_count") for m in active):
+            raise ModelNotFound(model=name)
+    except HordeError as error:
+        return error_response(error)
+    return JSONResponse(_model(name, state.started))
+
+
 def _model(name: str, created: int) -> Model:
     return {"id": name, "object": "model", "created": created, "owned_by": OWNER}
 
@@ -120,10 +141,19 @@ def create_front_app(
     routes = [
         Route(_front_path("chat_completions"), ChatCompletions(), methods=["POST"]),
         Route(_front_path("list_models"), list_models, methods=["GET"]),
+        # a model name may hold a slash (upstream's backend/model): the rest of the path
+        Route(
+            _front_path("retrieve_model").replace("{model}", "{model:path}"),
+            retrieve_model,
+            methods=["GET"],
+        ),
     ]
     handlers: dict[Any, Any] = {
         404: not_found,
         405: method_not_allowed,
         Exception: unexpected,
     }
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    middleware = [Middleware(RequestIdMiddleware)]
+    return Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware
+    )

@@ -29,6 +29,7 @@ from generated.wire.front import ChatCompletion
 from runtime.front.admission import ClientGone, api_key_of, checked_request, read_body
 from runtime.front.errors import error_event, error_response
 from runtime.front.native_client import SubmitLost, new_operation_key
+from runtime.front.request_id import RequestId
 from runtime.front.responses import completion
 from runtime.front.sse import DONE, SSE_HEADERS, chunk_stream, encode
 from runtime.front.stream_events import keep_alive, queue_note, reply_events
@@ -126,6 +127,9 @@ class _Life:
             self.submitted = lost.maybe_queued  # then a client retry could charge twice
             raise
         self.submitted = True
+        named = RequestId.of(self.request.scope)
+        if named is not None:  # every response from here on names the horde request
+            named.submitted(accepted.request_id)
         watch = DisconnectWatch(self.request.receive)
         try:
             async with ReplyWait(

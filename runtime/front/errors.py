@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 
 from generated.errors import ERRORS, HordeError, HordeUnavailable, InternalError, RouteNotFound
 from generated.errors import MethodNotAllowed as MethodNotAllowedError
+from runtime.front.request_id import header_of
 
 log = logging.getLogger(__name__)
 
@@ -71,4 +72,6 @@ async def method_not_allowed(request: Request, exc: Exception) -> Response:
 
 async def unexpected(request: Request, exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(InternalError())
+    response = error_response(InternalError())
+    response.headers.update(header_of(request.scope))  # this handler runs outside middleware
+    return response

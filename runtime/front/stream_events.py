@@ -7,8 +7,9 @@
   (``stream_model``); every other request streams the whole reply.
 * ``keep_alive(items, interval, note)`` passes the encoded chunks through and, whenever
   nothing was sent for ``interval`` seconds, sends an SSE comment line with ``note()``:
-  the request's queue position and estimated wait from the last status the wait read, so
-  a client (or a proxy) waiting for a worker keeps its connection and learns why.
+  the request's queue position and estimated wait from the last status the wait read, or
+  that no eligible worker is online yet (``queue_note``), so a client (or a proxy) waiting
+  for a worker keeps its connection and learns why.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def queue_note(status: ChatStatus | None) -> str:
         return "waiting for the Horde"
     if status.get("processing"):
         return "a worker is generating the reply"
+    if status.get("is_possible") is False or status.get("eligible_threads") == 0:
+        return "queued: no eligible worker is online yet"
     position = int(status.get("queue_position") or 0)
     wait_time = int(status.get("wait_time") or 0)
     return f"queued: position {position}, estimated wait {wait_time} s"

@@ -36,12 +36,12 @@ from generated.errors import (
     HordeUnavailable,
     NoEligibleWorker,
     NoGeneration,
-    NoWorkerSupportsFeatures,
     NoWorkerSupportsLimit,
     QueueUnavailable,
     StreamDiverged,
 )
 from generated.wire.native import ChatStatus
+from runtime.contract.requirements import features_gap
 from runtime.contract.validator import horde_option
 from runtime.front.native_client import NativeClient, RequestGone, Transient
 from runtime.front.responses import Reply
@@ -118,7 +118,7 @@ def gap_error(status: ChatStatus) -> HordeError | None:
     """The declaration gap (404) or limits gap (400) a status reports, if any."""
     missing = [str(m) for m in status.get("missing_features") or []]
     if missing:
-        return NoWorkerSupportsFeatures(missing=", ".join(missing), metadata={"missing": missing})
+        return features_gap(missing, metadata={"missing": missing})
     limits = status.get("exceeded_limits") or []
     if limits:
         first = limits[0]
@@ -264,7 +264,8 @@ class ReplyWait:
             self._impossible_since = now
         left = self._impossible_since + self.budget.grace - now
         if left <= 0:
-            raise NoEligibleWorker(reason="no online worker could take it within the grace")
+            waited = round(self.budget.grace)
+            raise NoEligibleWorker(reason=f"no online worker could take it for {waited} s")
         return left
 
     async def reply(self) -> Reply:

@@ -263,6 +263,8 @@ def test_grace_without_a_possible_worker_is_503_and_cancels(
         error = refused_chat(client, extra_body=TRUSTED_ONLY)
     assert isinstance(error, openai.InternalServerError)
     assert (error.status_code, error.body["code"]) == (503, "no_eligible_worker")  # type: ignore[index]
+    # says what happened, in the client's words (not "within the grace"): FAST's grace is 1 s
+    assert error.message.endswith("no online worker could take it for 1 s")
     assert error.response.headers["x-should-retry"] == "false"
     assert len(proxy.sent(SUBMIT)) == 1
     assert [row.cancelled for row in rows(native_db)] == [True]

@@ -24,6 +24,16 @@ def test_the_queue_note_says_position_and_wait() -> None:
     assert queue_note({"processing": 1, "queue_position": 0}) == "a worker is generating the reply"
 
 
+def test_keep_alive_comments_say_no_eligible_worker_rather_than_a_queue_position() -> None:
+    """Issue 11: a request no worker can take is not at "position 0, estimated wait 0 s"."""
+    impossible = {"processing": 0, "queue_position": 0, "wait_time": 0, "is_possible": False}
+    assert queue_note(impossible) == "queued: no eligible worker is online yet"
+    no_threads = {"processing": 0, "queue_position": 0, "is_possible": True, "eligible_threads": 0}
+    assert queue_note(no_threads) == "queued: no eligible worker is online yet"
+    takeable = {"queue_position": 2, "wait_time": 5, "is_possible": True, "eligible_threads": 1}
+    assert queue_note(takeable) == "queued: position 2, estimated wait 5 s"
+
+
 async def _comments_while_silent() -> tuple[list[bytes], bool]:
     release = asyncio.Event()
     closed = False
