@@ -29,6 +29,7 @@ from generated.chat.names import (
     GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED,
     SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS,
 )
+from generated.chat.tables import PAYLOAD_FIT_MAX_TOKENS, REPLY_RESERVE_TOKENS
 from generated.errors import (
     BackendError,
     BackendInvalidReply,
@@ -324,6 +325,34 @@ def test_a_conversation_that_does_not_fit_is_faulted_before_the_backend(
         runner.chat_reply(_job(short_but_long_reply), None)
     fits = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 100}
     assert runner.chat_reply(_job(fits), None) is not None
+    client.close()
+    assert len(backend.chat_requests()) == asked + 1  # only the one that fits was sent
+
+
+def test_a_job_without_the_clients_max_tokens_gets_the_room_the_count_leaves(
+    make_backend: Callable,
+) -> None:
+    """fit_max_tokens (the client left max_tokens out): max_tokens is lowered to the room the
+    worker's own count leaves, and only a room under REPLY_RESERVE_TOKENS faults; without the
+    flag the same max_tokens must fit whole."""
+    backend = make_backend()
+    runner, client = _runner(backend, context=512)
+    messages = [{"role": "user", "content": "x" * 300}]
+    counted = runner.probed.counter.count(messages, None)
+    assert REPLY_RESERVE_TOKENS <= 512 - counted < 500
+    asked = len(backend.chat_requests())
+    fitted = {"messages": messages, "max_tokens": 500, PAYLOAD_FIT_MAX_TOKENS: True}
+    assert runner.chat_reply(_job(fitted), None) is not None
+    assert backend.chat_requests()[-1].body["max_tokens"] == 512 - counted
+    assert PAYLOAD_FIT_MAX_TOKENS not in backend.chat_requests()[-1].body
+    with pytest.raises(PromptOverflow):
+        runner.chat_reply(_job({"messages": messages, "max_tokens": 500}), None)
+    crowded = [{"role": "user", "content": "x" * (512 - counted + 300 - REPLY_RESERVE_TOKENS + 1)}]
+    assert 0 < 512 - runner.probed.counter.count(crowded, None) < REPLY_RESERVE_TOKENS
+    with pytest.raises(PromptOverflow):
+        runner.chat_reply(
+            _job({"messages": crowded, "max_tokens": 500, PAYLOAD_FIT_MAX_TOKENS: True}), None
+        )
     client.close()
     assert len(backend.chat_requests()) == asked + 1  # only the one that fits was sent
 
