@@ -47,9 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(config_from_args(args))
     if args.command == "users" and args.users == "create":
         from runtime.config import Settings
-        from runtime.users_cli import create_user_command
+        from runtime.users_cli import HordeNotRunning, create_user_command
 
-        create_user_command(Settings.from_env(), args.name, args.kudos, args.concurrency)
+        try:
+            create_user_command(Settings.from_env(), args.name, args.kudos, args.concurrency)
+        except HordeNotRunning as refused:
+            print(f"horde-chat users create: {refused}", file=sys.stderr)
+            return 1
         return 0
     return 2
 
