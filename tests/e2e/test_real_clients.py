@@ -1,0 +1,453 @@
+"""Issue 11: the clients people point at the horde, each from its own package, against the
+stack ``horde-chat up`` builds, at its shipped settings: the native API at the shipped rate
+limits, the front with its default budgets, and ``horde-chat up``'s own demo worker (the demo
+model on llama-cpp-python, runtime.worker.demo). One stack for the whole file.
+
+The demo model answers one sentence, and under a grammar its output is the shortest that
+conforms (``{"name":"","age":0}``), so these tests assert what a client gets: the reply's
+shape, its validity against the client's schema or tool, its token counts; never content.
+
+Each client keeps its default retries. Every 429 a client met is noted with its
+``x-should-retry``: a client must never meet one after its request was queued, and the 429s
+before queueing (a client's submissions above its 2 a second) are retried by the client.
+
+Nothing phones home: LangSmith tracing, LiteLLM's telemetry and model cost map download and
+openai-agents' tracing are off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import openai
+import pytest
+from pydantic import BaseModel
+
+from runtime.config import Settings
+from runtime.native.accounts.keys import create_user
+from runtime.native.server import NativeService
+from runtime.stores.database import transaction
+from runtime.stores.embedded import EmbeddedStores
+from runtime.worker.demo import DemoWorkerService
+from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
+from tests.conftest import SERVICE_PASSKEY, reset_database
+from tests.support.demo_model import UNIT_TOOL
+from tests.support.front import running_front
+
+pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
+
+OFFLINE = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # LiteLLM reads its bundled cost map, no download
+    "LITELLM_TELEMETRY": "False",
+    "LANGSMITH_TRACING": "false",
+    "LANGCHAIN_TRACING_V2": "false",
+    "OPENAI_AGENTS_DISABLE_TRACING": "1",
+    "HF_HUB_OFFLINE": "1",
+    "DO_NOT_TRACK": "1",
+}
+QUESTION = "Who are you?"
+MESSAGES: list[Any] = [{"role": "user", "content": QUESTION}]
+FORCED = {"type": "function", "function": {"name": "get_weather"}}
+UNITS = ("celsius", "fahrenheit")
+TOO_MANY = 429
+AFTER_SUBMISSION = "false"
+"""The x-should-retry of an error once the horde may hold the request."""
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+@dataclass
+class Stack:
+    base_url: str
+    api_key: str
+    refusals: list[tuple[str, str | None]] = field(default_factory=list)
+    """(path, x-should-retry) of every 429 any client met."""
+
+    def note(self, response: httpx.Response) -> None:
+        if response.status_code == TOO_MANY:
+            self.refusals.append((response.url.path, response.headers.get("x-should-retry")))
+
+    async def anote(self, response: httpx.Response) -> None:
+        self.note(response)
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(timeout=600, event_hooks={"response": [self.note]})
+
+    def ahttp(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=600, event_hooks={"response": [self.anote]})
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _offline() -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in OFFLINE}
+    os.environ.update(OFFLINE)
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def _shipped_limits(native_service: NativeService) -> Iterator[None]:
+    # The session's native API may still run at the suite's x1000 scale: this file runs at 1.
+    ctx = native_service.context
+    before = ctx.settings
+    ctx.settings = replace(before, rate_limit_scale=1)
+    yield
+    ctx.settings = before
+
+
+@pytest.fixture(scope="module")
+def stack(
+    horde_stores: EmbeddedStores, native_service: NativeService, _shipped_limits: None
+) -> Iterator[Stack]:
+    """The front (default budgets) and ``horde-chat up``'s demo worker on a clean database."""
+    sessions = native_service.context.sessions
+    reset_database(sessions)
+    native_service.context.redis.flushdb()
+    with transaction(sessions) as session:
+        _, worker_key = create_user(session, "demo-worker")
+        _, api_key = create_user(session, "alice", kudos=100_000)
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-real-clients-"))
+    settings = Settings(
+        data_dir=data_dir, native_host=native_service.host, native_port=native_service.port
+    )
+    demo = DemoWorkerService.start(settings, worker_key)
+    try:
+        waited = threading.Event()
+        for _ in range(120):  # GET /workers: 90 a minute per address
+            if httpx.get(f"{native_service.url}/api/v2/workers").json():
+                break
+            waited.wait(0.5)
+        else:
+            raise AssertionError("the demo worker never popped")
+        with running_front(
+            horde_stores.redis_url, [native_service.url], service_passkey=SERVICE_PASSKEY
+        ) as front:
+            yield Stack(f"{front.url}/v1", api_key)
+    finally:
+        demo.stop()
+
+
+@pytest.fixture
+def refusals(stack: Stack) -> Iterator[list[tuple[str, str | None]]]:
+    """The 429s this test's clients met; none may come after submission."""
+    stack.refusals.clear()
+    yield stack.refusals
+    assert all(retry != AFTER_SUBMISSION for _, retry in stack.refusals), stack.refusals
+
+
+@pytest.fixture
+def sdk(stack: Stack) -> Iterator[openai.OpenAI]:
+    with (
+        stack.http() as http,
+        openai.OpenAI(base_url=stack.base_url, api_key=stack.api_key, http_client=http) as client,
+    ):
+        yield client
+
+
+def is_unit_call(call: Any) -> bool:
+    return call.function.name == "get_weather" and json.loads(call.function.arguments)["unit"] in (
+        UNITS
+    )
+
+
+# --- the openai SDK -------------------------------------------------------------------------
+
+
+def test_openai_sdk_tool_loop_over_two_turns_is_answered(
+    sdk: openai.OpenAI, refusals: list[Any]
+) -> None:
+    messages: list[Any] = list(MESSAGES)
+    first = sdk.chat.completions.create(
+        model=MODEL_NAME,
+        messages=messages,
+        tools=[UNIT_TOOL],  # type: ignore[list-item]
+        tool_choice=FORCED,  # type: ignore[arg-type]
+    )
+    asked = first.choices[0]
+    assert asked.finish_reason == "tool_calls"
+    assert asked.message.tool_calls is not None
+    assert [is_unit_call(c) for c in asked.message.tool_calls] == [True]
+    messages += [
+        asked.message,
+        {"role": "tool", "tool_call_id": asked.message.tool_calls[0].id, "content": "20"},
+    ]
+    second = sdk.chat.completions.create(model=MODEL_NAME, messages=messages, tools=[UNIT_TOOL])  # type: ignore[list-item]
+    answer = second.choices[0]
+    assert (answer.message.content, answer.finish_reason) == (DEMO_REPLY, "stop")
+    assert second.usage is not None
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens  # type: ignore[union-attr]
+
+
+def test_openai_sdk_parse_returns_the_pydantic_object(
+    sdk: openai.OpenAI, refusals: list[Any]
+) -> None:
+    completion = sdk.chat.completions.parse(
+        model=MODEL_NAME,
+        messages=MESSAGES,
+        response_format=Person,
+    )
+    message = completion.choices[0].message
+    assert isinstance(message.parsed, Person)
+    assert Person.model_validate_json(message.content or "") == message.parsed
+
+
+def test_openai_sdk_streamed_usage_is_the_plain_replys_usage(
+    sdk: openai.OpenAI, refusals: list[Any]
+) -> None:
+    plain = sdk.chat.completions.create(model=MODEL_NAME, messages=MESSAGES)
+    stream = sdk.chat.completions.create(
+        model=MODEL_NAME,
+        messages=MESSAGES,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == plain.choices[0].message.content == DEMO_REPLY
+    usages = [c.usage for c in chunks if c.usage is not None]
+    assert len(usages) == 1
+    assert plain.usage is not None
+    streamed = usages[0]
+    assert (streamed.prompt_tokens, streamed.completion_tokens) == (
+        plain.usage.prompt_tokens,
+        plain.usage.completion_tokens,
+    )
+
+
+@pytest.mark.xfail(
+    reason=(
+        "issue 11 finding: a client's submissions are limited to 2 a second (spec/rate_limits"
+        ".yaml chat_async) and the front answers each refused one 429 with Retry-After: 1, which"
+        " the SDK honours exactly (no jitter): the 6 refused retry together, 2 pass, then 4, 2"
+        " pass, then 2 are refused a third time and the SDK's 2 retries are spent"
+    ),
+    raises=AssertionError,
+)
+def test_openai_sdk_eight_parallel_async_calls_are_all_answered_with_default_retries(
+    stack: Stack, refusals: list[Any]
+) -> None:
+    async def everyone() -> list[Any]:
+        async with (
+            stack.ahttp() as http,
+            openai.AsyncOpenAI(
+                base_url=stack.base_url, api_key=stack.api_key, http_client=http
+            ) as client,
+        ):
+            calls = [
+                client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES)
+                for _ in range(8)
+            ]
+            return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    results = asyncio.run(everyone())
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    assert [r.choices[0].message.content for r in results] == [DEMO_REPLY] * 8
+    assert len({r.id for r in results}) == 8
+
+
+# --- LangChain ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def chat(stack: Stack) -> Iterator[Any]:
+    from langchain_openai import ChatOpenAI
+
+    with stack.http() as http:
+        yield ChatOpenAI(
+            model=MODEL_NAME,
+            base_url=stack.base_url,
+            api_key=stack.api_key,  # type: ignore[arg-type]
+            http_client=http,
+        )
+
+
+def test_langchain_invoke_gets_the_reply_and_its_token_counts(
+    chat: Any, refusals: list[Any]
+) -> None:
+    reply = chat.invoke(QUESTION)
+    assert reply.content == DEMO_REPLY
+    usage = reply.usage_metadata
+    assert usage["input_tokens"] > 0
+    assert usage["output_tokens"] > 0
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_langchain_stream_adds_up_to_the_reply(chat: Any, refusals: list[Any]) -> None:
+    chunks = list(chat.stream(QUESTION))
+    assert "".join(str(c.content) for c in chunks) == DEMO_REPLY
+
+
+def test_langchain_bind_tools_loop_with_a_tool_message_is_answered(
+    chat: Any, refusals: list[Any]
+) -> None:
+    from langchain_core.messages import HumanMessage, ToolMessage
+
+    forced = chat.bind_tools([UNIT_TOOL], tool_choice="get_weather")
+    messages: list[Any] = [HumanMessage(QUESTION)]
+    asked = forced.invoke(messages)
+    assert [c["name"] for c in asked.tool_calls] == ["get_weather"]
+    assert asked.tool_calls[0]["args"]["unit"] in UNITS
+    messages += [asked, ToolMessage("20", tool_call_id=asked.tool_calls[0]["id"])]
+    answer = chat.bind_tools([UNIT_TOOL]).invoke(messages)
+    assert answer.content == DEMO_REPLY
+    assert answer.tool_calls == []
+
+
+@pytest.mark.parametrize("method", ["json_schema", "function_calling"])
+def test_langchain_with_structured_output_returns_the_pydantic_object(
+    chat: Any, refusals: list[Any], method: str
+) -> None:
+    structured = chat.with_structured_output(Person, method=method, include_raw=True)
+    result = structured.invoke(QUESTION)
+    assert result["parsing_error"] is None
+    assert isinstance(result["parsed"], Person)
+
+
+# --- LiteLLM --------------------------------------------------------------------------------
+
+
+def litellm_pydantic_warnings(test: Any) -> Any:
+    """LiteLLM 1.110's own pydantic warnings, let through (LiteLLM's code, not ours; each
+    comes once a process, so which test meets it depends on the order): its streaming builds
+    TypeAdapters of TypedDicts with ReadOnly items, and its model_response_utils reads
+    model_fields and model_computed_fields on instances (deprecated since pydantic 2.11)."""
+    readonly = r"Item '\w+' on TypedDict class '\w+' is using the `ReadOnly` qualifier"
+    on_instance = r"Accessing the 'model_\w*fields' attribute on the instance is deprecated"
+    test = pytest.mark.filterwarnings(f"ignore:{readonly}:UserWarning")(test)
+    return pytest.mark.filterwarnings(
+        f"ignore:{on_instance}:pydantic.warnings.PydanticDeprecatedSince211:litellm\\."
+    )(test)
+
+
+@pytest.fixture
+def litellm_call(stack: Stack) -> Iterator[Any]:
+    import litellm
+
+    litellm.telemetry = False
+    with stack.http() as http:
+        client = openai.OpenAI(base_url=stack.base_url, api_key=stack.api_key, http_client=http)
+
+        def call(**kwargs: Any) -> Any:
+            return litellm.completion(
+                model=f"openai/{MODEL_NAME}",
+                api_base=stack.base_url,
+                api_key=stack.api_key,
+                client=client,
+                messages=MESSAGES,
+                **kwargs,
+            )
+
+        yield call
+
+
+@litellm_pydantic_warnings
+def test_litellm_completion_gets_the_reply_and_its_usage(
+    litellm_call: Any, refusals: list[Any]
+) -> None:
+    response = litellm_call()
+    assert response.choices[0].message.content == DEMO_REPLY
+    assert response.usage.prompt_tokens > 0
+    assert response.usage.completion_tokens > 0
+
+
+@litellm_pydantic_warnings
+def test_litellm_stream_adds_up_to_the_reply(litellm_call: Any, refusals: list[Any]) -> None:
+    chunks = list(litellm_call(stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == DEMO_REPLY
+    usages = [u for c in chunks if (u := getattr(c, "usage", None)) is not None]
+    assert usages
+    assert usages[-1].completion_tokens > 0
+
+
+@litellm_pydantic_warnings
+def test_litellm_tools_come_back_as_the_forced_call(litellm_call: Any, refusals: list[Any]) -> None:
+    response = litellm_call(tools=[UNIT_TOOL], tool_choice=FORCED)
+    choice = response.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [is_unit_call(c) for c in choice.message.tool_calls] == [True]
+
+
+# --- openai-agents --------------------------------------------------------------------------
+
+
+def test_openai_agents_agent_calls_its_tool_and_answers(stack: Stack, refusals: list[Any]) -> None:
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    called: list[str] = []
+
+    @function_tool
+    def get_weather(unit: Literal["celsius", "fahrenheit"]) -> str:
+        """The temperature where the user is."""
+        called.append(unit)
+        return "20"
+
+    async def run() -> Any:
+        async with (
+            stack.ahttp() as http,
+            openai.AsyncOpenAI(
+                base_url=stack.base_url, api_key=stack.api_key, http_client=http
+            ) as client,
+        ):
+            agent = Agent(
+                name="weather",
+                instructions="Answer with the weather.",
+                model=OpenAIChatCompletionsModel(model=MODEL_NAME, openai_client=client),
+                tools=[get_weather],
+                model_settings=ModelSettings(tool_choice="get_weather"),
+            )
+            return await Runner.run(agent, QUESTION)
+
+    result = asyncio.run(run())
+    assert len(called) == 1
+    assert called[0] in UNITS
+    assert result.final_output == DEMO_REPLY
+
+
+# --- pydantic-ai ----------------------------------------------------------------------------
+
+
+def test_pydantic_ai_agent_returns_the_structured_output(stack: Stack, refusals: list[Any]) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    async def run() -> Any:
+        async with (
+            stack.ahttp() as http,
+            openai.AsyncOpenAI(
+                base_url=stack.base_url, api_key=stack.api_key, http_client=http
+            ) as client,
+        ):
+            model = OpenAIChatModel(MODEL_NAME, provider=OpenAIProvider(openai_client=client))
+            agent = Agent(model, output_type=Person)
+            return await agent.run(QUESTION)
+
+    result = asyncio.run(run())
+    assert isinstance(result.output, Person)
+    assert result.usage.output_tokens > 0
