@@ -240,7 +240,7 @@ ROUTES: dict[str, Route] = {
             surface="native",
             method="GET",
             path="/api/v2/generate/chat/status/{id}",
-            headers=(HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY),
+            headers=(HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY, HEADER_APIKEY),
             path_params={"id": {"type": "string", "maxLength": 64}},
             errors=("RequestNotFound", "InvalidServicePasskey", "RateLimited", "InternalError"),
         ),

@@ -175,6 +175,15 @@ class ChatGeneration(TypedDict):
     gen_metadata: NotRequired[list[dict[str, Any]]]
 
 
+class EndUser(TypedDict):
+    """
+    The request's user and safety_identifier, as sent; only to a read with the apikey of the registered user who submitted it (the horde has no moderator role yet), absent otherwise and when the request carried neither.
+    """
+
+    user: NotRequired[str]
+    safety_identifier: NotRequired[str]
+
+
 class ExceededLimit(TypedDict):
     limit: str
     value: float
@@ -191,6 +200,10 @@ class ChatStatus(RequestStatus):
     missing_features: list[str]
     """
     The declaration gap: required features or guarantees no online worker of the model declares (404 no_worker_supports_features on the front when non-empty).
+    """
+    end_user: NotRequired[EndUser]
+    """
+    The request's user and safety_identifier, as sent; only to a read with the apikey of the registered user who submitted it (the horde has no moderator role yet), absent otherwise and when the request carried neither.
     """
     exceeded_limits: list[ExceededLimit]
     """

@@ -16,7 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify, request
+from sqlalchemy.orm import Session
 
+from generated.chat.names import PARAM_SAFETY_IDENTIFIER, PARAM_USER
+from generated.errors import InvalidAPIKey
 from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
@@ -24,12 +27,13 @@ from generated.routes import (
 )
 from generated.signals import CHAT_EVENT_CANCELLED
 from runtime.contract.validator import validate_chat_request
-from runtime.native.accounts.keys import user_for_key
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_key
 from runtime.native.api.body import checked_headers, parse_json
 from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address, trusted_service
 from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.native.api.validation import validate_body
+from runtime.native.db.tables import WaitingPrompt
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
@@ -108,7 +112,30 @@ def chat_status_view(id: str) -> Response:
     trusted_service(ctx.settings)
     with transaction(ctx.sessions) as session:
         wp = get_chat_request(session, id)
-        return jsonify(chat_status(session, ctx.policy, wp, utcnow()))
+        body: dict[str, Any] = dict(chat_status(session, ctx.policy, wp, utcnow()))
+        end_user = _end_user(session, wp)
+        if end_user:
+            body["end_user"] = end_user
+        return jsonify(body)
+
+
+END_USER_FIELDS = (PARAM_USER, PARAM_SAFETY_IDENTIFIER)
+
+
+def _end_user(session: Session, wp: WaitingPrompt) -> dict[str, str]:
+    """The request's end-user identifiers, for a read with the apikey of the registered user
+    who submitted it (there is no moderator role); {} for any other read."""
+    key = request.headers.get(HEADER_APIKEY)
+    if not key:
+        return {}
+    try:
+        reader = user_for_key(session, key)
+    except InvalidAPIKey:
+        return {}
+    if reader.id == ANONYMOUS_USER_ID or reader.id != wp.user_id:
+        return {}
+    stored = wp.chat_request or {}
+    return {name: str(stored[name]) for name in END_USER_FIELDS if stored.get(name) is not None}
 
 
 def chat_cancel(id: str) -> Response:
