@@ -8,7 +8,7 @@
 | HORDE_NATIVE_HOST / HORDE_NATIVE_PORT | 127.0.0.1 / 7001 | the native API |
 | HORDE_FRONT_HOST / HORDE_FRONT_PORT | 127.0.0.1 / 7002 | the chat front |
 | HORDE_RATE_LIMITS | on | "off" disables flask-limiter (never in production) |
-| HORDE_RATE_LIMIT_SCALE | 1 | multiplies every rate limit (tests raise them) |
+| HORDE_RATE_LIMIT_SCALE | 1 | multiplies every rate limit (load rigs; the suite runs at 1) |
 | HORDE_SWEEP_SECONDS | 10 | period of the lifecycle sweep (TTL, expiry) |
 | HORDE_SERVICE_PASSKEY | (unset) | the front's passkey: with it, X-Forwarded-For is trusted |
 | HORDE_MODERATION_PATTERNS | (unset) | regexes, one per line, refused in chat submissions |

@@ -8,8 +8,8 @@ Session-wide (started once, lazily, only when a test asks):
     to head. ``.database_url`` (SQLAlchemy/psycopg URL) and ``.redis_url`` (``unix://``).
 ``native_service``
     ``NativeService`` (runtime.native.server): the native Flask app under waitress on a free
-    127.0.0.1 port, rate limits x1000, no background sweeper, the filesystem object store in
-    a temp dir (``.context.objects``) (call
+    127.0.0.1 port, the shipped rate limits, no background sweeper, the filesystem object
+    store in a temp dir (``.context.objects``) (call
     ``runtime.native.queue.sweep.sweep(native_db, native_service.context.policy, now=...)``).
     ``.url``, ``.context`` (engine, sessions, redis, policy). Its service passkey is
     ``SERVICE_PASSKEY`` and its moderation screen ``MODERATION_PATTERNS`` (below).
@@ -53,7 +53,30 @@ from runtime.native.db.tables import Base, User
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
-from tests.support.native import running_native_with_objects
+from tests.support.native import raised_limits, running_native_with_objects
+
+RAISED_LIMITS = "raised_limits"
+"""``@pytest.mark.raised_limits("chat_async", ..., why="...")`` on a test (or a module's
+pytestmark): the native_service's limits of those routes raised a thousandfold while it
+runs. The suite runs at the shipped limits (spec/rate_limits.yaml); a test that needs more
+of one route says why and raises only that one."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{RAISED_LIMITS}(*operation_ids, why): " + "raise them")
+
+
+@pytest.fixture(autouse=True)
+def _raised_limits(request: pytest.FixtureRequest) -> Iterator[None]:
+    marker = request.node.get_closest_marker(RAISED_LIMITS)
+    if marker is None:
+        yield
+        return
+    if not marker.kwargs.get("why"):
+        raise ValueError(f"{request.node.nodeid}: raised_limits needs why=...")
+    service: NativeService = request.getfixturevalue("native_service")
+    with raised_limits(service, *marker.args):
+        yield
 
 
 @pytest.fixture(scope="session")

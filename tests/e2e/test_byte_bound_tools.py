@@ -112,6 +112,10 @@ def sdk(
         yield c
 
 
+@pytest.mark.raised_limits(
+    "chat_async",
+    why="three requests in a row from one address and key; the declaration is under test",
+)
 def test_a_byte_bound_worker_keeps_tools_and_withholds_the_guarantee_for_tool_requests_only(
     worker: RunningWorker, backend: OpenAIBackendDouble, sdk: openai.OpenAI
 ) -> None:

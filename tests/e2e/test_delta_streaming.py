@@ -162,6 +162,10 @@ def words(count: int) -> list[str]:
     return [f"word{i} " for i in range(count)]
 
 
+@pytest.mark.raised_limits(
+    "chat_status",
+    why="it reads the request's status at every chunk it gets, to see the job still held",
+)
 def test_text_arrives_in_chunks_before_the_job_is_submitted(
     sdk: openai.OpenAI,
     backend: OpenAIBackendDouble,

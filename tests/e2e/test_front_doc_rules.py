@@ -42,9 +42,7 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def trusted_native(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
-    with running_native(
-        horde_stores, Settings(rate_limit_scale=1000, service_passkey=PASSKEY)
-    ) as service:
+    with running_native(horde_stores, Settings(service_passkey=PASSKEY)) as service:
         yield service
 
 

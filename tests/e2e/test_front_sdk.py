@@ -57,9 +57,7 @@ WEATHER = {
 @pytest.fixture(scope="session")
 def trusted_native(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
     """A second native replica on the same stores, configured with the front's passkey."""
-    with running_native(
-        horde_stores, Settings(rate_limit_scale=1000, service_passkey=PASSKEY)
-    ) as service:
+    with running_native(horde_stores, Settings(service_passkey=PASSKEY)) as service:
         yield service
 
 

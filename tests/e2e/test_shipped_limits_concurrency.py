@@ -9,10 +9,9 @@ own key; the front forwards each address to the native API). Before issue 11 the
 status reads of every client counted against one 60 a minute budget of the front's own
 address, and a 429 on a read ended the wait. Every request must be answered, none refused
 after submission (x-should-retry false), and each charged once (the ledger in Postgres).
-The clients use the SDK's default retries: a submission's 429 comes before anything is
-queued, so the SDK retries it (100 submissions at once hold the front's native calls long
-enough to bunch up one client's requests sent 0.6 s apart); the paced client starts once
-the crowd is queued.
+A submission's 429 comes before anything is queued, so the SDK retries it (RETRIES): 100
+submissions at once hold the front's native calls long enough to bunch up one client's
+requests sent 0.6 s apart; the paced client starts once the crowd is queued.
 """
 
 from __future__ import annotations
@@ -42,17 +41,6 @@ from tests.support.front import running_front
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture(autouse=True)
-def _unscaled(native_service: NativeService) -> Any:  # TEMPORARY: removed at the switch
-    from dataclasses import replace
-
-    ctx = native_service.context
-    before = ctx.settings
-    ctx.settings = replace(before, rate_limit_scale=1)
-    yield
-    ctx.settings = before
-
-
 MODEL = "concurrency-model"
 MESSAGES: list[Any] = [{"role": "user", "content": "Hello"}]
 HELD = 3.0
@@ -68,6 +56,9 @@ times a second, under the shipped 60 a second."""
 FRONT = {"deadline": 120.0, "grace": 60.0, "poll_interval": 2.0, "queue_info_wait": 0.5}
 CHARGE = "charge"
 TOO_MANY = 429
+RETRIES = 6
+"""A client that honours a submission's 429 (Retry-After) a few times: on 2 cores running
+the whole stack, requests sent 0.6 s apart can reach the native API bunched together."""
 AFTER_SUBMISSION = "false"
 """The x-should-retry of an error once the Horde may hold the request."""
 
@@ -117,7 +108,7 @@ def front_url(horde_stores: EmbeddedStores, native_service: NativeService) -> It
 
 
 async def ask(front_url: str, api_key: str, address: str, refusals: list[str | None]) -> Any:
-    """One request from ``address`` (the SDK's default retries); its completion, or the error
+    """One request from ``address`` (RETRIES after a 429); its completion, or the error
     it got. ``refusals`` gets the x-should-retry header of every 429 the client saw."""
 
     async def note(response: httpx.Response) -> None:
@@ -129,7 +120,9 @@ async def ask(front_url: str, api_key: str, address: str, refusals: list[str | N
         httpx.AsyncClient(
             transport=transport, timeout=150, event_hooks={"response": [note]}
         ) as http,
-        openai.AsyncOpenAI(base_url=front_url + "/v1", api_key=api_key, http_client=http) as sdk,
+        openai.AsyncOpenAI(
+            base_url=front_url + "/v1", api_key=api_key, max_retries=RETRIES, http_client=http
+        ) as sdk,
     ):
         try:
             return await sdk.chat.completions.create(model=MODEL, messages=MESSAGES)

@@ -42,17 +42,6 @@ ONE_AN_HOUR = "1 per hour"
 WAITS = {"deadline": 30.0}
 
 
-@pytest.fixture(autouse=True)
-def _unscaled(native_service: NativeService) -> Any:  # TEMPORARY: removed at the switch
-    from dataclasses import replace
-
-    ctx = native_service.context
-    before = ctx.settings
-    ctx.settings = replace(before, rate_limit_scale=1)
-    yield
-    ctx.settings = before
-
-
 @pytest.fixture
 def proxy(native_service: NativeService, native_db: Any) -> Iterator[DroppingProxy]:
     with DroppingProxy(native_service.port) as recording:

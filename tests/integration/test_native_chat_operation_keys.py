@@ -54,6 +54,10 @@ def test_same_key_with_another_body_is_422(native_client, native_db, make_user):
     assert _rows(native_db) == 1
 
 
+@pytest.mark.raised_limits(
+    "chat_async",
+    why="several keyed submits in a row from one address; the keys' scope is under test",
+)
 def test_keys_are_scoped_to_the_user_and_models_count_as_a_set(native_client, native_db, make_user):
     alice, bob, worker = make_user("alice", 1000), make_user("bob", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)
@@ -75,6 +79,10 @@ def test_a_malformed_key_is_refused(native_client, make_user):
     assert response.json()["rc"] == "InvalidOperationKey"
 
 
+@pytest.mark.raised_limits(
+    "chat_async",
+    why="identical submits sent at once from one address and key, to race the operation key",
+)
 def test_concurrent_identical_submits_give_one_request_and_one_charge(
     native_client, native_db, native_url, make_user
 ):

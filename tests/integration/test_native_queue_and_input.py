@@ -14,6 +14,10 @@ from tests.integration.native_flow import ledger, pop, submit, submit_text
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.raised_limits(
+    "text_async",
+    why="40 requests queued in a row from one address and key before the pops race",
+)
 def test_concurrent_pops_never_hand_out_the_same_job(native_client, native_url, make_user):
     requester = make_user("requester", kudos=100, concurrency=100)
     owners = [make_user(f"owner-{i}") for i in range(8)]

@@ -24,17 +24,6 @@ from tests.support.native import route_limits
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(autouse=True)
-def _unscaled(native_service: NativeService) -> Any:  # TEMPORARY: removed at the switch
-    from dataclasses import replace
-
-    ctx = native_service.context
-    before = ctx.settings
-    ctx.settings = replace(before, rate_limit_scale=1)
-    yield
-    ctx.settings = before
-
-
 PASSKEY = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY}
 PLENTY = "1000 per hour"
 

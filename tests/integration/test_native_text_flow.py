@@ -95,6 +95,10 @@ def test_more_than_two_faulted_generations_fault_the_request(native_client, make
     assert pop(native_client, owner.api_key)["id"] is None
 
 
+@pytest.mark.raised_limits(
+    "text_async",
+    why="21 submits in a row from one address and key, each popped and aborted",
+)
 def test_more_than_twenty_aborts_in_an_hour_put_the_worker_in_maintenance(
     native_client, native_db, make_user
 ):

@@ -27,6 +27,7 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from generated.rate_limits import RATE_LIMITS
 from runtime.config import Settings
 from runtime.native.db.tables import Generation, KudosHold, Worker
 from runtime.native.queue.policy import Policy
@@ -36,19 +37,25 @@ from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
 from tests.integration.chat_flow import chat_pop, chat_status, submit_chat, submit_reply
 from tests.integration.native_flow import ledger, pop, status, submit, submit_text
+from tests.support.native import raised
 
 pytestmark = pytest.mark.integration
 
 ABORT_LIMIT = 2
-TEST_POLICY = Policy(abort_limit_per_hour=ABORT_LIMIT, fault_limit=10, workers_per_trusted_user=4)
+# Its tests queue several text requests in a row from one address and key (speed samples,
+# aborts); what they check is the workers' trust, not the submit rate: text_async is raised.
+TEST_POLICY = Policy(
+    abort_limit_per_hour=ABORT_LIMIT,
+    fault_limit=10,
+    workers_per_trusted_user=4,
+    rate_limits=raised(RATE_LIMITS, "text_async"),
+)
 
 
 @pytest.fixture(scope="module")
 def strict_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
     objects_dir = Path(tempfile.mkdtemp(prefix="horde-objects-trust-"))
-    settings = Settings(
-        rate_limit_scale=1000, data_dir=objects_dir, image_fetch_allow_loopback=True
-    )
+    settings = Settings(data_dir=objects_dir, image_fetch_allow_loopback=True)
     service = NativeService.start(
         settings,
         database_url=horde_stores.database_url,

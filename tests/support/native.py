@@ -1,17 +1,23 @@
 """A native API started for a test on the embedded stores: a free 127.0.0.1 port, no
 background sweeper, stopped (and its temporary object store removed) on exit.
 
-    with running_native(stores, Settings(rate_limit_scale=1000)) as native:
+    with running_native(stores, Settings()) as native:
         ...  # native.url
     with running_native_with_objects(stores, "horde-objects-", service_passkey=...) as native:
-        ...  # rate limits x1000, a filesystem object store in a fresh temp dir
+        ...  # a filesystem object store in a fresh temp dir
+
+Every service runs at the shipped rate limits (spec/rate_limits.yaml). A test that needs
+more of one route says why and raises only that one: ``raised_limits(service, op)`` (or
+the ``raised_limits`` marker, tests/conftest.py) in the running service, ``route_limits``
+to set a route's limits, ``Policy(rate_limits=raised(RATE_LIMITS, op))`` for a service
+of its own.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -44,13 +50,11 @@ def running_native(stores: EmbeddedStores, settings: Settings) -> Iterator[Nativ
 def running_native_with_objects(
     stores: EmbeddedStores, objects_prefix: str, **settings: Any
 ) -> Iterator[NativeService]:
-    """The native API with rate limits x1000 and its filesystem object store in a new temp
+    """The native API (shipped rate limits) and its filesystem object store in a new temp
     dir named ``objects_prefix...`` (removed on exit); ``settings`` are further Settings."""
     objects_dir = Path(tempfile.mkdtemp(prefix=objects_prefix))
     try:
-        with running_native(
-            stores, Settings(rate_limit_scale=1000, data_dir=objects_dir, **settings)
-        ) as service:
+        with running_native(stores, Settings(data_dir=objects_dir, **settings)) as service:
             yield service
     finally:
         shutil.rmtree(objects_dir, ignore_errors=True)
@@ -71,6 +75,48 @@ def route_limits(service: NativeService, operation_id: str, *limits: RateLimit) 
     if len(limits) != len(shipped):
         raise ValueError(f"{operation_id} has {len(shipped)} limits: {shipped}")
     ctx.policy = replace(before, rate_limits={**before.rate_limits, operation_id: limits})
+    try:
+        yield
+    finally:
+        ctx.policy = before
+
+
+RAISED = 1000
+"""How much ``raised`` multiplies a route's limits by."""
+
+
+def raised(
+    table: Mapping[str, tuple[RateLimit, ...]], *operation_ids: str
+) -> dict[str, tuple[RateLimit, ...]]:
+    """``table`` with the named routes' limits (every value of each) multiplied by RAISED."""
+
+    def times(value: str | None) -> str | None:
+        if value is None:
+            return None
+        amount, per = value.split(" ", 1)
+        return f"{int(amount) * RAISED} {per}"
+
+    out = dict(table)
+    for op in operation_ids:
+        out[op] = tuple(
+            replace(
+                limit,
+                limit=str(times(limit.limit)),
+                anonymous=times(limit.anonymous),
+                service=times(limit.service),
+            )
+            for limit in table[op]
+        )
+    return out
+
+
+@contextmanager
+def raised_limits(service: NativeService, *operation_ids: str) -> Iterator[None]:
+    """The named routes' limits raised (``raised``) in the running service while the block
+    runs; every other route keeps the shipped ones. The caller says why it needs more."""
+    ctx = service.context
+    before = ctx.policy
+    ctx.policy = replace(before, rate_limits=raised(before.rate_limits, *operation_ids))
     try:
         yield
     finally:
