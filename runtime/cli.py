@@ -22,6 +22,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horde-chat", description="horde-chat services")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="run the whole horde locally (embedded Postgres and Redis)")
+    native = sub.add_parser(
+        "native", help="serve the native API alone (HORDE_DATABASE_URL, HORDE_REDIS_URL)"
+    )
+    native.add_argument("--host", help="default HORDE_NATIVE_HOST or 127.0.0.1")
+    native.add_argument("--port", type=int, help="default HORDE_NATIVE_PORT or 7001")
+    front = sub.add_parser("front", help="serve the chat front alone (HORDE_REDIS_URL)")
+    front.add_argument("--host", help="default HORDE_FRONT_HOST or 127.0.0.1")
+    front.add_argument("--port", type=int, help="default HORDE_FRONT_PORT or 7002")
+    front.add_argument(
+        "--native-roots", help="native API roots, comma separated (HORDE_FRONT_NATIVE_ROOTS)"
+    )
+    migrate = sub.add_parser(
+        "migrate", help="upgrade the schema of HORDE_DATABASE_URL (safe from several hosts)"
+    )
+    migrate.add_argument("--revision", default="head", help="an Alembic revision (default head)")
     from runtime.worker.config import add_worker_arguments
 
     add_worker_arguments(sub.add_parser("worker", help="serve chat jobs from an OpenAI backend"))
@@ -35,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in ("native", "front", "migrate"):
+        return run_service(args)
     if args.command == "up":
         from runtime.config import Settings
         from runtime.launcher import run_up
@@ -56,6 +73,31 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     return 2
+
+
+def run_service(args: argparse.Namespace) -> int:
+    """``native``, ``front`` or ``migrate``: a refusal is one line on stderr and exit 1."""
+    from runtime.config import Settings
+    from runtime.launcher import Refused, run_front, run_migrate, run_native
+    from runtime.observability.access_log import log_format
+
+    try:
+        settings = Settings.from_env()
+        log_format()  # HORDE_LOG_FORMAT: plain or json, checked before anything starts
+    except ValueError as bad:
+        print(f"horde-chat {args.command}: refused to start: {bad}", file=sys.stderr)
+        return 1
+    try:
+        if args.command == "native":
+            return run_native(settings, host=args.host, port=args.port)
+        if args.command == "front":
+            return run_front(
+                settings, host=args.host, port=args.port, native_roots=args.native_roots
+            )
+        return run_migrate(settings, revision=args.revision)
+    except Refused as refused:
+        print(f"horde-chat {args.command}: refused to start: {refused}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

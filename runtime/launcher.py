@@ -91,6 +91,11 @@ def start_demo_worker(settings: Settings, stores: EmbeddedStores) -> Service:
 SERVICE_STARTERS: list[ServiceStarter] = [start_native, start_front, start_demo_worker]
 
 
+def join_line(stores: EmbeddedStores) -> str:
+    """How a second service (``horde-chat native``/``front``) joins these stores."""
+    return f"join:     HORDE_DATABASE_URL={stores.database_url} HORDE_REDIS_URL={stores.redis_url}"
+
+
 def run_up(
     settings: Settings,
     *,
@@ -111,6 +116,7 @@ def run_up(
         try:
             for line in stores.describe():
                 print(line, file=out, flush=True)
+            print(join_line(stores), file=out, flush=True)
             upgrade(stores.database_url)
             print("schema: up to date", file=out, flush=True)
             for starter in starters or SERVICE_STARTERS:
@@ -123,4 +129,115 @@ def run_up(
             for service in reversed(services):
                 service.stop()
             print("stopped", file=out, flush=True)
+    return 0
+
+
+class Refused(Exception):
+    """A service will not start: the message says why (its stores, its schema)."""
+
+
+def _wait_for_signal(stop: threading.Event | None) -> threading.Event:
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def _required(value: str | None, name: str, service: str) -> str:
+    if not value:
+        raise Refused(f"{name} is required: horde-chat {service} runs against configured stores")
+    return value
+
+
+def run_migrate(settings: Settings, *, revision: str = "head", out: TextIO = sys.stdout) -> int:
+    """``horde-chat migrate``: the schema of HORDE_DATABASE_URL upgraded to ``revision``
+    (several hosts at once take turns on the migrations' advisory lock)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    database_url = _required(settings.database_url, "HORDE_DATABASE_URL", "migrate")
+    try:
+        upgrade(database_url, revision)
+    except SQLAlchemyError as exc:
+        raise Refused(f"postgres unreachable: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    print(f"schema: at {revision}", file=out, flush=True)
+    return 0
+
+
+def run_native(
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    out: TextIO = sys.stdout,
+    stop_event: threading.Event | None = None,
+) -> int:
+    """``horde-chat native``: the native API alone on HORDE_DATABASE_URL / HORDE_REDIS_URL,
+    refused while Postgres or Redis is unreachable or the schema is behind."""
+    from runtime.native.readiness import problems
+    from runtime.native.server import NativeService
+    from runtime.stores.redis_client import redis_client
+
+    database_url = _required(settings.database_url, "HORDE_DATABASE_URL", "native")
+    redis_url = _required(settings.redis_url, "HORDE_REDIS_URL", "native")
+    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    redis = redis_client(redis_url)
+    try:
+        found = problems(engine, redis)
+    finally:
+        engine.dispose()
+        redis.close()
+    if found:
+        raise Refused("; ".join(found))
+    stop = _wait_for_signal(stop_event)
+    service = NativeService.start(
+        settings, database_url=database_url, redis_url=redis_url, host=host, port=port
+    )
+    try:
+        print(service.describe(), file=out, flush=True)
+        stop.wait()
+    finally:
+        service.stop()
+    return 0
+
+
+def run_front(
+    settings: Settings,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    native_roots: str | None = None,
+    out: TextIO = sys.stdout,
+    stop_event: threading.Event | None = None,
+) -> int:
+    """``horde-chat front``: the chat front alone on HORDE_REDIS_URL, refused while Redis is
+    unreachable; its native roots from ``--native-roots`` or HORDE_FRONT_NATIVE_ROOTS."""
+    from runtime.front.config import FrontConfig
+    from runtime.front.server import FrontService
+    from runtime.native.readiness import redis_problems
+    from runtime.stores.redis_client import redis_client
+
+    redis_url = _required(settings.redis_url, "HORDE_REDIS_URL", "front")
+    redis = redis_client(redis_url)
+    try:
+        found = redis_problems(redis)
+    finally:
+        redis.close()
+    if found:
+        raise Refused("; ".join(found))
+    env = dict(os.environ)
+    if native_roots:
+        env["HORDE_FRONT_NATIVE_ROOTS"] = native_roots
+    config = FrontConfig.from_env(redis_url, env)
+    stop = _wait_for_signal(stop_event)
+    service = FrontService.start(
+        config,
+        host=host or settings.front_host,
+        port=settings.front_port if port is None else port,
+    )
+    try:
+        print(service.describe(), file=out, flush=True)
+        stop.wait()
+    finally:
+        service.stop()
     return 0

@@ -37,6 +37,7 @@ from runtime.front.chat import ChatCompletions
 from runtime.front.config import FrontConfig
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
 from runtime.front.native_client import NativeClient
+from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, forward_request_id
 from runtime.front.request_id import RequestIdMiddleware
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
@@ -113,7 +114,8 @@ def create_front_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
-        async with httpx.AsyncClient(limits=limits) as http:
+        hooks = {"request": [forward_request_id]}  # the native access log names our request id
+        async with httpx.AsyncClient(limits=limits, event_hooks=hooks) as http:
             redis = Redis.from_url(config.redis_url, decode_responses=True)
             hub = SignalHub(redis, channel_of)
             await hub.start()
@@ -147,13 +149,14 @@ def create_front_app(
             retrieve_model,
             methods=["GET"],
         ),
+        *OPERATOR_ROUTES,  # /healthz, /readyz, /metrics
     ]
     handlers: dict[Any, Any] = {
         404: not_found,
         405: method_not_allowed,
         Exception: unexpected,
     }
-    middleware = [Middleware(RequestIdMiddleware)]
+    middleware = [Middleware(RequestIdMiddleware), Middleware(ObserveMiddleware, routes=routes)]
     return Starlette(
         routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware
     )

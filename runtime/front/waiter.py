@@ -44,6 +44,7 @@ from generated.wire.native import ChatStatus
 from runtime.contract.requirements import features_gap
 from runtime.contract.validator import horde_option
 from runtime.front.native_client import NativeClient, RequestGone, Transient
+from runtime.front.observe import OPEN_WAITS, WAKE_POLL, WAKE_SIGNAL, WAKES
 from runtime.front.responses import Reply
 from runtime.front.signals import SignalHub
 
@@ -170,10 +171,12 @@ class ReplyWait:
     async def __aenter__(self) -> ReplyWait:
         self._watch = self.hub.watch(self.request_id)
         self._signal = await self._watch.__aenter__()
+        OPEN_WAITS.inc()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._watch is not None:
+            OPEN_WAITS.dec()
             await self._watch.__aexit__(None, None, None)
 
     def _left(self) -> float:
@@ -209,8 +212,11 @@ class ReplyWait:
         left = self._left()
         if left <= 0:
             raise DeadlineExceeded(seconds=round(self.budget.deadline))
-        with contextlib.suppress(TimeoutError):
+        try:
             await asyncio.wait_for(self._signal.wait(), min(seconds, left))
+            WAKES.labels(WAKE_SIGNAL).inc()
+        except TimeoutError:
+            WAKES.labels(WAKE_POLL).inc()
         self._signal.clear()
 
     async def open(self) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from generated.errors import AnonForbiddenWorker, InvalidAPIKey
 from generated.wire import ANONYMOUS_API_KEY as ANONYMOUS_API_KEY
 from runtime.native.db.tables import ApiKey, KudosLedger, User
+from runtime.observability import context as request_context
 
 ANONYMOUS_USER_ID = 0
 
@@ -34,6 +35,7 @@ def user_for_key(session: Session, api_key: str | None, *, for_update: bool = Fa
     user = session.scalars(query).first()
     if user is None:
         raise InvalidAPIKey()
+    request_context.set_user(user.id)  # the access log's user id
     return user
 
 

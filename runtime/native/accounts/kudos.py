@@ -21,6 +21,7 @@ from generated.pricing import HORDE_TAX
 from runtime.contract import pricing
 from runtime.contract.pricing import context_multiplier, model_billions, token_count
 from runtime.native.db.tables import KudosHold, KudosLedger, User, WaitingPrompt
+from runtime.observability.context import note_kudos
 
 __all__ = ["context_multiplier", "model_billions", "token_count"]
 
@@ -93,6 +94,7 @@ def apply_kudos(
             worker_id=worker_id,
         )
     )
+    note_kudos(session.info, reason, amount)  # /metrics counts it once the transaction commits
     return balance
 
 

@@ -22,6 +22,7 @@ from runtime.native.api import text_views as views_text
 from runtime.native.api import worker_views as views_workers
 from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.api.errors import register_error_handlers
+from runtime.native.api.observe import install as install_observability
 from runtime.native.api.rate_limits import make_limiter, route_limits
 
 VIEWS: dict[str, Callable[..., Any]] = {
@@ -51,6 +52,7 @@ def create_app(ctx: NativeContext) -> Flask:
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = ctx
     register_error_handlers(app)
+    install_observability(app, ctx)  # /healthz, /readyz, /metrics, the access log
     limiter = make_limiter(app, ctx.settings.redis_url or "", ctx.settings.rate_limits_enabled)
     app.extensions["horde_limiter"] = limiter  # flask-limiter keeps only a weak reference
     limits = route_limits(ctx.policy.rate_limits)

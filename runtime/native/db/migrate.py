@@ -11,6 +11,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import Connection
 
 from runtime.stores.embedded_postgres import sqlalchemy_url
 
@@ -39,3 +40,19 @@ def current_revision(database_url: str) -> str | None:
             return MigrationContext.configure(conn).get_current_revision()
     finally:
         engine.dispose()
+
+
+def head_revision() -> str:
+    """The newest revision of the migrations shipped with this code."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config("postgresql://unused/")).get_current_head()
+    assert head is not None
+    return head
+
+
+def revision_on(conn: Connection) -> str | None:
+    """The revision the database behind ``conn`` is at (None: never migrated)."""
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(conn).get_current_revision()

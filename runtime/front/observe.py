@@ -1,0 +1,151 @@
+"""The front's operator surface: ``/healthz``, ``/readyz``, ``/metrics`` and the access log.
+
+``ObserveMiddleware`` (inside ``RequestIdMiddleware``) times each request to the end of its
+response (a stream: to its last chunk), counts it by route and status, writes its access-log
+line with the ``x-request-id`` the response named (and, once that is the horde request id,
+the front's own id as ``origin_id``), and keeps the front's own id in ``CURRENT`` so
+``forward_request_id`` (an httpx hook on the client to the native API) sends it as
+``x-request-id``: the native API's access lines for that request's calls name it. The front
+resolves no users (keys go to the native API), so its lines name none.
+
+Counters live in one registry per process (``REGISTRY``): requests by route and status with
+their latency, open waits and open streams, and how waits woke (the Redis signal or the
+fallback poll).
+"""
+
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar
+from typing import Any
+
+import httpx
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from runtime.front.request_id import RequestId
+from runtime.observability.access_log import AccessLog
+from runtime.observability.context import REQUEST_ID_HEADER
+from runtime.observability.metrics import CONTENT_TYPE, UNMATCHED, HttpMetrics, exposition
+
+REGISTRY = CollectorRegistry()
+HTTP = HttpMetrics(REGISTRY)
+OPEN_WAITS = Gauge(
+    "horde_front_open_waits", "Submitted requests being waited on.", registry=REGISTRY
+)
+OPEN_STREAMS = Gauge(
+    "horde_front_open_streams", "Server-sent event streams open to clients.", registry=REGISTRY
+)
+WAKES = Counter(
+    "horde_front_wait_wakes",
+    "Times a wait woke to read its status: on the Redis signal or on the fallback poll.",
+    ["by"],
+    registry=REGISTRY,
+)
+WAKE_SIGNAL = "signal"
+WAKE_POLL = "poll"
+
+CURRENT: ContextVar[str | None] = ContextVar("horde_front_request_id", default=None)
+"""The id the front made for the request being served (before any horde request id)."""
+
+
+async def forward_request_id(request: httpx.Request) -> None:
+    """httpx request hook: every native call of a front request carries the id the front
+    made for it (its access line names it as ``origin_id`` once the response names the horde
+    request id instead)."""
+    found = CURRENT.get()
+    if found is not None:
+        request.headers[REQUEST_ID_HEADER] = found
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    state = getattr(request.app.state, "front", None)
+    problems: list[str] = []
+    if state is None:
+        problems.append("starting")
+    else:
+        try:
+            await state.redis.ping()
+        except (RedisError, OSError) as exc:
+            problems.append(f"redis unreachable: {type(exc).__name__}: {exc}"[:300])
+    status = 200 if not problems else 503
+    body = {"status": "ready" if not problems else "not ready", "problems": problems}
+    return JSONResponse(body, status_code=status)
+
+
+async def metrics(request: Request) -> Response:
+    return Response(exposition(REGISTRY), headers={"content-type": CONTENT_TYPE})
+
+
+OPERATOR_ROUTES: list[BaseRoute] = [
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]
+
+
+class ObserveMiddleware:
+    """Counts, times and logs every HTTP request of the wrapped app."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        routes: list[BaseRoute] | None = None,
+        access_log: AccessLog | None = None,
+    ) -> None:
+        self.app = app
+        self.log = access_log or AccessLog("front")
+        self.paths: dict[Any, str] = {}
+        for route in routes or []:
+            if isinstance(route, Route):
+                self.paths[route.endpoint] = route.path
+
+    def _template(self, scope: Scope) -> str:
+        return self.paths.get(scope.get("endpoint"), UNMATCHED)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = RequestId.of(scope)
+        made = request_id.value if request_id is not None else None
+        CURRENT.set(made)
+        status = 500
+        streaming = False
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status, streaming
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+                headers = dict(message.get("headers", []))
+                if headers.get(b"content-type", b"").startswith(b"text/event-stream"):
+                    streaming = True
+                    OPEN_STREAMS.inc()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed_send)
+        finally:
+            if streaming:
+                OPEN_STREAMS.dec()
+            seconds = time.perf_counter() - started
+            route = self._template(scope)
+            HTTP.observe(scope["method"], route, status, seconds)
+            self.log.emit(
+                method=scope["method"],
+                route=route,
+                status=status,
+                latency_ms=seconds * 1000,
+                request_id=request_id.value if request_id is not None else None,
+                user_id=None,
+                origin_id=made if request_id is not None and made != request_id.value else None,
+            )

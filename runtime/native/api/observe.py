@@ -1,0 +1,209 @@
+"""The native API's operator surface: ``/healthz``, ``/readyz``, ``/metrics`` and the
+access log, hooked onto the Flask app by ``install``.
+
+Counters live in one registry per process (``REGISTRY``): requests by route and status with
+their latency, pops by kind, faults, kudos charged (by ledger reason) and rewarded. Queue
+depth and oldest age per model, and online workers and threads per model, are computed when
+``/metrics`` is scraped, one SQL query each. Kudos are counted when the transaction that
+moved them commits (``count_kudos_on_commit``). The request id is the caller's
+``x-request-id`` (the front sends its own) or a new one, and every response names it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import event, func, select, true
+from sqlalchemy.orm import Session, sessionmaker
+
+from runtime.native.api.context import EXTENSION, NativeContext
+from runtime.native.db.tables import WaitingPrompt
+from runtime.native.queue.fit import chat_model
+from runtime.native.queue.sweep import utcnow
+from runtime.native.readiness import problems
+from runtime.native.requests.rows import queued
+from runtime.native.requests.text import online_workers
+from runtime.observability import context
+from runtime.observability.access_log import AccessLog
+from runtime.observability.context import KUDOS_MOVES
+from runtime.observability.metrics import CONTENT_TYPE, UNMATCHED, HttpMetrics, exposition
+from runtime.stores.database import transaction
+
+REGISTRY = CollectorRegistry()
+HTTP = HttpMetrics(REGISTRY)
+POPS = Counter("horde_pops", "Jobs handed to workers, by kind.", ["kind"], registry=REGISTRY)
+FAULTS = Counter("horde_faults", "Jobs workers submitted as faulted.", registry=REGISTRY)
+KUDOS_CHARGED = Counter(
+    "horde_kudos_charged",
+    "Kudos taken from requesters, by ledger reason (charge, horde_tax).",
+    ["reason"],
+    registry=REGISTRY,
+)
+KUDOS_REWARDED = Counter(
+    "horde_kudos_rewarded", "Kudos paid to workers' owners.", registry=REGISTRY
+)
+CHARGE_REASONS = ("charge", "horde_tax")
+REWARD_REASON = "reward"
+ANY_MODEL = ""
+"""The model label of requests that accept any model."""
+REQUEST_ID_PREFIX = "native-"
+HEALTH_PATHS = ("/healthz", "/readyz", "/metrics")
+
+
+def count_kudos_on_commit(sessions: sessionmaker[Session]) -> None:
+    @event.listens_for(sessions, "after_commit")
+    def _committed(session: Session) -> None:
+        for reason, delta in session.info.pop(KUDOS_MOVES, []):
+            if reason in CHARGE_REASONS and delta < 0:
+                KUDOS_CHARGED.labels(reason).inc(float(-delta))
+            elif reason == REWARD_REASON and delta > 0:
+                KUDOS_REWARDED.inc(float(delta))
+
+    @event.listens_for(sessions, "after_rollback")
+    def _rolled_back(session: Session) -> None:
+        session.info.pop(KUDOS_MOVES, None)
+
+
+class StoreGauges(Collector):
+    """Queue and worker gauges, read from Postgres when scraped."""
+
+    def __init__(self, ctx: NativeContext) -> None:
+        self.ctx = ctx
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = utcnow()
+        depth = GaugeMetricFamily(
+            "horde_queue_requests", "Queued requests per model ('' = any model).", labels=["model"]
+        )
+        oldest = GaugeMetricFamily(
+            "horde_queue_oldest_age_seconds",
+            "Age of the oldest queued request per model ('' = any model).",
+            labels=["model"],
+        )
+        workers = GaugeMetricFamily(
+            "horde_workers_online", "Online workers per model.", labels=["model"]
+        )
+        threads = GaugeMetricFamily(
+            "horde_worker_threads_online", "Threads of online workers per model.", labels=["model"]
+        )
+        with transaction(self.ctx.sessions) as session:
+            for model, count, first in self._queue(session):
+                depth.add_metric([model], count)
+                oldest.add_metric([model], max(0.0, (now - first).total_seconds()))
+            per_model: dict[str, list[int]] = {}
+            for worker, _trusted in online_workers(session, self.ctx.policy, now):
+                chat = chat_model(worker)
+                for name in dict.fromkeys([*worker.models, *([chat] if chat else [])]):
+                    entry = per_model.setdefault(name, [0, 0])
+                    entry[0] += 1
+                    entry[1] += worker.threads
+        for name, (count, thread_count) in sorted(per_model.items()):
+            workers.add_metric([name], count)
+            threads.add_metric([name], thread_count)
+        yield from (depth, oldest, workers, threads)
+
+    @staticmethod
+    def _queue(session: Session) -> list[tuple[str, int, datetime]]:
+        models = func.jsonb_array_elements_text(WaitingPrompt.models).table_valued("value")
+        lateral = models.lateral("m")
+        model = func.coalesce(lateral.c.value, ANY_MODEL)
+        rows = session.execute(
+            select(model, func.count(), func.min(WaitingPrompt.created))
+            .select_from(WaitingPrompt)
+            .outerjoin(lateral, true())
+            .where(*queued())
+            .group_by(model)
+        ).all()
+        return [(str(m), int(c), first) for m, c, first in rows]
+
+
+def _ctx(app: Flask) -> NativeContext:
+    ctx: NativeContext = app.extensions[EXTENSION]
+    return ctx
+
+
+def healthz() -> Response:
+    return jsonify(status="ok")
+
+
+def readyz() -> Response:
+    from flask import current_app
+
+    ctx = _ctx(current_app)
+    found = problems(ctx.engine, ctx.redis)
+    response = jsonify(status="ready" if not found else "not ready", problems=found)
+    response.status_code = 200 if not found else 503
+    return response
+
+
+def metrics() -> Response:
+    from flask import current_app
+
+    body = exposition(REGISTRY, [StoreGauges(_ctx(current_app))])
+    return Response(body, mimetype=None, content_type=CONTENT_TYPE)
+
+
+def _begin() -> None:
+    g.horde_started = time.perf_counter()
+    g.horde_request_id = context.accepted_request_id(
+        request.headers.get(context.REQUEST_ID_HEADER), REQUEST_ID_PREFIX
+    )
+    context.begin(g.horde_request_id)
+
+
+def _finish(response: Response) -> Response:
+    started = g.get("horde_started")
+    seconds = time.perf_counter() - started if started is not None else 0.0
+    rule = request.url_rule
+    route = rule.rule if rule is not None else UNMATCHED
+    if request.endpoint == "text_pop" and response.status_code == 200:
+        _count_pop(response)
+    elif request.endpoint == "text_submit" and response.status_code == 200:
+        body: Any = request.get_json(silent=True)
+        if isinstance(body, dict) and body.get("state") == "faulted":
+            FAULTS.inc()
+    HTTP.observe(request.method, route, response.status_code, seconds)
+    request_id = g.get("horde_request_id")
+    if request_id:
+        response.headers[context.REQUEST_ID_HEADER] = request_id
+    app_log: AccessLog = _log_of()
+    app_log.emit(
+        method=request.method,
+        route=route,
+        status=response.status_code,
+        latency_ms=seconds * 1000,
+        request_id=request_id,
+        user_id=context.user_id.get(),
+    )
+    return response
+
+
+def _count_pop(response: Response) -> None:
+    body: Any = response.get_json(silent=True)
+    if isinstance(body, dict) and body.get("id"):
+        POPS.labels("chat" if body.get("is_chat") else "text").inc()
+
+
+def _log_of() -> AccessLog:
+    from flask import current_app
+
+    found: AccessLog = current_app.extensions["horde_access_log"]
+    return found
+
+
+def install(app: Flask, ctx: NativeContext, access_log: AccessLog | None = None) -> None:
+    """The operator routes, the access log and the request counters on ``app``."""
+    app.extensions["horde_access_log"] = access_log or AccessLog("native")
+    count_kudos_on_commit(ctx.sessions)
+    # first, so a limiter or another hook that answers early still has a start time
+    app.before_request_funcs.setdefault(None, []).insert(0, _begin)
+    app.after_request(_finish)
+    for path, view in zip(HEALTH_PATHS, (healthz, readyz, metrics), strict=True):
+        app.add_url_rule(path, endpoint=view.__name__, view_func=view, methods=["GET"])
