@@ -161,9 +161,9 @@ def sdk(stack: Stack) -> Iterator[openai.OpenAI]:
 
 
 def is_unit_call(call: Any) -> bool:
-    return call.function.name == "get_weather" and json.loads(call.function.arguments)["unit"] in (
-        UNITS
-    )
+    """A call of UNIT_TOOL whose arguments its schema accepts."""
+    arguments = json.loads(call.function.arguments)
+    return call.function.name == "get_weather" and arguments.get("unit") in UNITS
 
 
 # --- the openai SDK -------------------------------------------------------------------------
