@@ -1,0 +1,206 @@
+"""One command per service (issue 16): ``horde-chat migrate``, ``horde-chat native`` and
+``horde-chat front`` run as an operator runs them, as processes against HORDE_DATABASE_URL /
+HORDE_REDIS_URL (a database of its own on the test Postgres server, the test Redis). A
+service refuses to start, with one line on stderr, exit code 1 and no traceback, while its
+stores are unreachable or the schema is behind; once migrated it starts, answers /readyz,
+logs its requests and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from runtime.native.db.migrate import current_revision, head_revision, upgrade
+from runtime.stores.embedded import EmbeddedStores
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+BEHIND = "0003"
+UNREACHABLE_POSTGRES = "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2"
+UNREACHABLE_REDIS = "unix:///nonexistent/redis.sock"
+START_TIMEOUT = 60.0
+
+
+def command_env(tmp: Path, **horde: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HORDE_")}
+    return {**env, "HORDE_DATA_DIR": str(tmp), **horde}
+
+
+def horde_chat(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], service: str, why: str) -> None:
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"horde-chat {service}: refused to start: ")
+    assert why in line
+
+
+class Running:
+    """A ``horde-chat`` service process; ``url`` once it printed where it serves."""
+
+    def __init__(self, args: list[str], env: dict[str, str], pattern: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.stderr: list[str] = []
+        lines: queue.Queue[str | None] = queue.Queue()
+        self._readers = [
+            threading.Thread(target=self._pump, args=(lines,), daemon=True),
+            threading.Thread(target=self._drain, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+        while True:
+            line = lines.get(timeout=START_TIMEOUT)
+            if line is None:
+                raise AssertionError(f"{args} ended: {''.join(self.stderr)}")
+            found = re.search(pattern, line)
+            if found:
+                self.url = found.group(1)
+                return
+
+    def _pump(self, lines: queue.Queue[str | None]) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def _drain(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr.append(line)
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=30)
+        for reader in self._readers:
+            reader.join(timeout=10)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+        return code
+
+
+@pytest.fixture
+def fresh_database(horde_stores: EmbeddedStores) -> Iterator[str]:
+    """A new database on the test server, migrated to BEHIND (a schema this code outgrew)."""
+    name = f"commands_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(horde_stores.database_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = make_url(horde_stores.database_url).set(database=name)
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def test_services_refuse_to_start_while_their_stores_are_unreachable(
+    horde_stores: EmbeddedStores,
+) -> None:
+    with tempfile.TemporaryDirectory(prefix="horde-commands-") as tmp:
+        both = command_env(
+            Path(tmp),
+            HORDE_DATABASE_URL=horde_stores.database_url,
+            HORDE_REDIS_URL=UNREACHABLE_REDIS,
+        )
+        assert_refused(horde_chat("native", "--port", "0", env=both), "native", "redis unreachable")
+        assert_refused(horde_chat("front", "--port", "0", env=both), "front", "redis unreachable")
+        no_postgres = {**both, "HORDE_DATABASE_URL": UNREACHABLE_POSTGRES}
+        no_postgres["HORDE_REDIS_URL"] = horde_stores.redis_url
+        assert_refused(
+            horde_chat("native", "--port", "0", env=no_postgres), "native", "postgres unreachable"
+        )
+        assert_refused(horde_chat("migrate", env=no_postgres), "migrate", "postgres unreachable")
+        unset = command_env(Path(tmp))
+        assert_refused(horde_chat("native", env=unset), "native", "HORDE_DATABASE_URL is required")
+        assert_refused(horde_chat("front", env=unset), "front", "HORDE_REDIS_URL is required")
+        bad_format = {**both, "HORDE_LOG_FORMAT": "xml"}
+        assert_refused(horde_chat("native", env=bad_format), "native", "HORDE_LOG_FORMAT")
+
+
+def test_native_refuses_a_schema_behind_until_migrate_then_both_services_serve_alone(
+    horde_stores: EmbeddedStores, fresh_database: str
+) -> None:
+    upgrade(fresh_database, BEHIND)
+    with tempfile.TemporaryDirectory(prefix="horde-commands-") as tmp:
+        env = command_env(
+            Path(tmp),
+            HORDE_DATABASE_URL=fresh_database,
+            HORDE_REDIS_URL=horde_stores.redis_url,
+            HORDE_SERVICE_PASSKEY="commands-passkey",
+        )
+        assert_refused(
+            horde_chat("native", "--port", "0", env=env),
+            "native",
+            f"schema behind: the database is at revision {BEHIND}",
+        )
+        migrated = horde_chat("migrate", env=env)
+        assert migrated.returncode == 0, migrated.stderr
+        assert current_revision(fresh_database) == head_revision()
+        again = horde_chat("migrate", env=env)  # nothing left to do is no error
+        assert again.returncode == 0, again.stderr
+
+        native = Running(
+            ["native", "--host", "127.0.0.1", "--port", "0"],
+            env,
+            r"native API: (http://127\.0\.0\.1:\d+)/api/v2",
+        )
+        try:
+            front = Running(
+                ["front", "--port", "0", "--native-roots", native.url],
+                env,
+                r"chat front: (http://127\.0\.0\.1:\d+)/v1",
+            )
+            try:
+                for root in (native.url, front.url):
+                    ready = httpx.get(root + "/readyz", timeout=10)
+                    assert ready.status_code == 200, ready.text
+                models = httpx.get(front.url + "/v1/models", timeout=10)
+                assert models.status_code == 200, models.text
+                front_id = models.headers["x-request-id"]
+            finally:
+                assert front.stop() == 0
+        finally:
+            assert native.stop() == 0
+    front_lines = [line for line in front.stderr if line.startswith("front GET /v1/models 200 ")]
+    assert len(front_lines) == 1
+    assert f"request_id={front_id} " in front_lines[0]
+    native_lines = [line for line in native.stderr if " /api/v2/status/models " in line]
+    assert len(native_lines) == 1
+    assert f"request_id={front_id} " in native_lines[0]
+    assert "Traceback" not in "".join(native.stderr + front.stderr)
