@@ -131,6 +131,10 @@ def test_only_workers_that_can_receive_the_images_pop_them(
     assert all("/api/v2/objects/img-" in u and "signature=" in u for u in urls)
 
 
+@pytest.mark.raised_limits(
+    "chat_async",
+    why="three submits in a row from one address and key; what is checked is their objects' fate",
+)
 def test_cancel_fault_and_expiry_delete_the_objects(
     native_client, native_db, native_service, store, users
 ) -> None:
