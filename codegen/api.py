@@ -169,7 +169,7 @@ def _route(api_file: str, data: dict[str, Any], op: str, r: dict[str, Any], spec
     return Route(
         operation_id=op,
         method=r["method"],
-        path=data["base_path"] + r["path"],
+        path=r["path"] if r.get("at_root") else data["base_path"] + r["path"],
         summary=r["summary"],
         description=r.get("description", ""),
         tags=tuple(r["tags"]),

@@ -252,6 +252,20 @@ class InternalError(HordeError):
     native_routes = ("any",)
 
 
+class NotReady(HordeError):
+    """The answer of /readyz (the operator route a load balancer probes) while a store the
+    service needs is unreachable or the database schema is behind this code's migrations; the
+    message lists each problem. No chat or native request gets it."""
+
+    code = "NotReady"
+    template = "Not ready to serve: {problems}"
+    native_status = 503
+    front_status = 503
+    openai_type = "service_unavailable_error"
+    front_when = ("admission",)
+    native_routes = ("operations",)
+
+
 class FrontAtCapacity(HordeError):
     """The per-source or the global cap on open requests of the front is reached; the body is not
     read and nothing is submitted."""
@@ -809,6 +823,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "InvalidAPIKey": InvalidAPIKey,
     "RateLimited": RateLimited,
     "InternalError": InternalError,
+    "NotReady": NotReady,
     "FrontAtCapacity": FrontAtCapacity,
     "body_read_timeout": BodyReadTimeout,
     "horde_unavailable": HordeUnavailable,

@@ -58,4 +58,7 @@ RATE_LIMITS: dict[str, tuple[RateLimit, ...]] = {
     "user": (RateLimit("60 per minute", KEY_CLIENT_ROUTE),),
     "users": (RateLimit("90 per minute", KEY_PEER),),
     "object": (),
+    "native_healthz": (),
+    "native_readyz": (),
+    "native_metrics": (),
 }

@@ -147,6 +147,27 @@ ROUTES: dict[str, Route] = {
             ),
         ),
         Route(
+            operation_id="front_healthz",
+            surface="front",
+            method="GET",
+            path="/healthz",
+            errors=("FrontAtCapacity", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="front_readyz",
+            surface="front",
+            method="GET",
+            path="/readyz",
+            errors=("NotReady", "FrontAtCapacity", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="front_metrics",
+            surface="front",
+            method="GET",
+            path="/metrics",
+            errors=("FrontAtCapacity", "RateLimited", "InternalError"),
+        ),
+        Route(
             operation_id="text_async",
             surface="native",
             method="POST",
@@ -382,6 +403,27 @@ ROUTES: dict[str, Route] = {
                 "RateLimited",
                 "InternalError",
             ),
+        ),
+        Route(
+            operation_id="native_healthz",
+            surface="native",
+            method="GET",
+            path="/healthz",
+            errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="native_readyz",
+            surface="native",
+            method="GET",
+            path="/readyz",
+            errors=("NotReady", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="native_metrics",
+            surface="native",
+            method="GET",
+            path="/metrics",
+            errors=("RateLimited", "InternalError"),
         ),
     )
 }

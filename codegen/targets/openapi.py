@@ -112,6 +112,8 @@ def _success(resp: dict[str, Any]) -> dict[str, Any]:
         content["text/event-stream"] = {
             "schema": {"type": "string", "description": resp["event_stream"].strip()}
         }
+    if "text" in resp:
+        content["text/plain"] = {"schema": {"type": "string", "description": resp["text"].strip()}}
     out: dict[str, Any] = {"description": resp["description"]}
     if content:
         out["content"] = content

@@ -131,6 +131,14 @@ class ChatCompletionChunk(TypedDict):
     x_horde: NotRequired[XHorde]
 
 
+class Health(TypedDict):
+    status: Literal["ok"]
+
+
+class Readiness(TypedDict):
+    status: Literal["ready"]
+
+
 class Model(TypedDict):
     id: str
     """

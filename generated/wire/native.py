@@ -295,6 +295,14 @@ class ProgressOutput(TypedDict):
     """
 
 
+class Health(TypedDict):
+    status: Literal["ok"]
+
+
+class Readiness(TypedDict):
+    status: Literal["ready"]
+
+
 class Heartbeat(TypedDict):
     message: Literal["OK"]
     version: NotRequired[str]

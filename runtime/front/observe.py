@@ -27,6 +27,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from generated.errors import NotReady
+from generated.routes import ROUTES
+from runtime.front.errors import error_response
 from runtime.front.request_id import RequestId
 from runtime.observability.access_log import AccessLog
 from runtime.observability.context import REQUEST_ID_HEADER
@@ -76,9 +79,9 @@ async def readyz(request: Request) -> Response:
             await state.redis.ping()
         except (RedisError, OSError) as exc:
             problems.append(f"redis unreachable: {type(exc).__name__}: {exc}"[:300])
-    status = 200 if not problems else 503
-    body = {"status": "ready" if not problems else "not ready", "problems": problems}
-    return JSONResponse(body, status_code=status)
+    if problems:
+        return error_response(NotReady(problems="; ".join(problems)))
+    return JSONResponse({"status": "ready"})
 
 
 async def metrics(request: Request) -> Response:
@@ -86,10 +89,14 @@ async def metrics(request: Request) -> Response:
 
 
 OPERATOR_ROUTES: list[BaseRoute] = [
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
+    Route(ROUTES[op].path, view, methods=[ROUTES[op].method])
+    for op, view in (
+        ("front_healthz", healthz),
+        ("front_readyz", readyz),
+        ("front_metrics", metrics),
+    )
 ]
+"""spec/api/front.yaml's operator routes (at the server's root)."""
 
 
 class ObserveMiddleware:

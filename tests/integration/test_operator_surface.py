@@ -30,6 +30,7 @@ from runtime.native.db.migrate import head_revision, upgrade
 from runtime.native.server import NativeService
 from runtime.observability.access_log import LOGGER_PREFIX
 from runtime.stores.embedded import EmbeddedStores
+from runtime.stores.embedded_redis import EmbeddedRedis
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.support.chat_worker import ChatTestWorker
@@ -187,7 +188,7 @@ def test_healthz_and_readyz_answer_on_both_services(
         assert (alive.status_code, alive.json()["status"]) == (200, "ok")
         ready = httpx.get(root + "/readyz", timeout=10)
         assert ready.status_code == 200, ready.text
-        assert ready.json() == {"status": "ready", "problems": []}
+        assert ready.json() == {"status": "ready"}
 
 
 @pytest.fixture
@@ -230,9 +231,12 @@ def test_readyz_is_503_while_the_schema_is_behind(
         shutil.rmtree(objects, ignore_errors=True)
     assert alive.status_code == 200
     assert ready.status_code == 503
-    (problem,) = ready.json()["problems"]
-    assert problem.startswith(f"schema behind: the database is at revision {BEHIND}")
-    assert head_revision() in problem
+    body = ready.json()
+    assert body["rc"] == "NotReady"
+    assert body["message"].startswith(
+        f"Not ready to serve: schema behind: the database is at revision {BEHIND}"
+    )
+    assert head_revision() in body["message"]
 
 
 LINE = re.compile(
@@ -293,3 +297,24 @@ def test_json_access_lines_with_horde_log_format_json() -> None:
         "request_id": "r",
         "user_id": 7,
     }
+
+
+def test_front_readyz_is_503_not_ready_once_its_redis_is_gone(
+    native_service: NativeService,
+) -> None:
+    data = Path(tempfile.mkdtemp(prefix="horde-front-redis-"))
+    redis = EmbeddedRedis.start(data)
+    try:
+        with running_front(redis.url, [native_service.url], **FAST) as front:
+            assert httpx.get(front.url + "/readyz", timeout=10).status_code == 200
+            redis.stop()
+            ready = httpx.get(front.url + "/readyz", timeout=10)
+            alive = httpx.get(front.url + "/healthz", timeout=10)
+    finally:
+        redis.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    assert alive.status_code == 200
+    assert ready.status_code == 503
+    error = ready.json()["error"]
+    assert error["code"] == "NotReady"
+    assert error["message"].startswith("Not ready to serve: redis unreachable")

@@ -22,6 +22,7 @@ from runtime.native.api import text_views as views_text
 from runtime.native.api import worker_views as views_workers
 from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.api.errors import register_error_handlers
+from runtime.native.api.observe import OPERATOR_VIEWS
 from runtime.native.api.observe import install as install_observability
 from runtime.native.api.rate_limits import make_limiter, route_limits
 
@@ -42,6 +43,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "user": views_status.user,
     "users": views_status.users,
     "object": views_objects.object_download,
+    **OPERATOR_VIEWS,  # /healthz, /readyz, /metrics
 }
 
 

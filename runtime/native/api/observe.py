@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import event, func, select, true
 from sqlalchemy.orm import Session, sessionmaker
 
+from generated.errors import NotReady
 from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.fit import chat_model
@@ -54,7 +55,6 @@ REWARD_REASON = "reward"
 ANY_MODEL = ""
 """The model label of requests that accept any model."""
 REQUEST_ID_PREFIX = "native-"
-HEALTH_PATHS = ("/healthz", "/readyz", "/metrics")
 
 
 def count_kudos_on_commit(sessions: sessionmaker[Session]) -> None:
@@ -138,9 +138,9 @@ def readyz() -> Response:
 
     ctx = _ctx(current_app)
     found = problems(ctx.engine, ctx.redis)
-    response = jsonify(status="ready" if not found else "not ready", problems=found)
-    response.status_code = 200 if not found else 503
-    return response
+    if found:
+        raise NotReady(problems="; ".join(found))
+    return jsonify(status="ready")
 
 
 def metrics() -> Response:
@@ -199,11 +199,14 @@ def _log_of() -> AccessLog:
 
 
 def install(app: Flask, ctx: NativeContext, access_log: AccessLog | None = None) -> None:
-    """The operator routes, the access log and the request counters on ``app``."""
+    """The access log and the request counters on ``app`` (the operator routes are in
+    ``OPERATOR_VIEWS``, registered from the spec's routes with the others)."""
     app.extensions["horde_access_log"] = access_log or AccessLog("native")
     count_kudos_on_commit(ctx.sessions)
     # first, so a limiter or another hook that answers early still has a start time
     app.before_request_funcs.setdefault(None, []).insert(0, _begin)
     app.after_request(_finish)
-    for path, view in zip(HEALTH_PATHS, (healthz, readyz, metrics), strict=True):
-        app.add_url_rule(path, endpoint=view.__name__, view_func=view, methods=["GET"])
+
+
+OPERATOR_VIEWS = {"native_healthz": healthz, "native_readyz": readyz, "native_metrics": metrics}
+"""The views of spec/api/native.yaml's operator routes (at the server's root)."""
