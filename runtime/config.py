@@ -18,6 +18,7 @@
 | HORDE_MESSAGES_OFFLOAD_BYTES | spec | messages (images inlined) above this are offloaded |
 | HORDE_IMAGE_FETCH_ALLOW_LOOPBACK | off | tests only: "on" lets image URLs reach loopback |
 | HORDE_MAX_BODY_BYTES | derived | the native API's body cap (text + the spec's image caps) |
+| HORDE_LOG_FORMAT | plain | the access log of both services: plain or json (JSON lines) |
 
 An S3 URL is ``s3://bucket[/prefix]?endpoint=URL&region=NAME``; its credentials come from
 boto3's usual chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, profiles).
