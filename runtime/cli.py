@@ -21,20 +21,30 @@ def finite_number(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horde-chat", description="horde-chat services")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="run the whole horde locally (embedded Postgres and Redis)")
-    native = sub.add_parser(
-        "native", help="serve the native API alone (HORDE_DATABASE_URL, HORDE_REDIS_URL)"
+    from generated.config import help_text
+
+    def with_env(name: str, service: str | None, help_line: str) -> argparse.ArgumentParser:
+        return sub.add_parser(
+            name,
+            help=help_line,
+            epilog=help_text(service),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+
+    with_env("up", None, "run the whole horde locally (embedded Postgres and Redis)")
+    native = with_env(
+        "native", "native", "serve the native API alone (HORDE_DATABASE_URL, HORDE_REDIS_URL)"
     )
     native.add_argument("--host", help="default HORDE_NATIVE_HOST or 127.0.0.1")
     native.add_argument("--port", type=int, help="default HORDE_NATIVE_PORT or 7001")
-    front = sub.add_parser("front", help="serve the chat front alone (HORDE_REDIS_URL)")
+    front = with_env("front", "front", "serve the chat front alone (HORDE_REDIS_URL)")
     front.add_argument("--host", help="default HORDE_FRONT_HOST or 127.0.0.1")
     front.add_argument("--port", type=int, help="default HORDE_FRONT_PORT or 7002")
     front.add_argument(
         "--native-roots", help="native API roots, comma separated (HORDE_FRONT_NATIVE_ROOTS)"
     )
-    migrate = sub.add_parser(
-        "migrate", help="upgrade the schema of HORDE_DATABASE_URL (safe from several hosts)"
+    migrate = with_env(
+        "migrate", "migrate", "upgrade the schema of HORDE_DATABASE_URL (safe from several hosts)"
     )
     migrate.add_argument("--revision", default="head", help="an Alembic revision (default head)")
     from runtime.worker.config import add_worker_arguments
