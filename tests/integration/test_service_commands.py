@@ -204,3 +204,33 @@ def test_native_refuses_a_schema_behind_until_migrate_then_both_services_serve_a
     assert len(native_lines) == 1
     assert f"request_id={front_id} " in native_lines[0]
     assert "Traceback" not in "".join(native.stderr + front.stderr)
+
+
+def test_up_prints_the_urls_a_second_service_joins_its_stores_with(
+    horde_stores: EmbeddedStores,
+) -> None:
+    import io
+
+    from runtime.config import Settings
+    from runtime.launcher import run_up
+
+    out = io.StringIO()
+    stop = threading.Event()
+    stop.set()  # print, start no service, stop at once
+    with tempfile.TemporaryDirectory(prefix="horde-up-") as tmp:
+        settings = Settings(
+            data_dir=Path(tmp),
+            database_url=horde_stores.database_url,
+            redis_url=horde_stores.redis_url,
+        )
+        kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            assert run_up(settings, out=out, stop_event=stop, starters=[]) == 0
+        finally:  # run_up handles both signals in the main thread; give pytest its own back
+            for sig, handler in kept.items():
+                signal.signal(sig, handler)
+    (join,) = [line for line in out.getvalue().splitlines() if line.startswith("join:")]
+    assert join.split()[1:] == [
+        f"HORDE_DATABASE_URL={horde_stores.database_url}",
+        f"HORDE_REDIS_URL={horde_stores.redis_url}",
+    ]
