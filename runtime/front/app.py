@@ -125,6 +125,7 @@ def create_front_app(
                 passkey=config.service_passkey,
                 client_agent=config.client_agent,
                 submit_attempts=config.submit_attempts,
+                submit_patience=config.submit_patience,
                 submit_timeout=config.submit_timeout,
                 read_timeout=config.read_timeout,
                 max_in_flight=IN_FLIGHT,

@@ -54,6 +54,8 @@ class FrontConfig:
     submit_timeout: float = 30.0 + MAX_INTAKE_SECONDS  # the native API fetches image URLs
     read_timeout: float = 10.0
     submit_attempts: int = 3
+    submit_patience: float = 10.0
+    """Seconds a submit refused by the native API's rate limit is held and repeated."""
     client_agent: str = "horde-chat-front:0.1:local"
 
     @property

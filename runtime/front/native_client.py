@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import secrets
 from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx
 
-from generated.errors import HordeUnavailable
+from generated.errors import HordeError, HordeUnavailable, RateLimited
 from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
@@ -116,6 +117,7 @@ class NativeClient:
         client_agent: str,
         submit_attempts: int = 3,
         submit_timeout: float = 30.0,
+        submit_patience: float = 10.0,
         read_timeout: float = 10.0,
         max_in_flight: int = 100,
     ) -> None:
@@ -127,6 +129,7 @@ class NativeClient:
         self.client_agent = client_agent
         self.submit_attempts = max(1, submit_attempts)
         self.submit_timeout = submit_timeout
+        self.submit_patience = submit_patience
         self.read_timeout = read_timeout
         self._next = 0
         # httpcore's pool scans its waiting requests on every release, so thousands queued
@@ -157,8 +160,13 @@ class NativeClient:
         }
         last: str = "no attempt"
         maybe_queued = False
-        for attempt in range(self.submit_attempts):
-            url = self._root(attempt) + route.path
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        rate_limited = 0  # submits the native limiter refused: nothing was queued, not attempts
+        attempt = 0
+        while attempt - rate_limited < self.submit_attempts:
+            attempt += 1
+            url = self._root(attempt - 1) + route.path
             try:
                 async with self._slots:
                     response = await self.http.post(
@@ -167,24 +175,41 @@ class NativeClient:
             except httpx.TransportError as exc:
                 maybe_queued = maybe_queued or not isinstance(exc, NOT_SENT)
                 last = f"{type(exc).__name__} ({exc}) from {url}"
-                log.warning("submit attempt %d lost (%s); repeating", attempt + 1, last)
+                log.warning("submit attempt %d lost (%s); repeating", attempt, last)
                 continue
             if response.status_code >= 500 and not _is_native_refusal(response):
                 last = f"{response.status_code} from {url}"
                 continue
             if response.status_code >= 400:
-                raise from_native(
+                error = from_native(
                     response.status_code, response.content, retry_after=_retry_after(response)
                 )
+                if await self._held_for_rate_limit(error, loop.time() - began):
+                    rate_limited += 1
+                    continue
+                raise error
             payload: AsyncAccepted = response.json()
             if "id" not in payload:
                 raise HordeUnavailable(detail="the native API returned no request id")
-            self._next = (self._next + attempt) % len(self.roots)
-            return Accepted(str(payload["id"]), float(payload.get("kudos", 0)), attempt + 1)
+            self._next = (self._next + attempt - 1) % len(self.roots)
+            return Accepted(str(payload["id"]), float(payload.get("kudos", 0)), attempt)
         raise SubmitLost(
             detail=f"the submit was lost {self.submit_attempts} times ({last})",
             maybe_queued=maybe_queued,
         )
+
+    async def _held_for_rate_limit(self, error: HordeError, waited: float) -> bool:
+        """A burst from one client meets the native API's submit limit (2 a second): the
+        refused submit queued nothing, so the front waits out the limit and submits again,
+        within ``submit_patience`` seconds, instead of handing the client a 429. SDKs retry a
+        429 after exactly its Retry-After, all together, so a burst of 8 would lose some."""
+        if not isinstance(error, RateLimited):
+            return False
+        pause = (error.retry_after or 1.0) * (1.0 + random.random())  # spread the burst out
+        if waited + pause > self.submit_patience:
+            return False
+        await asyncio.sleep(pause)
+        return True
 
     async def _read(
         self, method: str, path: str, source: str | None = None, **kwargs: Any

@@ -15,7 +15,7 @@ import openai
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from generated.rate_limits import KEY_CLIENT_ROUTE, RateLimit
+from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, RateLimit
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
@@ -125,9 +125,14 @@ def test_a_cancel_answered_429_is_repeated_until_the_native_api_confirms_it(
     worker = ChatTestWorker(native_url, owner.api_key, model=MODEL)
     with route_limits(native_service, "chat_cancel", budget), worker:
         # another call of the front's spends the budget first
-        spent = ChatTestWorker(native_url, owner.api_key, model=MODEL).client.delete(
-            "/generate/chat/status/none", headers={HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY}
-        )
+        other = ChatTestWorker(native_url, owner.api_key, model=MODEL)
+        try:
+            spent = other.client.delete(
+                "/generate/chat/status/none",
+                headers={HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY},
+            )
+        finally:
+            other.client.close()
         assert spent.status_code == 404
         with pytest.raises(openai.APIStatusError) as refused:
             sdk.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"horde": horde})
@@ -141,3 +146,62 @@ def test_a_cancel_answered_429_is_repeated_until_the_native_api_confirms_it(
     assert all(c.startswith(CANCEL + str(row.id).encode()) for c in cancels)
     for cancel in cancels:
         assert_for_the_client(cancel)
+
+
+SUBMIT = b"POST /api/v2/generate/chat/async"
+
+
+def test_a_submit_refused_by_the_rate_limit_is_held_and_repeated_within_the_patience(
+    native_service: NativeService,
+    native_url: str,
+    owner: MadeUser,
+    proxy: DroppingProxy,
+    sdk: openai.OpenAI,
+) -> None:
+    # The submit budget lowered to one in 3 s (the shipped 2 a second is too quick to meet
+    # from one thread): the second request is refused by the native API, queued nothing, and
+    # the front waits out the limit (its Retry-After) and submits it again instead of
+    # answering 429 (the SDK here makes no retries of its own).
+    every_3s = RateLimit("1 per 3 seconds", KEY_CLIENT_ROUTE)
+    shipped = (
+        RateLimit("2 per second", KEY_CLIENT_ROUTE),
+        RateLimit("2 per second", KEY_KEY_ROUTE, anonymous="60 per second"),
+    )
+    worker = ChatTestWorker(native_url, owner.api_key, model=MODEL, respond=replying(content="Hi."))
+    with route_limits(native_service, "chat_async", every_3s, *shipped), worker:
+        first = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+        second = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert first.choices[0].message.content == "Hi."
+    assert second.choices[0].message.content == "Hi."
+    assert first.id != second.id
+    assert len(proxy.sent(SUBMIT)) >= 3  # the second was refused at least once, then repeated
+
+
+def test_a_submit_still_refused_after_the_patience_is_a_429_before_anything_is_queued(
+    horde_stores: EmbeddedStores,
+    native_service: NativeService,
+    proxy: DroppingProxy,
+    requester: MadeUser,
+    native_db: sessionmaker[Session],
+) -> None:
+    # No patience (the shipped 10 s would make the test wait that long for the same outcome).
+    once = RateLimit(ONE_AN_HOUR, KEY_CLIENT_ROUTE)
+    shipped = (
+        RateLimit("2 per second", KEY_CLIENT_ROUTE),
+        RateLimit("2 per second", KEY_KEY_ROUTE),
+    )
+    with (
+        route_limits(native_service, "chat_async", once, *shipped),
+        front_on(horde_stores, [proxy.url], submit_patience=0.0, **WAITS) as front,
+        openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key, max_retries=0) as sdk,
+    ):
+        horde = {**TRUSTED_ONLY["horde"], "availability_mode": "fail_fast"}
+        with pytest.raises(openai.APIStatusError):
+            sdk.chat.completions.create(model=MODEL, messages=MESSAGES, extra_body={"horde": horde})
+        queued = len(rows(native_db))
+        with pytest.raises(openai.RateLimitError) as refused:
+            sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+        forget_rate_limit_counts(native_service)
+    assert refused.value.response.headers.get("x-should-retry") != "false"
+    assert int(refused.value.response.headers["retry-after"]) > 1  # the window's reset
+    assert len(rows(native_db)) == queued  # the refused submit queued nothing
