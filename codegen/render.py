@@ -3,8 +3,8 @@
 Every output names its sources (spec files and templates) and ``make generate`` in
 a header, in the comment syntax of its file type; a JSON file, which has no comments,
 carries the same line as its first key, ``"_generated"``. Every Python output is
-passed through ``ruff format`` (the project's settings, from pyproject.toml), so
-generated/ is in the format ``make lint`` checks. Nothing here reads a clock, so
+passed through ruff's import sort and ``ruff format`` (the project's settings, from
+pyproject.toml), so generated/ is in the format ``make lint`` checks. Nothing here reads a clock, so
 generating twice gives identical bytes.
 """
 
@@ -92,13 +92,18 @@ def _ruff() -> list[str]:
 
 @functools.cache
 def ruff_format(path: str, text: str) -> str:
-    """``text`` as ``ruff format`` writes it, with the settings of the project's pyproject.toml."""
-    command = [*_ruff(), "format", "--config", str(REPO / "pyproject.toml")]
-    command += ["--stdin-filename", f"generated/{path}", "-"]
-    done = subprocess.run(command, input=text, capture_output=True, text=True, cwd=REPO)
-    if done.returncode != 0:
-        raise RuntimeError(f"ruff format refused generated/{path}:\n{done.stderr}")
-    return done.stdout
+    """``text`` with its imports sorted and formatted as ruff does, with the settings of the
+    project's pyproject.toml."""
+    config = ["--config", str(REPO / "pyproject.toml"), "--stdin-filename", f"generated/{path}"]
+    # imports sorted as ruff's isort wants them first (a template cannot know its order for
+    # names it gathers), then the format
+    sort = [*_ruff(), "check", "--select", "I", "--fix", "--quiet", "--exit-zero", *config, "-"]
+    for command in (sort, [*_ruff(), "format", *config, "-"]):
+        done = subprocess.run(command, input=text, capture_output=True, text=True, cwd=REPO)
+        if done.returncode != 0:
+            raise RuntimeError(f"ruff refused generated/{path}:\n{done.stderr}")
+        text = done.stdout
+    return text
 
 
 def environment() -> jinja2.Environment:
