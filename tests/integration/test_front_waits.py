@@ -143,9 +143,10 @@ def test_plain_completion_forwards_key_passkey_source_and_operation_key(
     assert body["id"] == f"chatcmpl-{row.id}"
     assert body["choices"][0]["message"]["content"] == "Hello there."
     (charge,) = [-delta for reason, delta in ledger(native_db, requester.id) if reason == "charge"]
+    (tax,) = [-delta for reason, delta in ledger(native_db, requester.id) if reason == "horde_tax"]
     assert body["x_horde"] == {
         "request_id": str(row.id),
-        "kudos": float(charge),
+        "kudos": float(charge + tax),  # what the request cost, the horde tax included
         "charge_basis": "output_estimate",
         "estimated_usage": False,
     }
