@@ -213,6 +213,10 @@ class ChatStatus(RequestStatus):
     """
     Set when max_tokens was above every serving worker's declared length.
     """
+    fault_reasons: NotRequired[list[str]]
+    """
+    Why this request's jobs were faulted or aborted, newest first (at most three): the reason each worker gave, or that it did not submit in time. The front names them in 502 ChatRequestFaulted.
+    """
 
 
 class PopInput(TypedDict):

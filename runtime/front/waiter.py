@@ -252,7 +252,11 @@ class ReplyWait:
 
     def _outcome(self, status: ChatStatus) -> Reply | None:
         if status.get("faulted"):
-            raise ChatRequestFaulted(reason="workers faulted it more times than its limit")
+            reason = "workers faulted it more times than its limit allows"
+            last = status.get("fault_reasons") or []
+            if last:
+                reason += "; the latest reasons: " + "; ".join(last)
+            raise ChatRequestFaulted(reason=reason, metadata={"request_id": self.request_id})
         if status.get("done"):
             reply = Reply.from_status(self.request_id, status)
             if reply is None:

@@ -287,6 +287,20 @@ def test_faulted_is_502_and_not_cancelled(
     assert not row.cancelled
 
 
+def test_a_faulted_requests_error_names_the_latest_fault_reasons_and_its_request_id(
+    serve: Callable[..., ChatTestWorker], client: openai.OpenAI, native_db: Any
+) -> None:
+    reason = "prompt_overflow: the conversation needs 5000 tokens but the backend has 4096"
+    fault = {"type": "generation", "value": "faulted", "ref": reason}
+    with serve(lambda job: {"state": "faulted", "gen_metadata": [fault]}):
+        error = refused_chat(client)
+    (row,) = rows(native_db)
+    assert (error.status_code, error.body["code"]) == (502, "ChatRequestFaulted")  # type: ignore[index]
+    assert error.message.endswith(f"the latest reasons: {reason}; {reason}; {reason}")
+    assert error.body["metadata"] == {"request_id": str(row.id)}  # type: ignore[index]
+    assert error.response.headers["x-request-id"] == str(row.id)
+
+
 def test_done_without_a_generation_is_502_and_cancels(
     serve: Callable[..., ChatTestWorker], client: openai.OpenAI, native_db: Any
 ) -> None:

@@ -35,7 +35,7 @@ from runtime.native.queue.fit import (
     serving_declarations,
 )
 from runtime.native.queue.policy import Policy
-from runtime.native.requests.status import queue_position, request_jobs, status_counts
+from runtime.native.requests.status import Jobs, queue_position, request_jobs, status_counts
 from runtime.native.requests.text import online_workers
 
 
@@ -99,6 +99,31 @@ def generation_json(gen: Generation, worker_name: str) -> ChatGeneration:
     }
 
 
+FAULT_REASONS_SHOWN = 3
+"""How many of a request's latest fault reasons its status names."""
+NOT_SUBMITTED = "the worker did not submit in time"
+NO_REASON = "the worker gave no reason"
+
+
+def fault_reasons(jobs: Jobs) -> list[str]:
+    """Why the request's jobs were faulted or aborted, newest first: each worker's reason
+    (the ``ref`` of its faulted gen_metadata entry), or that it gave none, or did not submit
+    in time (aborted by the sweep)."""
+    reasons: list[str] = []
+    for gen, _ in reversed(jobs.rows):
+        if not (gen.faulted or gen.aborted):
+            continue
+        given = [
+            str(entry["ref"])
+            for entry in gen.gen_metadata or []
+            if isinstance(entry, dict) and entry.get("value") == "faulted" and entry.get("ref")
+        ]
+        reasons.append(given[0] if given else NO_REASON if gen.faulted else NOT_SUBMITTED)
+        if len(reasons) == FAULT_REASONS_SHOWN:
+            break
+    return reasons
+
+
 def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: datetime) -> ChatStatus:
     jobs = request_jobs(session, wp)
     restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
@@ -116,4 +141,5 @@ def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: dateti
         "missing_features": pool.missing_features,
         "exceeded_limits": pool.exceeded_limits,
         "max_tokens_lowered_to": wp.max_tokens_lowered_to,
+        "fault_reasons": fault_reasons(jobs),
     }
