@@ -19,54 +19,33 @@ from openai import OpenAI
 from pydantic import BaseModel
 
 from runtime.front.server import FrontService
-from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.cli import RunningWorker
 from runtime.worker.config import DEFAULT_MAX_LENGTH, WorkerConfig
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
-from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
-from tests.support.front import running_front
+from tests.support.demo_model import DEMO_CONTEXT, UNIT_TOOL
 
 pytestmark = pytest.mark.e2e
 
-CONTEXT = 2048
+CONTEXT = DEMO_CONTEXT
 QUESTION = [{"role": "user", "content": "Who are you?"}]
-
-
-@pytest.fixture(scope="module")
-def demo_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_demo_gguf(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def llama(demo_gguf: Path) -> Iterator[LlamaServer]:
-    with LlamaServer(demo_gguf, n_ctx=CONTEXT) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def front(horde_stores: EmbeddedStores, native_service: Any) -> Iterator[FrontService]:
-    with running_front(
-        horde_stores.redis_url, [native_service.url], deadline=60, grace=20, poll_interval=1
-    ) as service:
-        yield service
 
 
 @pytest.fixture
 def stack(
-    llama: LlamaServer,
+    demo_llama: LlamaServer,
     demo_gguf: Path,
     native_service: Any,
     native_client: httpx.Client,
-    front: FrontService,
+    demo_front: FrontService,
     make_user: Callable[..., MadeUser],
 ) -> Iterator[tuple[OpenAI, RunningWorker]]:
     owner, requester = make_user("demo-worker"), make_user("alice", kudos=1000)
     config = WorkerConfig(
         native_service.url,
         owner.api_key,
-        llama.openai_base_url,
+        demo_llama.openai_base_url,
         context=CONTEXT,
         gguf=demo_gguf,
         poll_interval=0.05,
@@ -76,7 +55,9 @@ def stack(
         waited = threading.Event()
         while not native_client.get("/workers").json():  # online once it popped
             assert not waited.wait(0.05), "the worker never popped"
-        with OpenAI(base_url=f"{front.url}/v1", api_key=requester.api_key, max_retries=0) as sdk:
+        with OpenAI(
+            base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0
+        ) as sdk:
             yield sdk, worker
     finally:
         worker.stop(grace=5)

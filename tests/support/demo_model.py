@@ -30,6 +30,10 @@ UNIT_TOOL: dict[str, Any] = {
 """A function whose only argument is an enum: a grammar forces a schema-valid call."""
 
 
+DEMO_CONTEXT = 2048
+"""The context the end-to-end demo stack serves the demo model with."""
+
+
 def build_demo_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo model's gguf, written in a fresh temp dir."""
     return build_tiny_model(tmp_path_factory.mktemp("models") / "demo.gguf")

@@ -1,0 +1,36 @@
+"""The demo stack's parts that end-to-end modules share: the demo model's gguf, llama-cpp-python
+serving it, and a front on the session's native API (module-scoped: built and started once per
+module that asks for them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.front.server import FrontService
+from runtime.stores.embedded import EmbeddedStores
+from runtime.worker.llama_server import LlamaServer
+from tests.support.demo_model import DEMO_CONTEXT, build_demo_gguf
+from tests.support.front import running_front
+
+
+@pytest.fixture(scope="module")
+def demo_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_demo_gguf(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def demo_llama(demo_gguf: Path) -> Iterator[LlamaServer]:
+    with LlamaServer(demo_gguf, n_ctx=DEMO_CONTEXT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def demo_front(horde_stores: EmbeddedStores, native_service: Any) -> Iterator[FrontService]:
+    with running_front(
+        horde_stores.redis_url, [native_service.url], deadline=60, grace=20, poll_interval=1
+    ) as service:
+        yield service
