@@ -4,7 +4,8 @@ Python's json module reads ``NaN`` and ``Infinity`` and turns ``1e999`` into inf
 non-finite number kept as kudos or a parameter would later be written out as invalid JSON.
 The request bodies of the native API and the front are read with ``loads`` (which refuses
 the two literals, as invalid JSON) and checked with ``non_finite`` (a number that overflowed
-to infinity, refused as an invalid payload naming its field).
+to infinity, refused as an invalid payload naming its field); both refuse a NUL in any key or
+string (``has_nul``), which Postgres text cannot store.
 """
 
 from __future__ import annotations
@@ -39,3 +40,14 @@ def non_finite(value: Any, path: str = "") -> str | None:
         if found is not None:
             return found
     return None
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a NUL character stands in any string or key of a parsed body."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(v) for v in value)
+    return False

@@ -105,23 +105,13 @@ def api_key_of(request: Request) -> str:
     return key
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def checked_request(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the body to forward, the normalised request), or the validator's refusal."""
     try:
         body = strict_json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidJSON(detail=str(exc)) from exc
-    if _has_nul(body):
+    if strict_json.has_nul(body):
         raise NulByteInPayload()
     where = strict_json.non_finite(body)
     if where is not None:

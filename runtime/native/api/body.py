@@ -16,16 +16,6 @@ from runtime.native.api.validation import validate_body, validate_headers
 INT64 = 2**63 - 1
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
-
-
 def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     while "$ref" in schema:
         schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
@@ -58,7 +48,7 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         raise InvalidJSON(detail=str(exc)[:200]) from None
     if not isinstance(body, dict):
         raise InvalidJSON(detail="the body must be a JSON object")
-    if _has_nul(body):
+    if strict_json.has_nul(body):
         raise NulByteInPayload()
     where = strict_json.non_finite(body)
     if where is not None:
