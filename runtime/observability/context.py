@@ -45,3 +45,13 @@ KUDOS_MOVES = "horde.kudos_moves"
 def note_kudos(session_info: dict[str, Any], reason: str, delta: Decimal) -> None:
     """Where the ledger is written: the service counts it once the transaction commits."""
     session_info.setdefault(KUDOS_MOVES, []).append((reason, delta))
+
+
+WORKER_FAULTS = "horde.worker_faults"
+"""A database session's ``info`` key: how many jobs its transaction recorded as faulted by
+their worker."""
+
+
+def note_worker_fault(session_info: dict[str, Any]) -> None:
+    """Where a worker's fault is recorded: the service counts it once the transaction commits."""
+    session_info[WORKER_FAULTS] = session_info.get(WORKER_FAULTS, 0) + 1

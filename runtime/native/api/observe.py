@@ -5,7 +5,7 @@ Counters live in one registry per process (``REGISTRY``): requests by route and 
 their latency, pops by kind, faults, kudos charged (by ledger reason) and rewarded. Queue
 depth and oldest age per model, and online workers and threads per model, are computed when
 ``/metrics`` is scraped, one SQL query each. Kudos are counted when the transaction that
-moved them commits (``count_kudos_on_commit``). The request id is the caller's
+moved them commits, and so are worker faults (``count_on_commit``). The request id is the caller's
 ``x-request-id`` (the front sends its own) or a new one, and every response names it.
 """
 
@@ -33,14 +33,18 @@ from runtime.native.requests.rows import queued
 from runtime.native.requests.text import online_workers
 from runtime.observability import context
 from runtime.observability.access_log import AccessLog
-from runtime.observability.context import KUDOS_MOVES
+from runtime.observability.context import KUDOS_MOVES, WORKER_FAULTS
 from runtime.observability.metrics import CONTENT_TYPE, UNMATCHED, HttpMetrics, exposition
 from runtime.stores.database import transaction
 
 REGISTRY = CollectorRegistry()
 HTTP = HttpMetrics(REGISTRY)
 POPS = Counter("horde_pops", "Jobs handed to workers, by kind.", ["kind"], registry=REGISTRY)
-FAULTS = Counter("horde_faults", "Jobs workers submitted as faulted.", registry=REGISTRY)
+FAULTS = Counter(
+    "horde_faults",
+    "Jobs faulted by their worker (a faulted submit, or a reply verification refused).",
+    registry=REGISTRY,
+)
 KUDOS_CHARGED = Counter(
     "horde_kudos_charged",
     "Kudos taken from requesters, by ledger reason (charge, horde_tax).",
@@ -57,9 +61,10 @@ ANY_MODEL = ""
 REQUEST_ID_PREFIX = "native-"
 
 
-def count_kudos_on_commit(sessions: sessionmaker[Session]) -> None:
+def count_on_commit(sessions: sessionmaker[Session]) -> None:
     @event.listens_for(sessions, "after_commit")
     def _committed(session: Session) -> None:
+        FAULTS.inc(session.info.pop(WORKER_FAULTS, 0))
         for reason, delta in session.info.pop(KUDOS_MOVES, []):
             if reason in CHARGE_REASONS and delta < 0:
                 KUDOS_CHARGED.labels(reason).inc(float(-delta))
@@ -69,6 +74,7 @@ def count_kudos_on_commit(sessions: sessionmaker[Session]) -> None:
     @event.listens_for(sessions, "after_rollback")
     def _rolled_back(session: Session) -> None:
         session.info.pop(KUDOS_MOVES, None)
+        session.info.pop(WORKER_FAULTS, None)
 
 
 class StoreGauges(Collector):
@@ -165,10 +171,6 @@ def _finish(response: Response) -> Response:
     route = rule.rule if rule is not None else UNMATCHED
     if request.endpoint == "text_pop" and response.status_code == 200:
         _count_pop(response)
-    elif request.endpoint == "text_submit" and response.status_code == 200:
-        body: Any = request.get_json(silent=True)
-        if isinstance(body, dict) and body.get("state") == "faulted":
-            FAULTS.inc()
     HTTP.observe(request.method, route, response.status_code, seconds)
     request_id = g.get("horde_request_id")
     if request_id:
@@ -202,7 +204,7 @@ def install(app: Flask, ctx: NativeContext, access_log: AccessLog | None = None)
     """The access log and the request counters on ``app`` (the operator routes are in
     ``OPERATOR_VIEWS``, registered from the spec's routes with the others)."""
     app.extensions["horde_access_log"] = access_log or AccessLog("native")
-    count_kudos_on_commit(ctx.sessions)
+    count_on_commit(ctx.sessions)
     # first, so a limiter or another hook that answers early still has a start time
     app.before_request_funcs.setdefault(None, []).insert(0, _begin)
     app.after_request(_finish)

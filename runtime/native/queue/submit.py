@@ -34,6 +34,7 @@ from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.native.requests.text import finish_if_complete
+from runtime.observability.context import note_worker_fault
 
 FAULTED = STATE_FAULTED
 
@@ -121,6 +122,8 @@ def fault_job(
     fault counts toward its abort limit; one the horde caused (``worker_fault`` False) not."""
     claim_job(session, gen_id, values)
     fault_generation(session, policy, gen_id, now, aborted=False, worker_fault=worker_fault)
+    if worker_fault:
+        note_worker_fault(session.info)  # /metrics counts it once the transaction commits
 
 
 def land_job(
