@@ -26,7 +26,7 @@ log = logging.getLogger("horde-chat.worker")
 SUBMIT_ATTEMPTS = 6
 FIRST_BACKOFF_SECONDS = 0.5
 FAULT_METADATA_TYPE = "generation"
-FAULT_METADATA_VALUE = "faulted"
+FAULT_METADATA_VALUE = STATE_FAULTED
 
 
 def _route_path(operation: str) -> str:

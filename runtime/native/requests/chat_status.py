@@ -24,7 +24,7 @@ from generated.chat.names import (
     REPLY_TOOL_CALLS,
 )
 from generated.chat.tables_reply import CHARGE_BASIS
-from generated.wire import DEFAULT_STATE
+from generated.wire import DEFAULT_STATE, STATE_FAULTED
 from generated.wire.native import ChatGeneration, ChatStatus, ExceededLimit, ReportedUsage
 from runtime.contract.requirements import pool_gap
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
@@ -116,7 +116,7 @@ def fault_reasons(jobs: Jobs) -> list[str]:
         given = [
             str(entry["ref"])
             for entry in gen.gen_metadata or []
-            if isinstance(entry, dict) and entry.get("value") == "faulted" and entry.get("ref")
+            if isinstance(entry, dict) and entry.get("value") == STATE_FAULTED and entry.get("ref")
         ]
         reasons.append(given[0] if given else NO_REASON if gen.faulted else NOT_SUBMITTED)
         if len(reasons) == FAULT_REASONS_SHOWN:
