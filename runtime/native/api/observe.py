@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
 from prometheus_client import CollectorRegistry, Counter
@@ -169,8 +168,9 @@ def _finish(response: Response) -> Response:
     seconds = time.perf_counter() - started if started is not None else 0.0
     rule = request.url_rule
     route = rule.rule if rule is not None else UNMATCHED
-    if request.endpoint == "text_pop" and response.status_code == 200:
-        _count_pop(response)
+    kind = g.get("horde_pop_kind")
+    if kind is not None and response.status_code == 200:
+        POPS.labels(kind).inc()
     HTTP.observe(request.method, route, response.status_code, seconds)
     request_id = g.get("horde_request_id")
     if request_id:
@@ -187,10 +187,13 @@ def _finish(response: Response) -> Response:
     return response
 
 
-def _count_pop(response: Response) -> None:
-    body: Any = response.get_json(silent=True)
-    if isinstance(body, dict) and body.get("id"):
-        POPS.labels("chat" if body.get("is_chat") else "text").inc()
+POP_TEXT, POP_CHAT = "text", "chat"
+"""The ``kind`` label of horde_pops: a text job or a chat job handed out."""
+
+
+def note_pop(kind: str) -> None:
+    """The pop view handed out a job of ``kind``; counted when its response goes out."""
+    g.horde_pop_kind = kind
 
 
 def _log_of() -> AccessLog:

@@ -36,6 +36,7 @@ from runtime.contract.dispatch import chat_job_payload
 from runtime.native.accounts.keys import hash_key, worker_owner_for_key
 from runtime.native.api.body import checked_headers, int64, json_body
 from runtime.native.api.context import native
+from runtime.native.api.observe import POP_CHAT, POP_TEXT, note_pop
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
 from runtime.native.progress.protocol import finish, mark_ended, write_lease
 from runtime.native.queue.chat_submit import (
@@ -91,6 +92,7 @@ def text_pop() -> Response:
         if popped.wp.is_chat:
             chat_job = _chat_job(popped, declaration)
         else:
+            note_pop(POP_TEXT)
             return _text_job(popped)
     return _send_chat_job(chat_job, declaration)
 
@@ -144,6 +146,7 @@ def _send_chat_job(job: ChatJob, declaration: dict[str, Any]) -> Response:
     if job.stream:
         owner = hash_key(request.headers.get(HEADER_APIKEY) or "")
         write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl)
+    note_pop(POP_CHAT)
     return jsonify(
         payload=payload,
         id=str(job.generation_id),
