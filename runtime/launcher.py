@@ -193,6 +193,16 @@ def run_native(
     service = NativeService.start(
         settings, database_url=database_url, redis_url=redis_url, host=host, port=port
     )
+    return _serve_until(stop, service, out)
+
+
+class _Service(Protocol):
+    def describe(self) -> str: ...
+    def stop(self) -> None: ...
+
+
+def _serve_until(stop: threading.Event, service: _Service, out: TextIO) -> int:
+    """Say where ``service`` listens, serve until ``stop`` is set, then stop it."""
     try:
         print(service.describe(), file=out, flush=True)
         stop.wait()
@@ -235,9 +245,4 @@ def run_front(
         host=host or settings.front_host,
         port=settings.front_port if port is None else port,
     )
-    try:
-        print(service.describe(), file=out, flush=True)
-        stop.wait()
-    finally:
-        service.stop()
-    return 0
+    return _serve_until(stop, service, out)
