@@ -133,21 +133,22 @@ def _user_json(user: User, worker_count: int) -> dict[str, Any]:
     }
 
 
-def _worker_counts() -> Any:
-    return select(Worker.user_id, func.count().label("workers")).group_by(Worker.user_id).subquery()
+def _users_with_worker_counts() -> Any:
+    """Users beside the number of workers each has (0 without any)."""
+    counts = (
+        select(Worker.user_id, func.count().label("workers")).group_by(Worker.user_id).subquery()
+    )
+    return select(User, func.coalesce(counts.c.workers, 0)).outerjoin(
+        counts, counts.c.user_id == User.id
+    )
 
 
 def user(id: str) -> Response:
     if not id.isdigit() or int(id) > INT32:
         raise UserNotFound(id=id)
     ctx = native()
-    counts = _worker_counts()
     with transaction(ctx.sessions) as session:
-        row = session.execute(
-            select(User, func.coalesce(counts.c.workers, 0))
-            .outerjoin(counts, counts.c.user_id == User.id)
-            .where(User.id == int(id))
-        ).first()
+        row = session.execute(_users_with_worker_counts().where(User.id == int(id))).first()
         if row is None:
             raise UserNotFound(id=id)
         return jsonify(_user_json(row[0], row[1]))
@@ -155,12 +156,8 @@ def user(id: str) -> Response:
 
 def users() -> Response:
     ctx = native()
-    counts = _worker_counts()
     with transaction(ctx.sessions) as session:
         rows = session.execute(
-            select(User, func.coalesce(counts.c.workers, 0))
-            .outerjoin(counts, counts.c.user_id == User.id)
-            .order_by(User.kudos.desc(), User.id)
-            .limit(1000)
+            _users_with_worker_counts().order_by(User.kudos.desc(), User.id).limit(1000)
         ).all()
         return jsonify([_user_json(u, n) for u, n in rows])
