@@ -60,6 +60,11 @@ def same(a: Any, b: Any) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def wrong_type(param: str, expected: str, value: Any) -> str:
+    """OpenAI's message for a field of the wrong type (``expected``: "an object", ...)."""
+    return f"Invalid type for '{param}': expected {expected}, but got {type_word(value)} instead."
+
+
 def _validator(schema: dict[str, Any]) -> Draft202012Validator:
     key = json.dumps(schema, sort_keys=True)
     if key not in _VALIDATORS:
@@ -76,7 +81,7 @@ def _detail(error: ValidationError, param: str) -> str:
     if kw == "type":
         wanted = arg if isinstance(arg, list) else [arg]
         words = " or ".join(_TYPE_WORDS.get(t, str(t)) for t in wanted if t != "null")
-        return f"Invalid type for '{param}': expected {words}, but got {type_word(inst)} instead."
+        return wrong_type(param, words, inst)
     if kw in ("minimum", "exclusiveMinimum"):
         return (
             f"Invalid '{param}': {number} below minimum value. "

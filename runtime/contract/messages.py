@@ -26,7 +26,7 @@ from generated.errors import (
     UnansweredToolCalls,
     UnsupportedChatParameter,
 )
-from runtime.contract.checks import check, join_param, type_word
+from runtime.contract.checks import check, join_param, wrong_type
 
 _TOOL_CALL_SCHEMA = {
     "type": "object",
@@ -45,11 +45,7 @@ _TOOL_CALL_SCHEMA = {
 
 def _part(part: Any, allowed: list[str], param: str) -> dict[str, Any]:
     if not isinstance(part, dict):
-        raise InvalidChatParameter(
-            detail=f"Invalid type for '{param}': expected an object, "
-            f"but got {type_word(part)} instead.",
-            param=param,
-        )
+        raise InvalidChatParameter(detail=wrong_type(param, "an object", part), param=param)
     kind = part.get("type")
     if kind in REFUSED_PARTS:
         key = join_param(param, "type")
@@ -110,11 +106,7 @@ def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
 def _message(message: Any, index: int) -> dict[str, Any]:
     param = f"{PARAM_MESSAGES}.[{index}]"
     if not isinstance(message, dict):
-        raise InvalidChatParameter(
-            detail=f"Invalid type for '{param}': expected an object, "
-            f"but got {type_word(message)} instead.",
-            param=param,
-        )
+        raise InvalidChatParameter(detail=wrong_type(param, "an object", message), param=param)
     role = message.get("role")
     if role in REFUSED_ROLES:
         raise UnsupportedChatParameter(

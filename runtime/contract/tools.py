@@ -23,7 +23,7 @@ from generated.chat.tables import (
     TOOL_FUNCTION_KEYS,
 )
 from generated.errors import InvalidChatParameter, InvalidStrictSchema, UnsupportedChatParameter
-from runtime.contract.checks import check, join_param, type_word
+from runtime.contract.checks import check, join_param, wrong_type
 
 _OBJECT = {"type": "object"}
 
@@ -176,9 +176,8 @@ def validate_response_format(fmt: dict[str, Any]) -> dict[str, Any]:
                 spec.get("schema"), PARAM_RESPONSE_FORMAT, spec["name"], PARAM_RESPONSE_FORMAT
             )
         if "schema" in spec and not isinstance(spec["schema"], dict):
+            param = "response_format.json_schema.schema"
             raise InvalidChatParameter(
-                detail=f"Invalid type for 'response_format.json_schema.schema': expected an "
-                f"object, but got {type_word(spec['schema'])} instead.",
-                param="response_format.json_schema.schema",
+                detail=wrong_type(param, "an object", spec["schema"]), param=param
             )
     return fmt
