@@ -252,7 +252,26 @@ class PopOutput(TypedDict):
     messages: NotRequired[list[dict[str, Any]]]
 
 
+GenMetadataEntry: TypeAlias = dict[str, str | float | bool | None]
+"""
+One entry of a generation's metadata (upstream's {type, value, ref}): a few short scalar fields, so 50 entries stay small in every status read.
+"""
+
+
+class SubmitToolCall(ToolCall):
+    """
+    A tool call of a worker's reply, within the reply caps.
+    """
+
+    id: str
+    function: Function
+
+
 class SubmitInput(TypedDict):
+    """
+    A worker's reply. Its fields are capped (content, reasoning and a text generation at 1 MiB of characters each, at most 64 tool calls of 64 KiB of arguments, at most 50 gen_metadata entries of a few short fields), so a reply and every status read showing it stay a few MiB at most; a reply over a cap is refused 400 and nothing is stored.
+    """
+
     id: str
     generation: NotRequired[str]
     """
@@ -260,13 +279,13 @@ class SubmitInput(TypedDict):
     """
     state: NotRequired[Literal["ok", "censored", "faulted", "csam"]]
     seed: NotRequired[int]
-    gen_metadata: NotRequired[list[dict[str, Any]]]
+    gen_metadata: NotRequired[list[GenMetadataEntry]]
     content: NotRequired[str | None]
     """
     The chat reply's content (chat jobs).
     """
     reasoning_content: NotRequired[str | None]
-    tool_calls: NotRequired[list[ToolCall]]
+    tool_calls: NotRequired[list[SubmitToolCall]]
     finish_reason: NotRequired[Literal["stop", "length", "tool_calls", "content_filter"]]
     usage: NotRequired[ReportedUsage]
 

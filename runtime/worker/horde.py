@@ -19,7 +19,7 @@ import httpx
 from generated.errors import HordeError
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, ROUTES
 from generated.wire import STATE_FAULTED
-from generated.wire.native import PopOutput, SubmitInput
+from generated.wire.native import GenMetadataEntry, PopOutput, SubmitInput
 
 log = logging.getLogger("horde-chat.worker")
 
@@ -33,7 +33,7 @@ def _route_path(operation: str) -> str:
     return ROUTES[operation].path
 
 
-def fault_metadata(reason: HordeError) -> list[dict[str, str]]:
+def fault_metadata(reason: HordeError) -> list[GenMetadataEntry]:
     """The gen_metadata entry that carries a fault's reason (docs/errors.md)."""
     ref = f"{reason.code}: {reason.message}"
     return [{"type": FAULT_METADATA_TYPE, "value": FAULT_METADATA_VALUE, "ref": ref[:500]}]
