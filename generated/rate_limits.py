@@ -61,4 +61,7 @@ RATE_LIMITS: dict[str, tuple[RateLimit, ...]] = {
     "native_healthz": (),
     "native_readyz": (),
     "native_metrics": (),
+    "native_openapi": (),
+    "native_docs": (),
+    "native_docs_asset": (),
 }

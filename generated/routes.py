@@ -168,6 +168,30 @@ ROUTES: dict[str, Route] = {
             errors=("FrontAtCapacity", "RateLimited", "InternalError"),
         ),
         Route(
+            operation_id="front_openapi",
+            surface="front",
+            method="GET",
+            path="/openapi.json",
+            errors=("FrontAtCapacity", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="front_docs",
+            surface="front",
+            method="GET",
+            path="/docs",
+            errors=("FrontAtCapacity", "RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="front_docs_asset",
+            surface="front",
+            method="GET",
+            path="/docs/{asset}",
+            path_params={
+                "asset": {"enum": ["swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"]}
+            },
+            errors=("RouteNotFound", "FrontAtCapacity", "RateLimited", "InternalError"),
+        ),
+        Route(
             operation_id="text_async",
             surface="native",
             method="POST",
@@ -424,6 +448,30 @@ ROUTES: dict[str, Route] = {
             method="GET",
             path="/metrics",
             errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="native_openapi",
+            surface="native",
+            method="GET",
+            path="/openapi.json",
+            errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="native_docs",
+            surface="native",
+            method="GET",
+            path="/docs",
+            errors=("RateLimited", "InternalError"),
+        ),
+        Route(
+            operation_id="native_docs_asset",
+            surface="native",
+            method="GET",
+            path="/docs/{asset}",
+            path_params={
+                "asset": {"enum": ["swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"]}
+            },
+            errors=("RouteNotFound", "RateLimited", "InternalError"),
         ),
     )
 }

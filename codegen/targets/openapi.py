@@ -114,6 +114,8 @@ def _success(resp: dict[str, Any]) -> dict[str, Any]:
         }
     if "text" in resp:
         content["text/plain"] = {"schema": {"type": "string", "description": resp["text"].strip()}}
+    for media_type, about in resp.get("media", {}).items():
+        content[media_type] = {"schema": {"type": "string", "description": about.strip()}}
     out: dict[str, Any] = {"description": resp["description"]}
     if content:
         out["content"] = content

@@ -38,6 +38,7 @@ from runtime.front.config import FrontConfig
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
 from runtime.front.native_client import NativeClient
 from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, forward_request_id
+from runtime.front.reference import REFERENCE_ROUTES
 from runtime.front.request_id import RequestIdMiddleware
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
@@ -151,6 +152,7 @@ def create_front_app(
             methods=["GET"],
         ),
         *OPERATOR_ROUTES,  # /healthz, /readyz, /metrics
+        *REFERENCE_ROUTES,  # /openapi.json, /docs
     ]
     handlers: dict[Any, Any] = {
         404: not_found,

@@ -25,6 +25,7 @@ from runtime.native.api.errors import register_error_handlers
 from runtime.native.api.observe import OPERATOR_VIEWS
 from runtime.native.api.observe import install as install_observability
 from runtime.native.api.rate_limits import make_limiter, route_limits
+from runtime.native.api.reference import REFERENCE_VIEWS
 
 VIEWS: dict[str, Callable[..., Any]] = {
     "text_async": views_text.text_async,
@@ -44,6 +45,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "users": views_status.users,
     "object": views_objects.object_download,
     **OPERATOR_VIEWS,  # /healthz, /readyz, /metrics
+    **REFERENCE_VIEWS,  # /openapi.json, /docs
 }
 
 
