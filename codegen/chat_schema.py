@@ -31,7 +31,12 @@ def _message_schema(spec: Spec) -> dict[str, Any]:
         content: dict[str, Any] = {
             "anyOf": [
                 {"type": "string"},
-                {"type": "array", "minItems": 1, "items": {"anyOf": parts}},
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": r["content"]["max_parts"],
+                    "items": {"anyOf": parts},
+                },
             ]
         }
         if r["content"]["nullable"]:

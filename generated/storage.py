@@ -15,6 +15,12 @@ MAX_REDIRECTS = 3
 INPUT_FORMATS: frozenset[str] = frozenset(["JPEG", "PNG", "GIF", "WEBP"])
 JPEG_QUALITY = 90
 
+# A request body: bytes besides inline images, bytes of inline images' data URLs (the body
+# cap is their sum), and the deepest nesting of arrays and objects.
+BODY_TEXT_BYTES = 1048576
+BODY_INLINE_IMAGE_BYTES = 25165824
+MAX_JSON_DEPTH = 64
+
 MESSAGES_URL_TTL_SECONDS = 120
 IMAGE_URL_TTL_SECONDS = 300
 

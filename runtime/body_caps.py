@@ -1,24 +1,50 @@
 """How large a chat request body may be, on the native API and on the front.
 
-Images arrive inline as data URLs, so the default cap is the text cap (what a request
-without images may send) plus the spec's image intake caps (``generated.storage``): every
-image at its largest, base64-encoded, with its data URL header. Both services read the
-default from here and let the operator change it (HORDE_MAX_BODY_BYTES on the native API,
-HORDE_FRONT_MAX_BODY_BYTES on the front). The front's submit timeout likewise leaves room
-for the native API to fetch every image URL at its fetch timeout (``MAX_INTAKE_SECONDS``).
+The spec (spec/storage/objects.yaml, ``body``) gives two allowances: the text (everything
+but inline images: messages, tools, schemas and the rest of the request, about 1 MiB) and
+inline images (the data URLs of image parts, all together). The default body cap is their
+sum, so a larger body is refused 413 from its Content-Length or while it streams, before it
+is parsed. Both services read the default from here and let the operator change it
+(HORDE_MAX_BODY_BYTES on the native API, HORDE_FRONT_MAX_BODY_BYTES on the front).
+
+Within the body cap each allowance is held on its own (``check_allowances``): before the
+parse, from the raw bytes (``inline_image_bound``: every JSON string that is a base64 image
+data URL, found by one regular expression, so a body whose text is over its allowance is
+never parsed); after it, exactly (``inline_image_bytes_in``: the data URLs of the image parts
+the messages hold). The front's submit timeout leaves room for the native API to fetch every
+image URL at its fetch timeout (``MAX_INTAKE_SECONDS``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES
-from generated.storage import FETCH_TIMEOUT_SECONDS, INTAKE_CAPS
+from generated.chat.names import LIMIT_MAX_IMAGES, PARAM_MESSAGES
+from generated.errors import PayloadTooLarge
+from generated.storage import (
+    BODY_INLINE_IMAGE_BYTES,
+    BODY_TEXT_BYTES,
+    FETCH_TIMEOUT_SECONDS,
+    IMAGE_URL_KEY,
+    INTAKE_CAPS,
+    PART_IMAGE,
+)
 
-TEXT_BODY_BYTES = 1024 * 1024
-"""Everything but the images: messages, tools, schemas and the rest of the request."""
+TEXT_BODY_BYTES = BODY_TEXT_BYTES
+"""Everything but the inline images: messages, tools, schemas and the rest of the request."""
+INLINE_IMAGE_BYTES = BODY_INLINE_IMAGE_BYTES
+"""Every inline image's data URL (with its JSON quotes), all together."""
 DATA_URL_HEADER_BYTES = 64
 """``data:image/<type>;base64,`` and the JSON around one image part, with room to spare."""
+DATA_URL = "data:"
+
+# What a JSON string holding a base64 image data URL is made of (a JSON writer may escape
+# its slashes), and how it begins.
+_BASE64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=\\"
+_DATA_IMAGE = b'"data:image'
+_BASE64_MARK = b";base64,"
+_HEADER_BYTES = 48
 
 
 def inline_image_bytes(max_image_bytes: int) -> int:
@@ -27,11 +53,62 @@ def inline_image_bytes(max_image_bytes: int) -> int:
 
 
 def default_max_body_bytes() -> int:
-    images = INTAKE_CAPS[LIMIT_MAX_IMAGES]
-    return TEXT_BODY_BYTES + images * inline_image_bytes(INTAKE_CAPS[LIMIT_MAX_IMAGE_BYTES])
+    return TEXT_BODY_BYTES + INLINE_IMAGE_BYTES
 
 
 DEFAULT_MAX_BODY_BYTES = default_max_body_bytes()
 
 MAX_INTAKE_SECONDS = INTAKE_CAPS[LIMIT_MAX_IMAGES] * FETCH_TIMEOUT_SECONDS
 """The longest image intake at submit: every image URL fetched at its timeout, in turn."""
+
+
+def inline_image_bound(raw: bytes) -> int:
+    """Bytes of ``raw`` in JSON strings that are base64 image data URLs (quotes included),
+    wherever they stand: at least the inline images' bytes, found without parsing (a find
+    and a translate per data URL, in C)."""
+    total = 0
+    start = raw.find(_DATA_IMAGE)
+    while start >= 0:
+        end = raw.find(b'"', start + 1)
+        if end < 0:
+            break
+        head, mark, data = raw[start + 1 : end].partition(_BASE64_MARK)
+        if mark and len(head) <= _HEADER_BYTES and not data.translate(None, _BASE64):
+            total += end + 1 - start
+        start = raw.find(_DATA_IMAGE, end + 1)
+    return total
+
+
+def inline_image_bytes_in(body: Any) -> int:
+    """Bytes the image parts' data URLs of a parsed body took in its JSON (quotes included;
+    a data URL is ASCII, so its length is its bytes, escaped slashes aside). Reads only
+    messages -> content parts -> image URL, whatever else the body holds."""
+    total = 0
+    messages = body.get(PARAM_MESSAGES) if isinstance(body, dict) else None
+    for message in messages if isinstance(messages, list) else ():
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else ():
+            if not isinstance(part, dict) or part.get("type") != PART_IMAGE:
+                continue
+            image = part.get(PART_IMAGE)
+            url = image.get(IMAGE_URL_KEY) if isinstance(image, dict) else None
+            if isinstance(url, str) and url.startswith(DATA_URL):
+                total += len(url) + 2
+    return total
+
+
+def check_allowances(size: int, inline: int) -> None:
+    """Refuse (413) a body of ``size`` bytes of which ``inline`` are inline images, when its
+    text or its inline images are over their allowance."""
+    if inline > INLINE_IMAGE_BYTES:
+        raise PayloadTooLarge(
+            f"The inline images (data URLs) of the request take {inline} bytes, over the limit"
+            f" of {INLINE_IMAGE_BYTES} bytes; send larger images by URL.",
+            limit=INLINE_IMAGE_BYTES,
+        )
+    if size - inline > TEXT_BODY_BYTES:
+        raise PayloadTooLarge(
+            f"The request's text (everything but inline images) takes {size - inline} bytes,"
+            f" over the limit of {TEXT_BODY_BYTES} bytes.",
+            limit=TEXT_BODY_BYTES,
+        )

@@ -1,18 +1,51 @@
-"""JSON as RFC 8259 has it: no NaN, no Infinity, no number too large for a float.
+"""Request bodies as RFC 8259 JSON that both services can keep: ``parse`` and ``Malformed``.
 
-Python's json module reads ``NaN`` and ``Infinity`` and turns ``1e999`` into infinity; a
-non-finite number kept as kudos or a parameter would later be written out as invalid JSON.
-The request bodies of the native API and the front are read with ``loads`` (which refuses
-the two literals, as invalid JSON) and checked with ``non_finite`` (a number that overflowed
-to infinity, refused as an invalid payload naming its field); both refuse a NUL in any key or
-string (``has_nul``), which Postgres text cannot store.
+Python's json module reads ``NaN`` and ``Infinity``, turns ``1e400`` into infinity, accepts
+``"\\ud800"`` (a lone UTF-16 surrogate, which is not Unicode text: it cannot be encoded,
+stored or logged) and answers a deeply nested body with RecursionError. ``parse(raw)`` is
+the one reader of a request body on the native API and on the front; every way a body can
+be malformed raises ``Malformed`` (a ValueError) whose ``kind`` says which, so a service
+answers each with its 400 and never a 500:
+
+| kind | the body holds | usual answer |
+| --- | --- | --- |
+| ``syntax`` | invalid JSON, not UTF-8, or a ``NaN`` / ``Infinity`` literal | invalid JSON |
+| ``depth`` | nesting deeper than ``max_depth`` (spec: body.max_depth) | invalid JSON |
+| ``surrogate`` | a lone surrogate in a string or a key | invalid JSON |
+| ``nul`` | a NUL character in a string or a key (Postgres text cannot store it) | NUL in payload |
+| ``non_finite`` | a number too large for a float (``1e400``) | invalid payload, naming it |
+
+``Malformed.path`` names where (``params.temperature``, ``messages.[0].content``; ``body``
+for the top level), ``Malformed.problem`` says what in a sentence that quotes nothing from
+the body. The checks after the parse are one iterative walk (no recursion, so any depth the
+json module accepted is walked safely), linear in the size of the parsed body.
+
+``loads``, ``non_finite`` and ``has_nul`` are the older pieces, kept for their callers.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import re
+from typing import Any, Literal
+
+from generated.storage import MAX_JSON_DEPTH
+
+Kind = Literal["syntax", "depth", "surrogate", "nul", "non_finite"]
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_Path = tuple[Any, str | int] | None
+"""A linked path: (parent path, key or index), None at the top level."""
+
+
+class Malformed(ValueError):
+    """A request body that is not JSON a service can keep; ``kind`` says why."""
+
+    def __init__(self, kind: Kind, problem: str, path: str = "body") -> None:
+        self.kind: Kind = kind
+        self.problem = problem
+        self.path = path
+        super().__init__(problem if kind == "syntax" else f"{problem} (at {path})")
 
 
 def _constant(name: str) -> Any:
@@ -20,34 +53,158 @@ def _constant(name: str) -> Any:
 
 
 def loads(raw: str | bytes) -> Any:
-    """``json.loads`` that raises ValueError on NaN, Infinity and -Infinity."""
-    return json.loads(raw, parse_constant=_constant)
+    """``json.loads`` that raises ValueError on NaN, Infinity and -Infinity (and on a body
+    nested too deeply for the json module, instead of RecursionError)."""
+    try:
+        return json.loads(raw, parse_constant=_constant)
+    except RecursionError as exc:
+        raise ValueError("arrays and objects are nested too deeply") from exc
+
+
+def parse(raw: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The parsed body, or ``Malformed`` naming the first problem (module docstring)."""
+    try:
+        value = json.loads(raw, parse_constant=_constant)
+    except RecursionError as exc:
+        problem = f"arrays and objects are nested deeper than {max_depth} levels"
+        raise Malformed("depth", problem) from exc
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        raise Malformed("syntax", _syntax_problem(exc)) from exc
+    check(value, max_depth=max_depth)
+    return value
+
+
+def _syntax_problem(exc: ValueError) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"the body is not UTF-8 (an invalid byte at position {exc.start})"
+    return str(exc)  # json's own message: what was expected, with line, column and position
+
+
+def check(value: Any, *, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise ``Malformed`` for the first (in document order) container nested deeper than
+    ``max_depth``, string or key holding NUL or a lone surrogate, or non-finite number."""
+    if _clean(value, max_depth):
+        return
+    _locate(value, max_depth)  # raises: paths are built only once a problem is known
+
+
+def _bad_string(text: str) -> bool:
+    return "\x00" in text or (not text.isascii() and _SURROGATE.search(text) is not None)
+
+
+def _bad_scalar(item: Any) -> bool:
+    kind = type(item)
+    if kind is str:
+        return _bad_string(item)
+    return kind is float and not math.isfinite(item)
+
+
+def _clean(value: Any, max_depth: int) -> bool:
+    """Whether nothing in ``value`` is malformed: one walk that keeps no paths (an empty
+    container is checked where it stands, never pushed)."""
+    if type(value) is not dict and type(value) is not list:
+        return not _bad_scalar(value)
+    if max_depth < 1:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if type(item) is dict:
+            if any(_bad_string(key) for key in item):
+                return False
+            item = item.values()
+        if not _children_clean(item, depth, max_depth, stack):
+            return False
+    return True
+
+
+def _children_clean(
+    children: Any, depth: int, max_depth: int, stack: list[tuple[Any, int]]
+) -> bool:
+    """Whether the children of a container at ``depth`` are clean so far; their own
+    non-empty containers go on ``stack``."""
+    for child in children:
+        kind = type(child)
+        if kind is dict or kind is list:
+            if depth >= max_depth:
+                return False
+            if child:
+                stack.append((child, depth + 1))
+        elif kind is str:
+            if _bad_string(child):
+                return False
+        elif kind is float and not math.isfinite(child):
+            return False
+    return True
+
+
+def _locate(value: Any, max_depth: int) -> None:
+    """Raise the first problem in document order, with its path."""
+    stack: list[tuple[Any, int, _Path]] = [(value, 1, None)]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, str):
+            _string(item, where)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise Malformed("non_finite", "a number must be finite", _format(where))
+        elif isinstance(item, dict | list):
+            if depth > max_depth:
+                problem = f"arrays and objects are nested deeper than {max_depth} levels"
+                raise Malformed("depth", problem, _format(where))
+            if isinstance(item, dict):
+                children: list[tuple[Any, int, _Path]] = []
+                for key, child in item.items():
+                    _string(key, (where, key))
+                    children.append((child, depth + 1, (where, key)))
+                stack.extend(reversed(children))
+            else:
+                stack.extend((item[i], depth + 1, (where, i)) for i in range(len(item) - 1, -1, -1))
+
+
+def _string(text: str, where: _Path) -> None:
+    if "\x00" in text:
+        raise Malformed("nul", "a string holds a NUL character (\\u0000)", _format(where))
+    if not text.isascii() and _SURROGATE.search(text):
+        problem = "a string holds a lone UTF-16 surrogate, which is not Unicode text"
+        raise Malformed("surrogate", problem, _format(where))
+
+
+def _format(where: _Path) -> str:
+    steps: list[str] = []
+    while where is not None:
+        where, step = where
+        steps.append(f"[{step}]" if isinstance(step, int) else step)
+    return ".".join(reversed(steps)) or "body"
 
 
 def non_finite(value: Any, path: str = "") -> str | None:
     """The path (``params.temperature``, ``messages.[0]``) of the first number that is not
     finite in a parsed body, or None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return path or "body"
-    if isinstance(value, dict):
-        items: Any = value.items()
-    elif isinstance(value, list):
-        items = ((f"[{i}]", v) for i, v in enumerate(value))
-    else:
-        return None
-    for key, item in items:
-        found = non_finite(item, f"{path}.{key}" if path else str(key))
-        if found is not None:
-            return found
+    stack: list[tuple[Any, _Path]] = [(value, None)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            found = _format(where)
+            return (f"{path}.{found}" if where is not None else path) if path else found
+        if isinstance(item, dict):
+            stack.extend(reversed([(v, (where, k)) for k, v in item.items()]))
+        elif isinstance(item, list):
+            stack.extend((item[i], (where, i)) for i in range(len(item) - 1, -1, -1))
     return None
 
 
 def has_nul(value: Any) -> bool:
     """Whether a NUL character stands in any string or key of a parsed body."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(has_nul(k) or has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_nul(v) for v in value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False

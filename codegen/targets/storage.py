@@ -47,6 +47,7 @@ def build(spec: Spec) -> list[Output]:
             spec.sources(STORAGE, DECLARATION, MESSAGES),
             "storage.py",
             intake=data["intake"],
+            body=data["body"],
             signed=data["signed_urls"],
             offload=data["offload"],
             reference_prefix=data["reference_prefix"],

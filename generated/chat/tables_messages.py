@@ -9,7 +9,7 @@ from typing import Any
 # worker, and the features a message of the role requires.
 ROLES: dict[str, dict[str, Any]] = {
     "system": {
-        "content": {"required": True, "nullable": False, "parts": ["text"]},
+        "content": {"required": True, "nullable": False, "parts": ["text"], "max_parts": 256},
         "keys": {"name": {"type": "string"}},
         "required_keys": [],
         "refused_keys": {},
@@ -18,7 +18,7 @@ ROLES: dict[str, dict[str, Any]] = {
         "requires_when_key": {},
     },
     "developer": {
-        "content": {"required": True, "nullable": False, "parts": ["text"]},
+        "content": {"required": True, "nullable": False, "parts": ["text"], "max_parts": 256},
         "keys": {"name": {"type": "string"}},
         "required_keys": [],
         "refused_keys": {},
@@ -27,7 +27,12 @@ ROLES: dict[str, dict[str, Any]] = {
         "requires_when_key": {},
     },
     "user": {
-        "content": {"required": True, "nullable": False, "parts": ["text", "image_url"]},
+        "content": {
+            "required": True,
+            "nullable": False,
+            "parts": ["text", "image_url"],
+            "max_parts": 256,
+        },
         "keys": {"name": {"type": "string"}},
         "required_keys": [],
         "refused_keys": {},
@@ -36,11 +41,16 @@ ROLES: dict[str, dict[str, Any]] = {
         "requires_when_key": {},
     },
     "assistant": {
-        "content": {"required": False, "nullable": True, "parts": ["text", "refusal"]},
+        "content": {
+            "required": False,
+            "nullable": True,
+            "parts": ["text", "refusal"],
+            "max_parts": 256,
+        },
         "keys": {
             "name": {"type": "string"},
             "refusal": {"type": ["string", "null"]},
-            "tool_calls": {"type": "array"},
+            "tool_calls": {"type": "array", "maxItems": 128},
         },
         "required_keys": [],
         "refused_keys": {
@@ -52,7 +62,7 @@ ROLES: dict[str, dict[str, Any]] = {
         "requires_when_key": {"tool_calls": "tools"},
     },
     "tool": {
-        "content": {"required": True, "nullable": False, "parts": ["text"]},
+        "content": {"required": True, "nullable": False, "parts": ["text"], "max_parts": 256},
         "keys": {"tool_call_id": {"type": "string", "minLength": 1}},
         "required_keys": ["tool_call_id"],
         "refused_keys": {},

@@ -272,6 +272,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
         "treatment": "refused_unless_default",
         "schema": {
             "type": ["object", "null"],
+            "maxProperties": 300,
             "additionalProperties": {"type": "integer", "minimum": -100, "maximum": 100},
         },
         "has_default": True,
@@ -318,7 +319,11 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     },
     "metadata": {
         "treatment": "dropped_at_default",
-        "schema": {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+        "schema": {
+            "type": ["object", "null"],
+            "maxProperties": 16,
+            "additionalProperties": {"type": "string", "maxLength": 512},
+        },
         "has_default": True,
         "default": None,
         "noop_values": [None, {}],
@@ -356,7 +361,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     },
     "modalities": {
         "treatment": "dropped_at_default",
-        "schema": {"type": ["array", "null"], "items": {"enum": ["text", "audio"]}},
+        "schema": {"type": ["array", "null"], "maxItems": 2, "items": {"enum": ["text", "audio"]}},
         "has_default": True,
         "default": ["text"],
         "noop_values": [["text"]],

@@ -76,12 +76,12 @@ def _content(message: dict[str, Any], rules: dict[str, Any], param: str) -> Any:
         return None
     if isinstance(content, str):
         return content
-    check(content, {"type": "array", "minItems": 1}, where)
+    check(content, {"type": "array", "minItems": 1, "maxItems": rules["max_parts"]}, where)
     return [_part(p, rules["parts"], join_param(where, i)) for i, p in enumerate(content)]
 
 
-def _tool_calls(calls: Any, param: str) -> list[dict[str, Any]]:
-    check(calls, {"type": "array"}, param)
+def _tool_calls(calls: Any, schema: dict[str, Any], param: str) -> list[dict[str, Any]]:
+    check(calls, schema, param)  # the array and its cap, before any call is checked
     kept: list[dict[str, Any]] = []
     for i, call in enumerate(calls):
         where = join_param(param, i)
@@ -152,31 +152,42 @@ def _keys(message: dict[str, Any], rules: dict[str, Any], param: str) -> dict[st
         if value is None:
             continue
         where = join_param(param, key)
-        kept[key] = _tool_calls(value, where) if key == "tool_calls" else value
-        if key != "tool_calls":
+        if key == "tool_calls":
+            kept[key] = _tool_calls(value, schema, where)
+        else:
             check(value, schema, where)
+            kept[key] = value
     return kept
 
 
 def _check_tool_history(messages: list[dict[str, Any]]) -> None:
-    """Every call answered by the tool messages right after its assistant message."""
-    pending: list[str] = []
+    """Every call answered by the tool messages right after its assistant message.
+
+    Linear in calls plus answers: the open calls are counted by id (an id may repeat), so
+    an answer costs one lookup however many calls are open."""
+    pending: dict[str, int] = {}
     opened_at = -1
     for i, message in enumerate(messages):
         if message["role"] == ROLE_TOOL:
-            if message["tool_call_id"] not in pending:
+            answered = message["tool_call_id"]
+            if not pending.get(answered):
                 raise OrphanToolMessage(param=f"{PARAM_MESSAGES}.[{i}].role")
-            pending.remove(message["tool_call_id"])
+            pending[answered] -= 1
             continue
-        if pending:
-            where = f"{PARAM_MESSAGES}.[{opened_at}].role"
-            raise UnansweredToolCalls(ids=", ".join(pending), param=where)
-        calls = message.get("tool_calls") or []
-        pending = [c["id"] for c in calls]
+        _unanswered(pending, opened_at)
+        pending = {}
+        for call in message.get("tool_calls") or []:
+            pending[call["id"]] = pending.get(call["id"], 0) + 1
         opened_at = i
-    if pending:
+    _unanswered(pending, opened_at)
+
+
+def _unanswered(pending: dict[str, int], opened_at: int) -> None:
+    """Refuse the calls still open when their assistant message's answers ended."""
+    ids = [call_id for call_id, count in pending.items() for _ in range(count)]
+    if ids:
         where = f"{PARAM_MESSAGES}.[{opened_at}].role"
-        raise UnansweredToolCalls(ids=", ".join(pending), param=where)
+        raise UnansweredToolCalls(ids=", ".join(ids), param=where)
 
 
 def validate_messages(messages: Any) -> list[dict[str, Any]]:

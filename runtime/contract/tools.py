@@ -114,13 +114,15 @@ def validate_tools(tools: Any) -> list[dict[str, Any]]:
                 fn.get("parameters"), "function", fn["name"], join_param(fn_where, "parameters")
             )
         kept.append({"type": "function", "function": fn})
-    names = [t["function"]["name"] for t in kept]
-    for i, name in enumerate(names):
-        if name in names[:i]:
+    seen: set[str] = set()
+    for i, tool in enumerate(kept):
+        name = tool["function"]["name"]
+        if name in seen:
             where = f"{PARAM_TOOLS}.[{i}].function.name"
             raise InvalidChatParameter(
                 detail=f"Invalid 'tools': duplicate function name '{name}'.", param=where
             )
+        seen.add(name)
     return kept
 
 

@@ -40,6 +40,7 @@ from generated.errors import (
     ToolsRequired,
     UnsupportedChatParameter,
 )
+from runtime.contract.caps import check_item_caps
 from runtime.contract.checks import check, same
 from runtime.contract.messages import validate_messages
 from runtime.contract.registry import implements
@@ -133,6 +134,7 @@ def validate_chat_request(body: object) -> dict[str, Any]:
     """The normalised chat request, or a ``generated.errors`` refusal."""
     if not isinstance(body, dict):
         raise InvalidChatParameter(detail="The request body must be a JSON object.", param=None)
+    check_item_caps(body)  # lengths first: no per-item work on an array over its cap
     request = _top_level(body)
     _models(request)
     if PARAM_MESSAGES not in request:

@@ -3,16 +3,23 @@
 ``Admission.admit(source)`` holds one of the per-source and global slots for the whole
 request (reply or stream included) and refuses with 503 FrontAtCapacity before the body is
 read. ``read_body`` enforces the size limit (413) and the body deadline (408).
-``api_key_of`` reads the bearer token (none: the anonymous key). ``checked_request`` parses
-the JSON, drops the front's default no-ops and runs the shared validator; it returns the
-body to forward and the normalised request.
+``api_key_of`` reads the bearer token (none: the anonymous key). ``checked_request`` holds
+the body to its text and inline-image allowances (runtime.body_caps: before the parse from
+the raw bytes, after it exactly), parses it (runtime.strict_json: any depth, non-finite
+numbers, lone surrogates and NUL are 400s), drops the front's default no-ops and runs the
+shared validator (item caps first); it returns the body to forward and the normalised
+request. ``admitted_body`` is what a request awaits: the same, with the body to forward
+encoded, run on a small thread pool for a body over ``OFF_LOOP_BYTES`` so that one client's
+large body does not hold the event loop (and every other client) while it is parsed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,6 +29,7 @@ from generated.chat.names import HORDE_DRY_RUN
 from generated.errors import (
     BodyReadTimeout,
     FrontAtCapacity,
+    HordeError,
     InvalidAPIKey,
     InvalidJSON,
     InvalidPayload,
@@ -31,10 +39,14 @@ from generated.errors import (
 )
 from generated.routes import HEADER_AUTHORIZATION
 from generated.wire import ANONYMOUS_API_KEY
-from runtime import strict_json
+from runtime import body_caps, strict_json
 from runtime.contract.validator import drop_front_defaults, horde_option, validate_chat_request
 
 BEARER = "bearer "
+OFF_LOOP_BYTES = 16 * 1024
+"""Bodies larger than this are parsed and validated on ``PARSE_POOL``, not the event loop."""
+PARSE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="front-parse")
+"""Two threads: parsing holds the GIL in C, so more would only queue behind each other."""
 
 
 class ClientGone(Exception):
@@ -106,16 +118,14 @@ def api_key_of(request: Request) -> str:
 
 
 def checked_request(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the body to forward, the normalised request), or the validator's refusal."""
+    """(the body to forward, the normalised request), or the refusal: 413 for a body over
+    an allowance, 400 for malformed JSON or a request the validator refuses."""
+    body_caps.check_allowances(len(raw), body_caps.inline_image_bound(raw))
     try:
-        body = strict_json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InvalidJSON(detail=str(exc)) from exc
-    if strict_json.has_nul(body):
-        raise NulByteInPayload()
-    where = strict_json.non_finite(body)
-    if where is not None:
-        raise InvalidPayload(field=where, problem="a number must be finite", param=where)
+        body = strict_json.parse(raw)
+    except strict_json.Malformed as bad:
+        raise _refusal(bad) from None  # the traceback would only repeat the body's problem
+    body_caps.check_allowances(len(raw), body_caps.inline_image_bytes_in(body))
     forward = drop_front_defaults(body) if isinstance(body, dict) else body
     request = validate_chat_request(forward)
     if horde_option(request, HORDE_DRY_RUN):
@@ -126,3 +136,25 @@ def checked_request(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
             param=where,
         )
     return forward, request
+
+
+def _refusal(bad: strict_json.Malformed) -> HordeError:
+    """The front's 400 for a malformed body (strict_json's kinds)."""
+    if bad.kind == "nul":
+        return NulByteInPayload()
+    if bad.kind == "non_finite":
+        return InvalidPayload(field=bad.path, problem=bad.problem, param=bad.path)
+    return InvalidJSON(detail=str(bad))
+
+
+def _checked_and_encoded(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    forward, request = checked_request(raw)
+    return json.dumps(forward, separators=(",", ":"), ensure_ascii=False).encode(), request
+
+
+async def admitted_body(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    """(the body to forward, encoded; the normalised request), or the refusal; off the
+    event loop for a body over ``OFF_LOOP_BYTES``."""
+    if len(raw) <= OFF_LOOP_BYTES:
+        return _checked_and_encoded(raw)
+    return await asyncio.get_running_loop().run_in_executor(PARSE_POOL, _checked_and_encoded, raw)

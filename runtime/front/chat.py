@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -26,7 +25,7 @@ from starlette.types import Receive, Scope, Send
 from generated.chat.names import PARAM_STREAM
 from generated.errors import HordeError, InternalError
 from generated.wire.front import ChatCompletion
-from runtime.front.admission import ClientGone, api_key_of, checked_request, read_body
+from runtime.front.admission import ClientGone, admitted_body, api_key_of, read_body
 from runtime.front.errors import error_event, error_response
 from runtime.front.native_client import SubmitLost, new_operation_key
 from runtime.front.request_id import RequestId
@@ -117,8 +116,7 @@ class _Life:
         config = self.state.config
         raw = await read_body(self.request, config.max_body_bytes, config.body_timeout)
         api_key = api_key_of(self.request)
-        forward, normalised = checked_request(raw)
-        body = _encode(forward)
+        body, normalised = await admitted_body(raw)  # off the event loop when large
         try:
             accepted = await self.state.native.submit(
                 body, api_key=api_key, operation_key=new_operation_key(), source=self.source
@@ -173,7 +171,3 @@ class _Life:
     async def _json(self, payload: ChatCompletion) -> None:
         response = JSONResponse(payload)
         await response(self.request.scope, self.request.receive, self.send)
-
-
-def _encode(body: Any) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()

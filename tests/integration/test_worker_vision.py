@@ -13,10 +13,14 @@ from generated.chat.names import (
     DECL_IMAGE_TRANSPORTS,
     FEATURE_VISION,
     LIMIT_MAX_IMAGE_BYTES,
-    LIMIT_MAX_IMAGES,
 )
 from generated.storage import INTAKE_CAPS, TRANSPORT_BASE64, TRANSPORT_URL
-from runtime.body_caps import DEFAULT_MAX_BODY_BYTES, TEXT_BODY_BYTES, inline_image_bytes
+from runtime.body_caps import (
+    DEFAULT_MAX_BODY_BYTES,
+    INLINE_IMAGE_BYTES,
+    TEXT_BODY_BYTES,
+    inline_image_bytes,
+)
 from runtime.config import Settings
 from runtime.front.config import FrontConfig
 from runtime.worker.backend import BackendClient
@@ -88,8 +92,10 @@ def test_image_transports_argument_and_body_caps() -> None:
     assert parser.parse_args(required).image_transports == ALL_TRANSPORTS
     with pytest.raises(SystemExit):
         parser.parse_args([*required, "--image-transports", "ftp"])
-    images = INTAKE_CAPS[LIMIT_MAX_IMAGES] * inline_image_bytes(INTAKE_CAPS[LIMIT_MAX_IMAGE_BYTES])
-    assert TEXT_BODY_BYTES + images == DEFAULT_MAX_BODY_BYTES
+    # the body cap is the text allowance plus the inline images' (issue 13), and one image
+    # at the largest size the horde takes in fits the inline allowance as a data URL
+    assert TEXT_BODY_BYTES + INLINE_IMAGE_BYTES == DEFAULT_MAX_BODY_BYTES
+    assert inline_image_bytes(INTAKE_CAPS[LIMIT_MAX_IMAGE_BYTES]) <= INLINE_IMAGE_BYTES
     assert (
         inline_image_bytes(INTAKE_CAPS[LIMIT_MAX_IMAGE_BYTES])
         > INTAKE_CAPS[LIMIT_MAX_IMAGE_BYTES] * 4 // 3
