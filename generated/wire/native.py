@@ -248,6 +248,10 @@ class PopOutput(TypedDict):
     """
     The job is streamed; post progress to generate/text/progress.
     """
+    origin_id: NotRequired[str | None]
+    """
+    Not upstream's: the x-request-id of the call that submitted the request (for a chat request through the front, the id the front made for it, which its access line names as origin_id; else the one the native API answered that submit with). The worker names it in its log lines for this job, so one id follows a request from the front to the worker.
+    """
     skipped: dict[str, int]
     messages: NotRequired[list[dict[str, Any]]]
 

@@ -75,6 +75,9 @@ class Job:
     is_chat: bool
     stream: bool
     ttl: float | None
+    origin_id: str | None = None
+    """The x-request-id of the call that submitted the request (the front's own id through
+    the front): the job's log lines name it as request_id."""
 
     @classmethod
     def from_pop(cls, answer: PopOutput) -> Job | None:
@@ -82,13 +85,20 @@ class Job:
         if not job_id:
             return None
         ttl = answer.get("ttl")
+        origin_id = answer.get("origin_id")
         return cls(
             id=str(job_id),
             payload=answer.get("payload") or {},
             is_chat=bool(answer.get("is_chat")),
             stream=bool(answer.get("stream")),
             ttl=float(ttl) if isinstance(ttl, int | float) else None,
+            origin_id=origin_id if isinstance(origin_id, str) else None,
         )
+
+    def describe(self) -> str:
+        """How the job's log lines name it: its id and the request id it traces back to."""
+        kind = "chat" if self.is_chat else "text"
+        return f"job {self.id} ({kind}, request_id={self.origin_id or '-'})"
 
 
 class JobRunner:
@@ -104,12 +114,17 @@ class JobRunner:
         return max(1.0, min(self.timeout, job.ttl - TTL_MARGIN_SECONDS))
 
     def run(self, job: Job, progress: ProgressCallback | None = None) -> bool:
-        """Serve one job to the end: submitted or faulted. True when a reply was submitted."""
+        """Serve one job to the end: submitted or faulted. True when a reply was submitted.
+
+        One log line when the job is taken and one when it ends (submitted, faulted with the
+        reason's code, or cancelled), each naming the request id it traces back to."""
+        log.info("%s: taken", job.describe())
         body: SubmitInput
         try:
             if job.is_chat:
                 reply = self.chat_reply(job, progress)
                 if reply is None:  # the client cancelled a streamed job: nothing to submit
+                    log.info("%s: cancelled by its client, nothing to submit", job.describe())
                     return False
                 body = submission(job.id, reply)
             else:
@@ -119,13 +134,16 @@ class JobRunner:
                     "generation": self.text_reply(job),
                 }
         except HordeError as reason:
+            log.info("%s: faulted: %s", job.describe(), reason.code)
             self.horde.fault(job.id, reason)
             return False
         except Exception as exc:  # a bug must still release the job, with the reason
-            log.exception("job %s: unexpected failure", job.id)
+            log.exception("%s: unexpected failure", job.describe())
             self.horde.fault(job.id, UnservableJob(detail=f"{type(exc).__name__}: {exc}"))
             return False
-        return self.horde.submit(body)
+        delivered = self.horde.submit(body)
+        log.info("%s: %s", job.describe(), "submitted" if delivered else "not delivered")
+        return delivered
 
     def check_fit(self, body: dict[str, Any], *, fit_output: bool = False) -> int:
         """Fault prompt_overflow when the conversation and its output do not fit the context.

@@ -69,6 +69,7 @@ class ChatJob:
     payload: dict[str, Any]
     messages_object: str | None
     stream: bool
+    origin_id: str | None
 
 
 def text_pop() -> Response:
@@ -112,6 +113,7 @@ def _text_job(popped: Popped) -> Response:
         ttl=popped.generations[0].ttl,
         softprompt=popped.wp.softprompt,
         is_chat=False,
+        origin_id=popped.wp.origin_id,
         skipped={},
     )
 
@@ -131,6 +133,7 @@ def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
         payload=payload,
         messages_object=popped.wp.messages_object,
         stream=streams_deltas(chat_request),
+        origin_id=popped.wp.origin_id,
     )
 
 
@@ -155,6 +158,7 @@ def _send_chat_job(job: ChatJob, declaration: dict[str, Any]) -> Response:
         ttl=job.ttl,
         is_chat=True,
         stream=job.stream,
+        origin_id=job.origin_id,
         skipped={},
     )
 

@@ -9,7 +9,7 @@ and on generations the structured reply; ``workers.chat_declaration`` keeps a ch
 parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. Migration
 0003 adds the object-storage columns (offloaded messages, the objects a request owns);
 0004 each worker's speed samples and rolling speed, its extra_slow_worker flag and a
-request's webhook.
+request's webhook; 0005 the request id of the call that submitted a request.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from runtime.observability.context import MAX_REQUEST_ID
 
 Money = Numeric(16, 2)
 
@@ -172,6 +174,9 @@ class WaitingPrompt(Base):
     )
     webhook: Mapped[str | None] = mapped_column(String(1024))
     """Each landed generation is POSTed here (migration 0004)."""
+    origin_id: Mapped[str | None] = mapped_column(String(MAX_REQUEST_ID))
+    """The request id of the call that submitted it (the front's own id through the front);
+    handed to its workers in the pop payload (migration 0005)."""
 
 
 class Generation(Base):

@@ -66,6 +66,7 @@ from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import admit_jobs, charge_queued, find_request, queue_priority
 from runtime.native.requests.text import online_workers
+from runtime.observability import context
 
 REQUEST_TYPE = "Chat Waiting Prompt"
 
@@ -225,6 +226,7 @@ def _row(
         slow_workers=bool(horde_option(request, HORDE_SLOW_WORKERS)),
         extra_slow_workers=bool(horde_option(request, HORDE_EXTRA_SLOW_WORKERS)),
         webhook=horde_option(request, HORDE_WEBHOOK),
+        origin_id=context.request_id.get(),
         extra_priority=queue_priority(policy, user),
         kudos_estimate=cost,
         created=now,

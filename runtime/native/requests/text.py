@@ -35,6 +35,7 @@ from runtime.native.requests.rows import (
     unfinished,
 )
 from runtime.native.requests.status import queue_position, request_jobs, status_counts
+from runtime.observability import context
 
 MAX_STOP_SEQUENCES = 128
 MAX_STOP_SEQUENCE_CHARS = 2000
@@ -114,6 +115,7 @@ def create_text_request(
         nsfw=bool(body.get("nsfw")),
         softprompt=body.get("softprompt"),
         webhook=body.get("webhook"),
+        origin_id=context.request_id.get(),
         client_agent=client_agent[:255],
         ipaddr=ipaddr[:64],
         extra_priority=queue_priority(policy, user),
