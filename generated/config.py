@@ -174,7 +174,13 @@ VARIABLES: tuple[Variable, ...] = (
         name="HORDE_FRONT_MAX_BODY_BYTES",
         services=("front",),
         default="derived",
-        meaning="the front's body cap (text plus the spec's image caps, as data URLs)",
+        meaning="the front's body cap (the spec's text and inline-image allowances together)",
+    ),
+    Variable(
+        name="HORDE_FRONT_FORWARDED_ALLOW_IPS",
+        services=("front",),
+        default="(none)",
+        meaning="addresses of the proxies whose X-Forwarded-For names the client (comma separated; * any); none: the client is the connection's peer, whatever it sends",
     ),
 )
 

@@ -174,7 +174,12 @@ def _format(where: _Path) -> str:
     steps: list[str] = []
     while where is not None:
         where, step = where
-        steps.append(f"[{step}]" if isinstance(step, int) else step)
+        if isinstance(step, int):
+            steps.append(f"[{step}]")
+        elif step.isascii() and step.isprintable():
+            steps.append(step)
+        else:  # a key holding the problem (a NUL, a lone surrogate) is named escaped
+            steps.append(json.dumps(step)[1:-1])
     return ".".join(reversed(steps)) or "body"
 
 

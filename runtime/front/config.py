@@ -13,13 +13,15 @@ come from the environment through ``FrontConfig.from_env`` (variables in the tab
 | HORDE_FRONT_KEEPALIVE | 5 | seconds of silence on a stream before a keep-alive comment |
 | HORDE_FRONT_PER_SOURCE | 64 | open requests per client address |
 | HORDE_FRONT_GLOBAL | 20000 | open requests on this process |
-| HORDE_FRONT_MAX_BODY_BYTES | derived | body cap (text + the spec's image caps, as data URLs) |
+| HORDE_FRONT_MAX_BODY_BYTES | derived | body cap (the spec's text and inline-image allowances) |
+| HORDE_FRONT_FORWARDED_ALLOW_IPS | (none) | proxies trusted to set X-Forwarded-For (comma list) |
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES, MAX_INTAKE_SECONDS
 from runtime.front.waiter import WaitBudget
@@ -57,6 +59,18 @@ class FrontConfig:
     submit_patience: float = 10.0
     """Seconds a submit refused by the native API's rate limit is held and repeated."""
     client_agent: str = "horde-chat-front:0.1:local"
+    forwarded_allow_ips: tuple[str, ...] = ()
+    """Proxies whose X-Forwarded-For names the client; none: the client is the peer."""
+
+    def proxy_options(self) -> dict[str, Any]:
+        """uvicorn's proxy settings: X-Forwarded-For (and -Proto) are read only from the
+        configured proxies, and not at all without one, so a client (a local one included:
+        uvicorn trusts loopback by default) cannot pick the address the per-source caps and
+        the native API see."""
+        return {
+            "proxy_headers": bool(self.forwarded_allow_ips),
+            "forwarded_allow_ips": list(self.forwarded_allow_ips),
+        }
 
     @property
     def budget(self) -> WaitBudget:
@@ -83,4 +97,9 @@ class FrontConfig:
             per_source_cap=int(_float(env, "HORDE_FRONT_PER_SOURCE", 64)),
             global_cap=int(_float(env, "HORDE_FRONT_GLOBAL", 20000)),
             max_body_bytes=int(_float(env, "HORDE_FRONT_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)),
+            forwarded_allow_ips=tuple(
+                ip.strip()
+                for ip in env.get("HORDE_FRONT_FORWARDED_ALLOW_IPS", "").split(",")
+                if ip.strip()
+            ),
         )

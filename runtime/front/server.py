@@ -52,7 +52,12 @@ class FrontService:
         sock.listen(4096)
         app = create_front_app(config, channel_of)
         uv_config = uvicorn.Config(
-            app, log_level=log_level, lifespan="on", timeout_graceful_shutdown=5, backlog=4096
+            app,
+            log_level=log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+            backlog=4096,
+            **config.proxy_options(),  # X-Forwarded-For from configured proxies only
         )
         server = uvicorn.Server(uv_config)
         thread = threading.Thread(
