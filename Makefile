@@ -5,6 +5,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# instructor caps jiter below 0.15 while the openai of .venv needs jiter 0.16 or later, so it
+# gets a venv of its own inside .venv, where pip picks an openai it accepts;
+# tests/e2e/test_real_clients.py runs tests/e2e/instructor_client.py with its python.
+INSTRUCTOR       := $(VENV)/clients/instructor
+INSTRUCTOR_STAMP := $(INSTRUCTOR)/.installed-stamp
+INSTRUCTOR_REQUIREMENT := instructor>=1.14,<2
 
 .DEFAULT_GOAL := help
 
@@ -16,15 +22,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-## install: create .venv and install the project with its test dependencies
-install: $(STAMP)
+$(INSTRUCTOR_STAMP): Makefile | $(STAMP)
+	test -x $(INSTRUCTOR)/bin/python || $(PYTHON) -m venv $(INSTRUCTOR)
+	$(INSTRUCTOR)/bin/python -m pip install --quiet --upgrade pip
+	$(INSTRUCTOR)/bin/python -m pip install --quiet '$(INSTRUCTOR_REQUIREMENT)'
+	touch $(INSTRUCTOR_STAMP)
+
+## install: create .venv and install the project with its test dependencies (and instructor's venv)
+install: $(STAMP) $(INSTRUCTOR_STAMP)
 
 ## run: the whole horde locally, on the embedded Postgres and Redis
 run: $(STAMP)
 	$(BIN)/horde-chat up
 
 ## test: regenerate-and-compare, lint, type-check, then the whole pytest suite
-test: $(STAMP) check-generated lint typecheck
+test: $(STAMP) $(INSTRUCTOR_STAMP) check-generated lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## unit: the unit tests only (no servers; seconds)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -444,3 +446,34 @@ def test_pydantic_ai_agent_returns_the_structured_output(stack: Stack, refusals:
     result = asyncio.run(run())
     assert isinstance(result.output, Person)
     assert result.usage.output_tokens > 0
+
+
+# --- instructor -----------------------------------------------------------------------------
+
+INSTRUCTOR_PYTHON = Path(sys.prefix) / "clients" / "instructor" / "bin" / "python"
+"""instructor's own environment, inside the test one (``make install`` makes it): instructor
+1.14-1.17 caps jiter below 0.15 while the openai of this environment needs jiter 0.16 or
+later, so instructor brings its own openai there."""
+INSTRUCTOR_CLIENT = Path(__file__).with_name("instructor_client.py")
+
+
+@pytest.mark.parametrize("mode", ["TOOLS", "JSON_SCHEMA"])
+def test_instructor_returns_the_response_model(stack: Stack, mode: str) -> None:
+    if not INSTRUCTOR_PYTHON.exists():
+        pytest.fail(f"{INSTRUCTOR_PYTHON} is missing: `make install` makes instructor's venv")
+    run = subprocess.run(
+        [INSTRUCTOR_PYTHON, INSTRUCTOR_CLIENT, stack.base_url, stack.api_key, MODEL_NAME, mode],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **OFFLINE},
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    # instructor validated the reply against Person (a tool call's arguments in TOOLS, the
+    # content under response_format json_schema in JSON_SCHEMA), with no retry
+    assert set(result["person"]) == {"name", "age"}
+    assert isinstance(result["person"]["age"], int)
+    assert result["finish_reason"] == ("tool_calls" if mode == "TOOLS" else "stop")
+    assert result["usage"]["completion_tokens"] > 0
