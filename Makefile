@@ -14,7 +14,7 @@ INSTRUCTOR_REQUIREMENT := instructor>=1.14,<2
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test unit fuzz typecheck generate check-generated lint format bench clean
+.PHONY: help install run test unit fuzz typecheck generate check-generated docs lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ generate: $(STAMP)
 ## check-generated: regenerate into a temporary folder and fail on any difference
 check-generated: $(STAMP)
 	$(BIN)/python -m codegen check
+
+## docs: generated/docs/ as a static site in build/docs/ (HTML, readable offline; not committed)
+docs: $(STAMP)
+	$(BIN)/python -m codegen.site build/docs
 
 ## lint: ruff's rules, ruff's format check and the import contracts (pyproject [tool.importlinter])
 lint: $(STAMP)
