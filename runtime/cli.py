@@ -18,6 +18,17 @@ def finite_number(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    """An argument that is a whole number of at least 1 (a count of processes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is less than 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horde-chat", description="horde-chat services")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -37,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     native.add_argument("--host", help="default HORDE_NATIVE_HOST or 127.0.0.1")
     native.add_argument("--port", type=int, help="default HORDE_NATIVE_PORT or 7001")
+    native.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        help="server processes sharing the port (default 1; the sweep runs once, in the parent)",
+    )
     front = with_env("front", "front", "serve the chat front alone (HORDE_REDIS_URL)")
     front.add_argument("--host", help="default HORDE_FRONT_HOST or 127.0.0.1")
     front.add_argument("--port", type=int, help="default HORDE_FRONT_PORT or 7002")
@@ -99,7 +116,7 @@ def run_service(args: argparse.Namespace) -> int:
         return 1
     try:
         if args.command == "native":
-            return run_native(settings, host=args.host, port=args.port)
+            return run_native(settings, host=args.host, port=args.port, processes=args.processes)
         if args.command == "front":
             return run_front(
                 settings, host=args.host, port=args.port, native_roots=args.native_roots

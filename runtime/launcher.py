@@ -169,13 +169,16 @@ def run_native(
     *,
     host: str | None = None,
     port: int | None = None,
+    processes: int = 1,
     out: TextIO = sys.stdout,
     stop_event: threading.Event | None = None,
 ) -> int:
     """``horde-chat native``: the native API alone on HORDE_DATABASE_URL / HORDE_REDIS_URL,
-    refused while Postgres or Redis is unreachable or the schema is behind."""
+    refused while Postgres or Redis is unreachable or the schema is behind; with
+    ``processes`` > 1, that many server processes on one port (uvicorn's supervisor), the
+    sweep in the supervisor."""
     from runtime.native.readiness import problems
-    from runtime.native.server import NativeService
+    from runtime.native.server import NativeService, serve_processes
     from runtime.stores.redis_client import redis_client
 
     database_url = _required(settings.database_url, "HORDE_DATABASE_URL", "native")
@@ -189,6 +192,17 @@ def run_native(
         redis.close()
     if found:
         raise Refused("; ".join(found))
+    if processes > 1:
+        serve_processes(
+            settings,
+            database_url=database_url,
+            redis_url=redis_url,
+            host=host or settings.native_host,
+            port=settings.native_port if port is None else port,
+            processes=processes,
+            out=out,
+        )
+        return 0
     stop = _wait_for_signal(stop_event)
     service = NativeService.start(
         settings, database_url=database_url, redis_url=redis_url, host=host, port=port

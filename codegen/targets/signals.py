@@ -1,5 +1,7 @@
 """spec/signals.yaml -> generated/signals.py: channel names and event kinds of the
-completion signals, so the native API (publisher) and the front (subscriber) share them."""
+completion signals, so the native API (publisher) and the front (subscriber) share them;
+the worker wake channel, and the longest wait a pop may ask for (spec/api/native.yaml's
+PopInput.wait), so the native API and the workers share it."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from codegen.render import Output, render
 from codegen.spec import Spec
 
 SOURCE = "signals.yaml"
+NATIVE_API = "api/native.yaml"
 
 
 def build(spec: Spec) -> list[Output]:
@@ -20,7 +23,18 @@ def build(spec: Spec) -> list[Output]:
             "description": entry["description"],
             "fields": entry["fields"],
             "events": entry["events"],
+            "outcome": entry.get("outcome"),
         }
         for name, entry in channels.items()
     ]
-    return [render("signals.py.j2", spec.sources(SOURCE), "signals.py", families=families)]
+    wait = spec[NATIVE_API]["schemas"]["PopInput"]["properties"]["wait"]
+    return [
+        render(
+            "signals.py.j2",
+            spec.sources(SOURCE, NATIVE_API),
+            "signals.py",
+            families=families,
+            wake=spec[SOURCE]["wake"],
+            max_wait=wait["maximum"],
+        )
+    ]

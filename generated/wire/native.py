@@ -232,6 +232,10 @@ class PopInput(TypedDict):
     max_length: NotRequired[int]
     max_context_length: NotRequired[int]
     softprompts: NotRequired[list[str]]
+    wait: NotRequired[float]
+    """
+    Long poll (not upstream's): seconds this pop may wait for a job when none is queued for it. 0 answers at once, as upstream. While it waits the pop holds no database connection; it is woken (spec/signals.yaml's wake channel) whenever a request is queued or requeued and pops again, and at the deadline it answers what an empty pop answers (id null with the skipped counts). Above the maximum the pop is refused 400.
+    """
 
 
 class PopOutput(TypedDict):

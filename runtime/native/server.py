@@ -1,34 +1,109 @@
-"""The native API as a service: the Flask app served by waitress, plus the lifecycle sweep.
+"""The native API as a service: the ASGI app (``runtime.native.asgi``: the Flask app behind
+a2wsgi, the long-poll pop) served by uvicorn, plus the lifecycle sweep.
 
 ``NativeService.start(...)`` binds (port 0 picks a free one), serves in a thread and
-starts the sweeper; ``stop()`` closes the listener and joins both. ``horde-chat up`` and
-the test fixtures use it the same way.
+starts the sweeper; ``stop()`` answers waiting pops, lets uvicorn finish in-flight requests
+and joins both. ``horde-chat up`` and the test fixtures use it the same way.
+``serve_processes`` is ``horde-chat native --processes N``: uvicorn's multi-process
+supervisor, N server processes on one socket, the sweep in the supervisor only.
 """
 
 from __future__ import annotations
 
+import os
+import socket
+import sys
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+import time
+from dataclasses import dataclass
+from typing import TextIO
 
-from redis import Redis
+import uvicorn
 from sqlalchemy import Engine
-from waitress.server import create_server
 
 from runtime.config import Settings
 from runtime.native.api.app import create_app
 from runtime.native.api.context import NativeContext
+from runtime.native.asgi import NativeASGI
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import Sweeper
 from runtime.stores.database import make_engine, make_sessionmaker
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
-WAITRESS_THREADS = 45
-# Open connections waitress accepts before it stops accepting: the front's pool to this API
-# (runtime.front.app.IN_FLIGHT, 100) plus every worker's and direct client's connections must
-# fit, or new connections wait until some pooled idle connection happens to close.
-WAITRESS_CONNECTION_LIMIT = 2000
+BACKLOG = 4096
+"""Pending connections the listener queues (the front's pool to this API, 100, plus every
+worker's and direct client's connections must fit)."""
+START_TIMEOUT = 20.0
+GRACEFUL_SHUTDOWN_SECONDS = 10
+"""How long a stopping server lets in-flight requests finish (waiting pops answer at once)."""
+APP_FACTORY = "runtime.native.asgi:app_from_env"
+
+
+def build_context(
+    settings: Settings, *, database_url: str, redis_url: str, policy: Policy | None = None
+) -> NativeContext:
+    engine: Engine = make_engine(database_url)
+    settings = Settings(**{**vars(settings), "redis_url": redis_url})
+    return NativeContext(
+        settings=settings,
+        engine=engine,
+        sessions=make_sessionmaker(engine),
+        redis=redis_client(redis_url),
+        policy=policy or Policy(),
+    )
+
+
+def build_app(
+    settings: Settings,
+    *,
+    database_url: str,
+    redis_url: str,
+    base_url: str,
+    policy: Policy | None = None,
+) -> tuple[NativeASGI, NativeContext]:
+    """The ASGI app and its context; ``base_url`` is where this API is reached (the object
+    store signs download URLs on it)."""
+    ctx = build_context(settings, database_url=database_url, redis_url=redis_url, policy=policy)
+    try:
+        ctx.objects = open_object_store(ctx.settings, base_url=base_url)
+    except Exception:
+        ctx.engine.dispose()
+        ctx.redis.close()
+        raise
+    return NativeASGI(create_app(ctx), redis_url), ctx
+
+
+def bind(host: str, port: int) -> socket.socket:
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
+    # (without it, Nagle and delayed ACKs add ~40 ms to every response).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(BACKLOG)
+    return sock
+
+
+def uvicorn_config(app: object, *, log_level: str = "warning", workers: int = 1) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,  # type: ignore[arg-type]
+        factory=isinstance(app, str),
+        workers=workers,
+        log_level=log_level,
+        lifespan="on",
+        # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
+        # the service passkey (runtime.native.api.service_passkey); the client is the peer.
+        proxy_headers=False,
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        backlog=BACKLOG,
+    )
+
+
+def sweeper_for(ctx: NativeContext) -> Sweeper:
+    return Sweeper(
+        ctx.sessions, ctx.policy, ctx.settings.sweep_seconds, redis=ctx.redis, objects=ctx.objects
+    )
 
 
 @dataclass
@@ -36,10 +111,10 @@ class NativeService:
     context: NativeContext
     host: str
     port: int
-    _server: object
+    app: NativeASGI
+    _server: uvicorn.Server
     _thread: threading.Thread
     _sweeper: Sweeper | None
-    _owned: list[object] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -57,50 +132,35 @@ class NativeService:
         port: int | None = None,
         sweep: bool = True,
     ) -> NativeService:
-        engine: Engine = make_engine(database_url)
-        redis: Redis = redis_client(redis_url)
-        settings = Settings(**{**vars(settings), "redis_url": redis_url})
-        ctx = NativeContext(
-            settings=settings,
-            engine=engine,
-            sessions=make_sessionmaker(engine),
-            redis=redis,
-            policy=policy or Policy(),
-        )
-        app = create_app(ctx)
-        server = create_server(
-            app,
-            host=host or settings.native_host,
-            port=settings.native_port if port is None else port,
-            threads=WAITRESS_THREADS,
-            connection_limit=WAITRESS_CONNECTION_LIMIT,
-            # poll(), not select(): select() fails once descriptors pass FD_SETSIZE (1024).
-            asyncore_use_poll=True,
-            # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
-            # the service passkey (runtime.native.api.service_passkey); remote_addr stays the peer.
-            clear_untrusted_proxy_headers=False,
-        )
-        # One host and port give a single-socket server; the union includes MultiSocketServer.
-        bound_host, bound_port = server.socket.getsockname()[:2]  # type: ignore[union-attr]
+        sock = bind(host or settings.native_host, settings.native_port if port is None else port)
+        bound_host, bound_port = sock.getsockname()[:2]
         try:
-            ctx.objects = open_object_store(settings, base_url=f"http://{bound_host}:{bound_port}")
+            app, ctx = build_app(
+                settings,
+                database_url=database_url,
+                redis_url=redis_url,
+                base_url=f"http://{bound_host}:{bound_port}",
+                policy=policy,
+            )
         except Exception:
-            _shutdown_waitress(server)
+            sock.close()
             raise
-        thread = threading.Thread(target=server.run, name="native-waitress", daemon=True)
-        thread.start()
-        sweeper = (
-            Sweeper(
-                ctx.sessions,
-                ctx.policy,
-                settings.sweep_seconds,
-                redis=ctx.redis,
-                objects=ctx.objects,
-            ).start()
-            if sweep
-            else None
+        server = uvicorn.Server(uvicorn_config(app))
+        thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name="native-uvicorn", daemon=True
         )
-        return cls(ctx, bound_host, bound_port, server, thread, sweeper)
+        thread.start()
+        deadline = time.monotonic() + START_TIMEOUT
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                server.should_exit = True
+                sock.close()
+                ctx.engine.dispose()
+                ctx.redis.close()
+                raise RuntimeError("the native API did not start")
+            time.sleep(0.01)
+        sweeper = sweeper_for(ctx).start() if sweep else None
+        return cls(ctx, bound_host, bound_port, app, server, thread, sweeper)
 
     def describe(self) -> str:
         return f"native API: {self.url}/api/v2"
@@ -109,16 +169,45 @@ class NativeService:
         if self._sweeper is not None:
             self._sweeper.stop()
             self._sweeper = None
-        _shutdown_waitress(self._server)
-        self._thread.join(timeout=10)
+        self.app.hub.close_threadsafe()  # waiting pops answer "no job" now
+        self._server.should_exit = True
+        self._thread.join(timeout=GRACEFUL_SHUTDOWN_SECONDS + 5)
         self.context.engine.dispose()
         self.context.redis.close()
 
 
-def _shutdown_waitress(server: Any) -> None:
-    """Close every channel of waitress's loop (listener and trigger included) so ``run``
-    returns, then stop its task threads (as webtest's StopableWSGIServer does)."""
-    while server._map:
-        for channel in list(server._map.values()):
-            channel.close()
-    server.task_dispatcher.shutdown()
+def serve_processes(
+    settings: Settings,
+    *,
+    database_url: str,
+    redis_url: str,
+    host: str,
+    port: int,
+    processes: int,
+    out: TextIO = sys.stdout,
+) -> None:
+    """uvicorn's supervisor with ``processes`` server processes on one socket, until SIGINT
+    or SIGTERM (each server finishes its in-flight requests; waiting pops answer at once).
+    The sweep runs here, in the supervisor, once; the servers build their app from the
+    environment (``APP_FACTORY``), which is given the bound address."""
+    from uvicorn.supervisors import Multiprocess
+
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    os.environ["HORDE_NATIVE_HOST"] = bound_host
+    os.environ["HORDE_NATIVE_PORT"] = str(bound_port)
+    os.environ["HORDE_DATABASE_URL"] = database_url
+    os.environ["HORDE_REDIS_URL"] = redis_url
+    ctx = build_context(settings, database_url=database_url, redis_url=redis_url)
+    ctx.objects = open_object_store(ctx.settings, base_url=f"http://{bound_host}:{bound_port}")
+    sweeper = sweeper_for(ctx).start()
+    try:
+        where = f"http://{bound_host}:{bound_port}/api/v2"
+        print(f"native API: {where} ({processes} processes)", file=out, flush=True)
+        config = uvicorn_config(APP_FACTORY, workers=processes)
+        Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sweeper.stop()
+        sock.close()
+        ctx.engine.dispose()
+        ctx.redis.close()

@@ -24,7 +24,7 @@ from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.api.errors import register_error_handlers
 from runtime.native.api.observe import OPERATOR_VIEWS
 from runtime.native.api.observe import install as install_observability
-from runtime.native.api.rate_limits import make_limiter, route_limits
+from runtime.native.api.rate_limits import is_retry, make_limiter, route_limits
 from runtime.native.api.reference import REFERENCE_VIEWS
 
 VIEWS: dict[str, Callable[..., Any]] = {
@@ -65,7 +65,7 @@ def create_app(ctx: NativeContext) -> Flask:
         if route.surface != "native" or view is None:
             continue
         for limit, key_func in limits.get(operation_id, []):
-            view = limiter.limit(limit, key_func=key_func)(view)
+            view = limiter.limit(limit, key_func=key_func, exempt_when=is_retry)(view)
         app.add_url_rule(
             route.flask_rule, endpoint=operation_id, view_func=view, methods=[route.method]
         )

@@ -38,6 +38,7 @@ from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
 from runtime.native.queue.sweep import utcnow
+from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.chat import (
     ChatSubmitted,
     OperationKeyRace,
@@ -72,6 +73,8 @@ def chat_async() -> tuple[Response, int]:
         objects.discard_unowned(())
         raise
     objects.discard_unowned(result.object_keys)
+    if result.id is not None and not result.existing:
+        wake_workers(ctx.redis)  # committed: a waiting pop can take it now
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200
     # A replay by operation key queues nothing: 200 with the first request's id and kudos

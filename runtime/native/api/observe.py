@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated.errors import NotReady
 from runtime.native.api.context import EXTENSION, NativeContext
+from runtime.native.asgi import pop_attempt
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.fit import chat_model
 from runtime.native.queue.sweep import utcnow
@@ -171,10 +172,13 @@ def _finish(response: Response) -> Response:
     kind = g.get("horde_pop_kind")
     if kind is not None and response.status_code == 200:
         POPS.labels(kind).inc()
-    HTTP.observe(request.method, route, response.status_code, seconds)
     request_id = g.get("horde_request_id")
     if request_id:
         response.headers[context.REQUEST_ID_HEADER] = request_id
+    attempt = pop_attempt(request.environ)
+    if attempt is not None and attempt.retry:  # a waiting pop, woken: logged when it came in
+        return response
+    HTTP.observe(request.method, route, response.status_code, seconds)
     app_log: AccessLog = _log_of()
     app_log.emit(
         method=request.method,

@@ -24,6 +24,7 @@ from generated.wire import ANONYMOUS_API_KEY
 from runtime.native.accounts.keys import hash_key
 from runtime.native.api.context import native
 from runtime.native.api.service_passkey import presents_passkey, source_address
+from runtime.native.asgi import pop_attempt
 from runtime.stores.redis_client import limiter_storage_uri
 
 KeyFunction = Callable[[], str]
@@ -96,6 +97,13 @@ def limit_functions(operation_id: str, index: int) -> tuple[LimitValue, KeyFunct
         return KEY_FUNCTIONS[limit.key]()
 
     return value, key
+
+
+def is_retry() -> bool:
+    """A waiting pop popping again after a wake (runtime.native.asgi): the pop that waits
+    was counted once, when it came in."""
+    attempt = pop_attempt(request.environ)
+    return attempt is not None and attempt.retry
 
 
 def make_limiter(app: Flask, redis_url: str, enabled: bool) -> Limiter:

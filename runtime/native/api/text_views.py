@@ -9,6 +9,7 @@ from runtime.native.accounts.keys import user_for_key
 from runtime.native.api.body import checked_headers, json_body
 from runtime.native.api.context import native
 from runtime.native.queue.sweep import utcnow
+from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.text import (
     cancel_text_request,
     create_text_request,
@@ -37,6 +38,7 @@ def text_async() -> tuple[Response, int]:
         )
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200
+    wake_workers(ctx.redis)  # committed: a waiting pop can take it now
     return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
 
 

@@ -37,6 +37,7 @@ from runtime.native.accounts.keys import hash_key, worker_owner_for_key
 from runtime.native.api.body import checked_headers, int64, json_body
 from runtime.native.api.context import native
 from runtime.native.api.observe import POP_CHAT, POP_TEXT, note_pop
+from runtime.native.asgi import pop_attempt
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
 from runtime.native.progress.protocol import finish, mark_ended, write_lease
 from runtime.native.queue.chat_submit import (
@@ -49,6 +50,7 @@ from runtime.native.queue.chat_submit import (
 from runtime.native.queue.jobs import Popped, job_payload, pop_text_job, register_worker
 from runtime.native.queue.submit import Submission, submit_text_job
 from runtime.native.queue.sweep import utcnow
+from runtime.native.queue.wake import wake_workers
 from runtime.native.queue.webhooks import SENDER, Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.native.requests.signals import publish_chat_event
@@ -79,6 +81,9 @@ def text_pop() -> Response:
     body["max_length"] = min(body["max_length"], INT32)
     body["max_context_length"] = min(body["max_context_length"], INT32)
     declaration = parse_worker_declaration(body)
+    attempt = pop_attempt(request.environ)
+    if attempt is not None:  # served by runtime.native.asgi: it waits when there is no job
+        attempt.wait = body["wait"]
     ctx = native()
     now = utcnow()
     with transaction(ctx.sessions) as session:
@@ -99,6 +104,9 @@ def text_pop() -> Response:
 
 
 def _no_job(skipped: dict[str, int]) -> Response:
+    attempt = pop_attempt(request.environ)
+    if attempt is not None:
+        attempt.no_job = True
     return jsonify(payload={}, id=None, ids=[], model=None, ttl=None, skipped=skipped)
 
 
@@ -168,6 +176,8 @@ def _fault_unsendable(job: ChatJob, reason: UnservableJob) -> None:
     note = [{"type": reason.code, "value": reason.message}]
     with transaction(ctx.sessions) as session:
         outcome = fault_chat_job(session, ctx.policy, job.generation_id, job.wp_id, note, utcnow())
+    if not outcome.ended:
+        wake_workers(ctx.redis)  # the request got its slot back
     if outcome.ended:
         publish_chat_event(ctx.redis, job.wp_id, outcome.ended)
         release_ended(ctx.sessions, ctx.objects, [job.wp_id])
@@ -188,6 +198,8 @@ def _chat_submit(body: dict[str, Any]) -> Response:
         outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
     end_lease = finish if outcome.landed else mark_ended
     end_lease(ctx.redis, str(outcome.generation_id))
+    if not outcome.landed and not outcome.ended:
+        wake_workers(ctx.redis)  # a fault gave the request its slot back
     if outcome.landed:
         publish_chat_event(
             ctx.redis,
@@ -232,5 +244,7 @@ def text_submit() -> Response:
     with transaction(ctx.sessions) as session:
         user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
         reward, webhook = submit_text_job(session, ctx.policy, user, submission, utcnow())
+    if submission.state == STATE_FAULTED:
+        wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
     _send_webhook(webhook)
     return jsonify(reward=float(reward))

@@ -32,6 +32,7 @@ from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import delete_objects, ended_with_objects, release_ended
 from runtime.native.progress.protocol import mark_ended
 from runtime.native.queue.policy import Policy
+from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.signals import publish_chat_event
 from runtime.stores.database import transaction
 from runtime.stores.objects import ObjectStore
@@ -166,6 +167,8 @@ def sweep(
             delete_objects(objects, [key for _id, _chat, keys in rows for key in keys or ()])
         if expired:
             session.execute(delete(WaitingPrompt).where(WaitingPrompt.id.in_(expired)))
+    if aborted:
+        wake_workers(redis)  # the aborted jobs' requests got their slots back
     if redis is not None:
         for gen_id, _wp_id in stale:  # no-op for a generation that holds no lease
             mark_ended(redis, str(gen_id))

@@ -1,0 +1,354 @@
+"""The native API as an ASGI application: the Flask app behind a2wsgi, the long-poll pop
+served asynchronously.
+
+Every request but one runs the Flask app on a bounded thread pool (``THREADS``, what
+waitress had). The text pop is the exception: its body is read first, the Flask view pops
+as usual (validation, rate limits, the access log), and when it answers "no job" to a pop
+that asked to ``wait`` (spec/api/native.yaml PopInput.wait), the request waits on the event
+loop (no thread, no database connection, no row lock) until a wake (``WakeHub``) or its
+deadline. A woken pop runs the view again, marked as a retry: neither rate limited nor
+logged a second time, so a waiting pop counts as one pop; one that still finds nothing goes
+back to waiting. At the deadline the answer is the last empty pop's.
+
+``WakeHub`` is this process's one Redis subscription to ``generated.signals.WAKE_CHANNEL``
+(``runtime.native.queue.wake.wake_workers`` publishes it). While the subscription is down,
+a waiting pop pops again every ``FALLBACK_REPOP_SECONDS`` instead. ``close()`` (shutdown)
+answers every waiting pop "no job" at once.
+
+The client's address is the TCP peer (uvicorn runs with ``proxy_headers=False``): the app
+trusts X-Forwarded-For only from a passkey holder (``runtime.native.api.service_passkey``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+import redis.asyncio as aioredis
+from a2wsgi import WSGIMiddleware
+from flask import Flask
+from redis.exceptions import RedisError
+
+from generated.routes import ROUTES
+from generated.signals import WAKE_CHANNEL
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+THREADS = 45
+"""Threads that run the Flask app (waitress's thread count before)."""
+LONG_POLL_ENVIRON = "horde.long_poll"
+"""The WSGI environ key of a pop's ``PopAttempt`` (the view reads and fills it)."""
+FALLBACK_REPOP_SECONDS = 1.0
+"""How often a waiting pop pops again while the wake subscription is down."""
+RESUBSCRIBE_SECONDS = 1.0
+SUBSCRIBE_TIMEOUT = 5.0
+POP_PATH = ROUTES["text_pop"].path
+
+
+@dataclass
+class PopAttempt:
+    """One run of the pop view for the shell: ``retry`` is the shell's (a woken pop popping
+    again), ``wait`` and ``no_job`` the view's (the validated wait; the answer is empty)."""
+
+    retry: bool = False
+    wait: float = 0.0
+    no_job: bool = False
+
+
+def pop_attempt(environ: MutableMapping[str, Any]) -> PopAttempt | None:
+    """The shell's record of this pop run, if the shell serves it (not under a test client)."""
+    found = environ.get(LONG_POLL_ENVIRON)
+    return found if isinstance(found, PopAttempt) else None
+
+
+class WakeHub:
+    """This process's waiting pops and its one subscription to the wake channel."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self.waiters: set[asyncio.Event] = set()
+        self.wakes = 0  # wake messages received (tests read it)
+        self.waiting = 0  # pops waiting now (between two runs of the view)
+        self.subscribed = asyncio.Event()
+        self.closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self._listen(), name="horde-wake")
+        with contextlib.suppress(TimeoutError):  # Redis down: waits fall back to re-popping
+            await asyncio.wait_for(self.subscribed.wait(), SUBSCRIBE_TIMEOUT)
+
+    async def stop(self) -> None:
+        self.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def close(self) -> None:
+        """Shutting down: every waiting pop answers now, and none waits from here on."""
+        self.closing = True
+        self.wake_all()
+
+    def close_threadsafe(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.close)
+
+    def wake_all(self) -> None:
+        for waiter in self.waiters:
+            waiter.set()
+
+    async def _listen(self) -> None:
+        while True:
+            client = aioredis.Redis.from_url(self.redis_url)
+            pubsub = client.pubsub()
+            try:
+                await pubsub.subscribe(WAKE_CHANNEL)
+                async for message in pubsub.listen():
+                    if message["type"] == "subscribe":
+                        self.subscribed.set()
+                        self.wake_all()  # a wake may have been missed while unsubscribed
+                    elif message["type"] == "message":
+                        self.wakes += 1
+                        self.wake_all()
+            except asyncio.CancelledError:
+                raise
+            except (RedisError, OSError) as exc:  # Redis away: re-pop slowly, subscribe again
+                log.warning("wake subscription lost (%s); retrying", exc)
+            finally:
+                self.subscribed.clear()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await client.aclose()
+            await asyncio.sleep(RESUBSCRIBE_SECONDS)
+
+    async def wait(self, waiter: asyncio.Event, seconds: float) -> None:
+        """Until a wake, ``seconds``, or shutdown (a slice only while unsubscribed)."""
+        if not self.subscribed.is_set():
+            seconds = min(seconds, FALLBACK_REPOP_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter.wait(), seconds)
+
+
+class NativeASGI:
+    """The ASGI app: lifespan starts the wake hub; the pop route long-polls."""
+
+    def __init__(self, flask_app: Flask, redis_url: str, *, threads: int = THREADS) -> None:
+        self.flask_app = flask_app
+        self.max_body = int(flask_app.config["MAX_CONTENT_LENGTH"])
+        self.wsgi = WSGIMiddleware(self._wsgi, workers=threads)  # type: ignore[arg-type]
+        self.hub = WakeHub(redis_url)
+
+    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
+        scope = environ.get("asgi.scope") or {}
+        attempt = scope.get(LONG_POLL_ENVIRON)
+        if attempt is not None:
+            environ[LONG_POLL_ENVIRON] = attempt
+        return self.flask_app.wsgi_app(environ, start_response)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] == "http" and _header(scope, b"transfer-encoding") is not None:
+            found = await self._dechunked(scope, receive)
+            if found is None:
+                return  # the client left before sending its body
+            scope, receive = found
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == POP_PATH:
+            await self._pop(scope, receive, send)
+        else:
+            await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.hub.start()
+                _chain_exit_signals(self.hub)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.hub.stop()
+                self.wsgi.executor.shutdown(wait=False)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _pop(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (_content_length(scope) or 0) > self.max_body:  # Flask refuses it unread
+            await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
+            return
+        body = await _read_body(receive, self.max_body)
+        if body is None:
+            return  # the client left before sending its body
+        gone = asyncio.Event()
+        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        waiter = asyncio.Event()
+        self.hub.waiters.add(waiter)
+        deadline: float | None = None
+        loop = asyncio.get_running_loop()
+        try:
+            retry = False
+            while True:
+                waiter.clear()  # a wake from here on (during this pop) is not lost
+                attempt = PopAttempt(retry=retry)
+                messages = await self._run_view(scope, body, attempt)
+                if not attempt.no_job or attempt.wait <= 0 or self.hub.closing or gone.is_set():
+                    break
+                if deadline is None:
+                    deadline = loop.time() + attempt.wait
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                self.hub.waiting += 1
+                try:
+                    await _first(self.hub.wait(waiter, remaining), gone.wait())
+                finally:
+                    self.hub.waiting -= 1
+                if gone.is_set() or self.hub.closing:
+                    break  # shutting down: the last empty answer, at once
+                if not waiter.is_set() and loop.time() >= deadline:
+                    break
+                retry = True
+        finally:
+            self.hub.waiters.discard(waiter)
+            watcher.cancel()
+        if not gone.is_set():
+            for message in messages:
+                await send(message)
+
+    async def _dechunked(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive] | None:
+        """A chunked body read here (as waitress did) up to the cap and handed on with its
+        Content-Length: Flask reads it, or refuses a longer one with its 413 unread."""
+        body = await _read_body(receive, self.max_body)
+        if body is None:
+            return None
+        length = str(len(body) if len(body) <= self.max_body else self.max_body + 1)
+        headers = [
+            (k, v)
+            for k, v in scope["headers"]
+            if k not in (b"transfer-encoding", b"content-length")
+        ]
+        headers.append((b"content-length", length.encode()))
+        return {**scope, "headers": headers}, _replay(body, receive)
+
+    async def _run_view(self, scope: Scope, body: bytes, attempt: PopAttempt) -> list[Message]:
+        """One run of the Flask pop view on the thread pool; its response, held."""
+        messages: list[Message] = []
+        replay = _replay(body)
+
+        async def hold(message: Message) -> None:
+            messages.append(message)
+
+        await self.wsgi({**scope, LONG_POLL_ENVIRON: attempt}, replay, hold)  # type: ignore[arg-type]
+        return messages
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        return None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole body (None: the client left), or its first bytes once more than
+    ``limit`` came."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        chunks.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, then: Receive | None = None) -> Receive:
+    """A receive that gives ``body`` once, then reads on from ``then`` (the connection's:
+    it answers when the client leaves), or without one says the client left."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await then() if then is not None else {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            gone.set()
+            return
+
+
+async def _first(*waits: Awaitable[Any]) -> None:
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+def _chain_exit_signals(hub: WakeHub) -> None:
+    """In a server process of its own (uvicorn in the main thread), SIGTERM and SIGINT also
+    answer the waiting pops at once, then reach uvicorn's handler (graceful shutdown)."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # a NativeService in a thread: its stop() closes the hub
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def chained(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            hub.close_threadsafe()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, chained)
+
+
+def app_from_env() -> NativeASGI:
+    """The app factory of ``horde-chat native --processes N``: each server process builds
+    its context from the environment (HORDE_DATABASE_URL, HORDE_REDIS_URL, ...); the
+    supervisor runs the sweep."""
+    from runtime.config import Settings
+    from runtime.native.server import build_app
+
+    settings = Settings.from_env()
+    app, _ctx = build_app(
+        settings,
+        database_url=settings.database_url or "",
+        redis_url=settings.redis_url or "",
+        base_url=f"http://{settings.native_host}:{settings.native_port}",
+    )
+    return app
