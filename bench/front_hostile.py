@@ -4,7 +4,7 @@ Printed figures, never pass/fail. The real front runs as its own process (``pyth
 runtime.front``, a fresh one per body so each peak RSS is its own) beside the native API on
 the embedded stores (bench/native_stack.py). CLIENTS other clients each send a small request
 (a body the front refuses 400 after reading and validating it: admission, body read, parse
-and validation all run, the native API is not called) each 0.5 s after its last answer. After a
+and validation all run, the native API is not called) each 1 s after its last answer. After a
 baseline second, one hostile body is sent on its own connection from a thread; the figures
 per body:
 
@@ -17,7 +17,10 @@ per body:
 Bodies: ``parts_8mb`` (one user message of ~8.5 MB of one-character text parts, refused for
 ``horde.dry_run`` after validation), ``tool_history_2mb`` (an assistant message with many
 tool calls answered in reverse order), ``array_30mb`` (a top-level array of ``{}``),
-``deep_10000`` (10,000 nested arrays) and ``schema_900`` (a json_schema 900 levels deep).
+``deep_10000`` (10,000 nested arrays), ``schema_900`` (a json_schema 900 levels deep), and
+the largest bodies the allowances let through to the parse: ``array_1mb`` (1 MiB of ``{}``,
+the text allowance) and ``images_24mb`` (two inline images of 12 MiB, the inline-image
+allowance; refused for ``horde.dry_run`` after validation).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -44,7 +49,7 @@ BASELINE = 2.0
 """Seconds of the other clients' requests before the hostile body is sent."""
 AFTER = 0.3
 """Seconds the other clients go on after the hostile body was answered."""
-PAUSE = 0.5
+PAUSE = 1.0
 SMALL = b'{"model":"bench-hostile","messages":"not a list"}'
 MB = 1024 * 1024
 
@@ -93,12 +98,24 @@ def schema_body(depth: int) -> bytes:
     return f'{head}"messages":[{{"role":"user","content":"hi"}}],"response_format":{fmt}}}'.encode()
 
 
+def images_body(size: int) -> bytes:
+    """Two inline images of ``size`` bytes of data URL each, and a dry run."""
+    url = "data:image/png;base64," + "A" * (size - 22)
+    part: dict[str, Any] = {"type": "image_url", "image_url": {"url": url}}
+    content: list[dict[str, Any]] = [{"type": "text", "text": "Look"}, part, part]
+    messages = [{"role": "user", "content": content}]
+    body = {"model": "bench-hostile", "horde": {"dry_run": True}, "messages": messages}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
 BODIES: dict[str, Callable[[], bytes]] = {
     "parts_8mb": lambda: parts_body(int(8.5 * MB)),
     "tool_history_2mb": lambda: tool_history_body(2 * MB),
     "array_30mb": lambda: array_body(30 * MB),
     "deep_10000": lambda: deep_body(10_000),
     "schema_900": lambda: schema_body(900),
+    "array_1mb": lambda: array_body(MB - 16),
+    "images_24mb": lambda: images_body(12 * MB - 4096),
 }
 
 
@@ -134,23 +151,43 @@ class Hostile(threading.Thread):
 
 
 async def others(url: str, stop: asyncio.Event) -> list[tuple[float, float]]:
-    """(start, end) of every small request of CLIENTS clients until ``stop``."""
+    """(start, end) of every small request of CLIENTS clients until ``stop``: each on its own
+    keep-alive connection, written and read with asyncio streams (an httpx client of 50
+    connections on one loop was itself slower than the front), starting at a random point
+    of its first pause so the clients do not come together."""
     timings: list[tuple[float, float]] = []
-    limits = httpx.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
-    headers = {"content-type": "application/json"}
-    async with httpx.AsyncClient(limits=limits, timeout=600) as client:
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+    path = "/" + url.removeprefix("http://").split("/", 1)[1]
+    request = (
+        f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(SMALL)}\r\n\r\n"
+    ).encode() + SMALL
 
-        async def one() -> None:
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        await asyncio.sleep(random.uniform(0, PAUSE))
+        try:
             while not stop.is_set():
                 start = time.perf_counter()
-                response = await client.post(url, content=SMALL, headers=headers)
+                writer.write(request)
+                await writer.drain()
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = head.split(b" ", 2)[1]
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
                 end = time.perf_counter()
-                if response.status_code != 400:
-                    raise RuntimeError(f"small request answered {response.status_code}")
+                if status != b"400":
+                    raise RuntimeError(f"small request answered {status!r}")
                 timings.append((start, end))
                 await asyncio.sleep(PAUSE)
+        finally:
+            writer.close()
 
-        await asyncio.gather(*(one() for _ in range(CLIENTS)))
+    await asyncio.gather(*(one() for _ in range(CLIENTS)))
     return timings
 
 

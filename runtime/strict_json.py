@@ -61,16 +61,118 @@ def loads(raw: str | bytes) -> Any:
         raise ValueError("arrays and objects are nested too deeply") from exc
 
 
-def parse(raw: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """The parsed body, or ``Malformed`` naming the first problem (module docstring)."""
+def parse(raw: str | bytes, *, max_depth: int = MAX_JSON_DEPTH, lift: bytes = b"") -> Any:
+    """The parsed body, or ``Malformed`` naming the first problem (module docstring).
+
+    ``lift`` (bytes body only), e.g. ``b'"data:image'``: strings that begin so and hold no
+    escape are taken out of the body before the parse and put back after it, so the json
+    module (which holds the GIL for a whole parse) only scans the rest, and a body of large
+    inline images does not hold every other thread of the process for the time it takes to
+    scan them. The result is the same as without ``lift``; a body where lifting cannot be
+    exact (an escaped NUL anywhere, a lifted string used as a key) is parsed whole."""
+    if lift and isinstance(raw, bytes):
+        spans = _liftable(raw, lift)
+        if spans:
+            value = _parse_lifted(raw, spans, max_depth)
+            if value is not _WHOLE:
+                return value
+    return _parse_whole(raw, max_depth)
+
+
+def _parse_whole(raw: str | bytes, max_depth: int) -> Any:
+    value = _parse_unchecked(raw, max_depth)
+    check(value, max_depth=max_depth)
+    return value
+
+
+_WHOLE = object()
+_HOLE = "\x00lifted:"
+"""A lifted string's stand-in (then its index): no body that is kept holds a NUL."""
+
+
+def _liftable(raw: bytes, prefix: bytes) -> list[tuple[int, int]]:
+    """(first, last) byte of each string of ``raw`` that begins with ``prefix`` (its opening
+    quote), is not inside another string, and holds no backslash; none if ``raw`` holds an
+    escaped NUL (which a stand-in could hide)."""
+    if b"\\u0000" in raw:
+        return []
+    spans: list[tuple[int, int]] = []
+    start = raw.find(prefix)
+    while start >= 0:
+        end = raw.find(b'"', start + 1)
+        if end < 0:
+            break
+        slashes = 0
+        while start - slashes > 0 and raw[start - slashes - 1] == 0x5C:
+            slashes += 1
+        if slashes % 2 == 0 and raw.find(b"\\", start, end) < 0:
+            spans.append((start, end))
+        start = raw.find(prefix, end + 1)
+    return spans
+
+
+def _parse_lifted(raw: bytes, spans: list[tuple[int, int]], max_depth: int) -> Any:
+    """The body parsed with each span as a stand-in string, then put back; ``_WHOLE`` when
+    the stand-ins cannot be put back exactly."""
+    lifted: list[str] = []
+    pieces: list[bytes] = []
+    at = 0
+    for start, end in spans:
+        try:
+            lifted.append(raw[start + 1 : end].decode("ascii"))
+        except UnicodeDecodeError:
+            return _WHOLE
+        pieces += [raw[at:start], f'"\\u0000lifted:{len(lifted) - 1}"'.encode()]
+        at = end + 1
+    pieces.append(raw[at:])
+    value = _parse_unchecked(b"".join(pieces), max_depth)
+    restored = _put_back(value, lifted)
+    if restored is _WHOLE:
+        return _WHOLE
+    check(restored, max_depth=max_depth)
+    return restored
+
+
+def _parse_unchecked(raw: str | bytes, max_depth: int) -> Any:
     try:
-        value = json.loads(raw, parse_constant=_constant)
+        return json.loads(raw, parse_constant=_constant)
     except RecursionError as exc:
         problem = f"arrays and objects are nested deeper than {max_depth} levels"
         raise Malformed("depth", problem) from exc
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise Malformed("syntax", _syntax_problem(exc)) from exc
-    check(value, max_depth=max_depth)
+
+
+def _stand_in(item: Any, lifted: list[str]) -> str | None:
+    if type(item) is str and item.startswith(_HOLE):
+        return lifted[int(item[len(_HOLE) :])]
+    return None
+
+
+def _put_back(value: Any, lifted: list[str]) -> Any:
+    """``value`` with every stand-in replaced by its string (in place), or ``_WHOLE``."""
+    found = _stand_in(value, lifted)
+    if found is not None:
+        return found
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) is dict:
+            for key, child in item.items():
+                if key.startswith(_HOLE):
+                    return _WHOLE
+                found = _stand_in(child, lifted)
+                if found is not None:
+                    item[key] = found
+                elif type(child) is dict or type(child) is list:
+                    stack.append(child)
+        elif type(item) is list:
+            for i, child in enumerate(item):
+                found = _stand_in(child, lifted)
+                if found is not None:
+                    item[i] = found
+                elif type(child) is dict or type(child) is list:
+                    stack.append(child)
     return value
 
 

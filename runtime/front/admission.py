@@ -122,7 +122,7 @@ def checked_request(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     an allowance, 400 for malformed JSON or a request the validator refuses."""
     body_caps.check_allowances(len(raw), body_caps.inline_image_bound(raw))
     try:
-        body = strict_json.parse(raw)
+        body = strict_json.parse(raw, lift=body_caps.DATA_IMAGE)  # images: not json-scanned
     except strict_json.Malformed as bad:
         raise _refusal(bad) from None  # the traceback would only repeat the body's problem
     body_caps.check_allowances(len(raw), body_caps.inline_image_bytes_in(body))
