@@ -9,18 +9,37 @@ every worker, this one reaches the horde only through the native API.
 
 from __future__ import annotations
 
+import logging
+import sys
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, TextIO
 
 from runtime.config import Settings
 from runtime.worker.cli import RunningWorker
 from runtime.worker.config import WorkerConfig
+from runtime.worker.job import log as job_log
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import build_tiny_model, default_model_path
 
 DEMO_CONTEXT = 2048
 DEMO_MAX_LENGTH = 512
 DEMO_WORKER_NAME = "demo-worker"
+LINE_PREFIX = "worker "
+"""The demo worker's lines on ``horde-chat up``'s console, beside the services' access lines
+(``native ...``, ``front ...``)."""
+
+
+def show_job_lines(stream: TextIO | None = None) -> None:
+    """The worker's INFO lines (a job taken and how it ended, with the request id it traces
+    back to) on ``stream`` (stderr), unless its logger already has a handler: ``horde-chat
+    worker`` configures logging itself, ``horde-chat up`` does not."""
+    logger = logging.getLogger(job_log.name)
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter(LINE_PREFIX + "%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 @dataclass
@@ -44,6 +63,7 @@ class DemoWorkerService:
                 gguf=model,
                 shutdown_grace=5.0,
             )
+            show_job_lines()
             worker = RunningWorker.start(config)
         except BaseException:
             server.stop()
