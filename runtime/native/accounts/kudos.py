@@ -13,9 +13,11 @@ import math
 import uuid
 from decimal import ROUND_HALF_UP, Decimal
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from generated.pricing import HORDE_TAX
 from runtime.contract import pricing
@@ -26,6 +28,8 @@ from runtime.observability.context import note_kudos
 __all__ = ["context_multiplier", "model_billions", "token_count"]
 
 CENT = Decimal("0.01")
+USERS: Table = User.__table__  # type: ignore[assignment]
+LEDGER: Table = KudosLedger.__table__  # type: ignore[assignment]
 
 
 class NonFiniteAmount(ValueError):
@@ -77,23 +81,28 @@ def apply_kudos(
     generation_id: uuid.UUID | None = None,
     worker_id: uuid.UUID | None = None,
 ) -> Decimal:
-    """Change a balance and record the change in the ledger, in the caller's transaction."""
+    """Change a balance and record the change in the ledger, in the caller's transaction.
+
+    One statement (the balance's UPDATE in a CTE feeding the ledger's INSERT): a submit moves
+    kudos twice while the requester's row is locked, so each move is one round trip. The
+    user's row in the session, if loaded, gets the new balance (as an ORM update would)."""
     amount = money(delta)
-    balance = session.execute(
-        update(User).where(User.id == user_id).values(kudos=User.kudos + amount)
-        .returning(User.kudos)
-    ).scalar_one()  # fmt: skip
-    session.add(
-        KudosLedger(
-            user_id=user_id,
-            delta=amount,
-            balance_after=balance,
-            reason=reason,
-            wp_id=wp_id,
-            generation_id=generation_id,
-            worker_id=worker_id,
-        )
-    )
+    moved = (
+        update(USERS).where(USERS.c.id == user_id)
+        .values(kudos=USERS.c.kudos + amount).returning(USERS.c.kudos).cte("moved")
+    )  # fmt: skip
+    given = {
+        "user_id": user_id, "delta": amount, "reason": reason, "wp_id": wp_id,
+        "generation_id": generation_id, "worker_id": worker_id,
+    }  # fmt: skip
+    columns = [*given, "balance_after"]
+    row = select(*(literal(v, LEDGER.c[c].type) for c, v in given.items()), moved.c.kudos)
+    balance: Decimal = session.execute(
+        insert(LEDGER).from_select(columns, row).returning(LEDGER.c.balance_after)
+    ).scalar_one()
+    loaded = session.identity_map.get(identity_key(User, user_id))
+    if loaded is not None:
+        set_committed_value(loaded, "kudos", balance)
     note_kudos(session.info, reason, amount)  # /metrics counts it once the transaction commits
     return balance
 

@@ -86,10 +86,11 @@ def text_pop() -> Response:
         attempt.wait = body["wait"]
     ctx = native()
     now = utcnow()
+    # One transaction: the key, the worker's registration and the pop (each transaction
+    # costs the pool's ping, BEGIN and COMMIT).
     with transaction(ctx.sessions) as session:
         user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
         worker = register_worker(session, ctx.policy, user, body, now, declaration)
-    with transaction(ctx.sessions) as session:
         popped = pop_text_job(
             session, ctx.policy, worker, user.trusted, body["amount"], now, declaration
         )
@@ -224,27 +225,33 @@ def _send_webhook(delivery: Delivery | None) -> None:
 def text_submit() -> Response:
     checked_headers("text_submit")
     body = json_body("text_submit")
-    with transaction(native().sessions) as session:
+    ctx = native()
+    # A text job's kind, its worker's key and its submit in one transaction (each one costs
+    # the pool's ping, BEGIN and COMMIT); a chat job's submit is _chat_submit's.
+    with transaction(ctx.sessions) as session:
         chat = is_chat_job(session, body["id"])
+        if not chat:
+            submission = _text_submission(body)
+            user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
+            reward, webhook = submit_text_job(session, ctx.policy, user, submission, utcnow())
     if chat:
         return _chat_submit(body)
+    if submission.state == STATE_FAULTED:
+        wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
+    _send_webhook(webhook)
+    return jsonify(reward=float(reward))
+
+
+def _text_submission(body: dict[str, Any]) -> Submission:
     text = body.get("generation")
     if text is None and body["state"] != STATE_FAULTED:
         raise InvalidPayload(
             field="generation", problem="is required for a text job", param="generation"
         )
-    submission = Submission(
+    return Submission(
         generation_id=body["id"],
         text=text or "",
         state=body["state"],
         seed=int64(body.get("seed"), "seed"),
         gen_metadata=body.get("gen_metadata") or [],
     )
-    ctx = native()
-    with transaction(ctx.sessions) as session:
-        user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
-        reward, webhook = submit_text_job(session, ctx.policy, user, submission, utcnow())
-    if submission.state == STATE_FAULTED:
-        wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
-    _send_webhook(webhook)
-    return jsonify(reward=float(reward))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, false, func, or_, select
+from sqlalchemy import and_, case, false, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
@@ -114,21 +114,32 @@ def pop_text_job(
         kinds.append(and_(WaitingPrompt.is_chat.is_(False), *filters))
     if declaration is not None and declaration[DECL_CHAT_JOBS]:
         kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
-    wp = session.scalars(
-        select(WaitingPrompt)
-        .where(
-            *queued(),
-            WaitingPrompt.expiry > now,
-            or_(false(), *kinds),
-        )
+    # One statement: the next request, locked (SKIP LOCKED) in a subquery the UPDATE joins,
+    # its n lowered by what this pop takes; its old n comes back beside the row.
+    picked = (
+        select(WaitingPrompt.id, WaitingPrompt.n)
+        .where(*queued(), WaitingPrompt.expiry > now, or_(false(), *kinds))
         .order_by(WaitingPrompt.extra_priority.desc(), WaitingPrompt.created.asc())
         .limit(1)
         .with_for_update(skip_locked=True)
+        .subquery("picked")
+    )
+    single = or_(
+        WaitingPrompt.is_chat,
+        func.coalesce(WaitingPrompt.params["disable_batching"].as_boolean(), false()),
+    )
+    taking = case((single, 1), else_=func.greatest(1, func.least(amount, picked.c.n)))
+    row = session.execute(
+        update(WaitingPrompt)
+        .where(WaitingPrompt.id == picked.c.id)
+        .values(n=WaitingPrompt.n - taking)
+        .returning(WaitingPrompt, picked.c.n)
+        .execution_options(synchronize_session=False)
     ).first()
-    if wp is None:
+    if row is None:
         return Popped(skipped=skipped_counts(session, filters, now))
-    take = 1 if wp.is_chat or wp.params.get("disable_batching") else max(1, min(amount, wp.n))
-    wp.n -= take
+    wp, before = row
+    take = int(before) - wp.n
     model = declaration[DECL_MODEL_ID] if wp.is_chat and declaration else pick_model(worker, wp)
     gens = [
         Generation(

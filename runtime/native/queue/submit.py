@@ -22,8 +22,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import Table, delete, func, insert, select, union_all, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
 from generated.wire import STATE_FAULTED, STATE_OK
@@ -37,6 +39,8 @@ from runtime.native.requests.text import finish_if_complete
 from runtime.observability.context import note_worker_fault
 
 FAULTED = STATE_FAULTED
+PERFORMANCES: Table = WorkerPerformance.__table__  # type: ignore[assignment]
+WORKERS: Table = Worker.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,9 @@ def land_job(
     """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
     text formula (the worker is paid and nothing charged when censored, as upstream) and
     record the worker's speed sample."""
-    bridge_agent = session.scalar(select(Worker.bridge_agent).where(Worker.id == worker_id))
+    # the worker is in the session when the caller loaded its job (load_job): no query then
+    worker = session.get(Worker, worker_id)
+    bridge_agent = worker.bridge_agent if worker is not None else None
     reward = kudos.request_reward(
         wp, tokens, gen.model, trusted=user.trusted, bridge_agent=bridge_agent or ""
     )
@@ -159,8 +165,10 @@ def land_job(
             "completed_at": now,
         },
     )
-    locked = pay_for_job(session, user, worker_id, wp, gen.id, reward, charge, tokens)
+    # the speed sample first: pay_for_job locks the requester's balance row, shared by all of
+    # its requests' submits, so the less that follows it before the commit the better
     record_speed(session, policy, worker_id, tokens, (now - gen.start_time).total_seconds())
+    locked = pay_for_job(session, user, worker_id, wp, gen.id, reward, charge, tokens)
     return Landed(reward, locked, generation_delivery(session, locked, gen.id, reward))
 
 
@@ -173,27 +181,43 @@ def record_speed(
     session: Session, policy: Policy, worker_id: uuid.UUID, tokens: int, seconds: float
 ) -> None:
     """Add a speed sample, keep the newest ``policy.speed_samples`` and set the worker's
-    speed to their average."""
-    session.add(WorkerPerformance(worker_id=worker_id, performance=speed_sample(tokens, seconds)))
-    session.flush()
+    speed to their average: one statement (the sample's INSERT and the old samples' DELETE
+    are CTEs of the worker's UPDATE; the new sample is counted from the INSERT's RETURNING,
+    as a statement's parts do not see each other's rows)."""
+    new = (
+        insert(PERFORMANCES)
+        .values(worker_id=worker_id, performance=speed_sample(tokens, seconds))
+        .returning(PERFORMANCES.c.id, PERFORMANCES.c.performance)
+        .cte("new_sample")
+    )
+    samples = union_all(
+        select(new.c.id, new.c.performance),
+        select(PERFORMANCES.c.id, PERFORMANCES.c.performance).where(
+            PERFORMANCES.c.worker_id == worker_id
+        ),
+    ).subquery()
     newest = (
-        select(WorkerPerformance.id, WorkerPerformance.performance)
-        .where(WorkerPerformance.worker_id == worker_id)
-        .order_by(WorkerPerformance.id.desc())
+        select(samples.c.id, samples.c.performance)
+        .order_by(samples.c.id.desc())
         .limit(policy.speed_samples)
-        .subquery()
+        .cte("newest")
     )
-    session.execute(
-        update(Worker)
-        .where(Worker.id == worker_id)
+    older = (
+        delete(PERFORMANCES)
+        .where(PERFORMANCES.c.worker_id == worker_id, PERFORMANCES.c.id.not_in(select(newest.c.id)))
+        .returning(PERFORMANCES.c.id)
+        .cte("older")
+    )
+    speed = session.execute(
+        update(WORKERS)
+        .where(WORKERS.c.id == worker_id)
         .values(speed=select(func.avg(newest.c.performance)).scalar_subquery())
-    )
-    session.execute(
-        delete(WorkerPerformance).where(
-            WorkerPerformance.worker_id == worker_id,
-            WorkerPerformance.id.not_in(select(newest.c.id)),
-        )
-    )
+        .returning(WORKERS.c.speed)
+        .add_cte(older)
+    ).scalar_one()
+    loaded = session.identity_map.get(identity_key(Worker, worker_id))
+    if loaded is not None:
+        set_committed_value(loaded, "speed", speed)
 
 
 def pay_for_job(
@@ -207,12 +231,13 @@ def pay_for_job(
     tokens: int,
 ) -> WaitingPrompt:
     """Reward the worker's owner, charge the requester, count the worker's fulfilment, and
-    finish the request if nothing is left; returns the request, locked."""
+    finish the request if nothing is left; returns the request, locked. The requester is
+    charged after the request's lock is taken: its balance row is shared by every submit of
+    its requests, so it is locked for as short a time as the transaction allows (and after
+    the request's row, the order a cancel takes them in)."""
     kudos.apply_kudos(
         session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen_id, worker_id=worker_id
     )
-    if charge:
-        kudos.apply_kudos(session, wp.user_id, -charge, "charge", wp_id=wp.id, generation_id=gen_id)
     session.execute(
         update(Worker)
         .where(Worker.id == worker_id)
@@ -225,6 +250,8 @@ def pay_for_job(
     locked = session.scalars(
         select(WaitingPrompt).where(WaitingPrompt.id == wp.id).with_for_update()
     ).one()
+    if charge:
+        kudos.apply_kudos(session, wp.user_id, -charge, "charge", wp_id=wp.id, generation_id=gen_id)
     finish_if_complete(session, locked)
     return locked
 
