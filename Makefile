@@ -75,8 +75,19 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 ## bench: run every benchmark in bench/ and print its figures
+# A bench is a bench/*.py with a __main__ block (helpers such as native_stack.py have none;
+# bench/support/ holds more). Each prints `figure: NAME = VALUE UNIT` lines; a bench's stderr
+# (the services' access logs) is shown only if it fails; every figure is repeated at the end.
 bench: $(STAMP)
-	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@figures=$$(mktemp); out=$$(mktemp); log=$$(mktemp); \
+	for b in bench/*.py; do \
+		grep -q '^if __name__ == "__main__":' $$b || continue; \
+		echo "== $$b"; \
+		if ! $(BIN)/python $$b >$$out 2>$$log; then \
+			cat $$out; tail -40 $$log; rm -f $$figures $$out $$log; exit 1; fi; \
+		cat $$out; cat $$out >> $$figures; \
+	done; \
+	echo "== figures"; grep '^figure: ' $$figures; rm -f $$figures $$out $$log
 
 ## clean: remove .venv and the tools' caches
 clean:

@@ -1,0 +1,106 @@
+"""The pop+submit client of bench/native_cycles.py, run as its own process (stdlib only, so
+it starts fast and shares no interpreter with the server).
+
+``python bench/support/cycle_client.py SPEC`` reads a JSON spec (``urls``: native API roots,
+``keys``: one worker key each, ``seconds``: how long to measure, ``warmup``: cycles each
+worker runs first, uncounted, ``kind``: text or chat), forks one process per key, lets them
+start together after their warm-up, and prints one JSON line: ``{"cycles": N, "seconds": S}``
+(cycles finished by every worker, from the common start to the last worker's end). Worker
+``i`` talks to ``urls[i % len(urls)]`` over one keep-alive connection and starts no new
+cycle once ``seconds`` have passed.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import multiprocessing
+import sys
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+HEADERS = {"content-type": "application/json"}
+FAILURES = (OSError, RuntimeError, ValueError, KeyError, http.client.HTTPException)
+
+
+def _post(conn: http.client.HTTPConnection, path: str, key: str, body: dict[str, Any]) -> Any:
+    conn.request("POST", path, json.dumps(body), {**HEADERS, "apikey": key})
+    response = conn.getresponse()
+    data = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"{path}: {response.status} {data[:300]!r}")
+    return json.loads(data)
+
+
+def pop_body(name: str, kind: str, declaration: dict[str, Any] | None) -> dict[str, Any]:
+    return {"name": name, **(declaration or {})} if kind == "chat" else {"name": name}
+
+
+def submit_body(job: dict[str, Any], kind: str) -> dict[str, Any]:
+    if kind == "chat":
+        return {"id": job["id"], "content": "x" * 100, "finish_reason": "stop"}
+    return {"id": job["id"], "generation": "x" * 100}
+
+
+def work(index: int, spec: dict[str, Any], ready: Any, go: Any, results: Any) -> None:
+    done, error = 0, ""
+    try:
+        url = urlsplit(spec["urls"][index % len(spec["urls"])])
+        conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port or 80)
+        base = url.path.rstrip("/")
+        key = spec["keys"][index]
+        body = pop_body(f"cycle-w{index}", spec["kind"], spec.get("declaration"))
+
+        def cycle() -> None:
+            job = _post(conn, f"{base}/generate/text/pop", key, body)
+            if job["id"] is None:
+                raise RuntimeError(f"no job for worker {index}: {job}")
+            _post(conn, f"{base}/generate/text/submit", key, submit_body(job, spec["kind"]))
+
+        for _ in range(spec["warmup"]):
+            cycle()
+    except FAILURES as exc:  # reported to the parent, which fails the run
+        error = repr(exc)
+    ready.release()
+    go.wait()
+    deadline = time.perf_counter() + spec["seconds"]
+    try:
+        while not error and time.perf_counter() < deadline:
+            cycle()
+            done += 1
+    except FAILURES as exc:
+        error = repr(exc)
+    results.put((done, time.perf_counter(), error))
+    conn.close()
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1])
+    ctx = multiprocessing.get_context("fork")  # nothing but the standard library is loaded
+    ready = ctx.Semaphore(0)
+    go = ctx.Event()
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=work, args=(i, spec, ready, go, results))
+        for i in range(len(spec["keys"]))
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire()
+    started = time.perf_counter()
+    go.set()
+    finished = [results.get() for _ in procs]
+    for p in procs:
+        p.join()
+    errors = [error for _, _, error in finished if error]
+    if errors:
+        raise SystemExit(f"a worker failed: {errors[0]}")
+    cycles = sum(done for done, _, _ in finished)
+    seconds = max(end for _, end, _ in finished) - started
+    print(json.dumps({"cycles": cycles, "seconds": seconds}))
+
+
+if __name__ == "__main__":
+    main()
