@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, case, false, func, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
@@ -60,14 +61,10 @@ def register_worker(
 
     ``declaration`` is the parsed chat declaration; kept only when it declares chat_jobs.
     """
-    worker = session.scalars(
-        select(Worker).where(Worker.name == body["name"]).with_for_update()
-    ).first()
+    worker = _locked_worker(session, body["name"])
     if worker is None:
-        check_worker_limit(session, policy, user)
-        worker = Worker(id=uuid.uuid4(), name=body["name"], user_id=user.id)
-        session.add(worker)
-    elif worker.user_id != user.id:
+        worker = _new_worker(session, policy, user, body)
+    if worker.user_id != user.id:
         raise WrongCredentials()
     worker.models = list(dict.fromkeys(body.get("models") or []))
     worker.max_length = body["max_length"]
@@ -86,12 +83,47 @@ def register_worker(
     return worker
 
 
-def check_worker_limit(session: Session, policy: Policy, user: User) -> None:
+def _locked_worker(session: Session, name: str) -> Worker | None:
+    return session.scalars(select(Worker).where(Worker.name == name).with_for_update()).first()
+
+
+def _new_worker(session: Session, policy: Policy, user: User, body: dict[str, Any]) -> Worker:
+    """Register a name first seen by this pop, once however many pops race for it.
+
+    A worker's threads often pop together under one new name: the user's row lock (taken by
+    the limit check) serializes the user's registrations and the name is looked up again
+    under it, and the row is inserted ON CONFLICT DO NOTHING, so a pop that raced another
+    user for the name finds that user's row (WrongCredentials), never a UniqueViolation.
+    """
+    check_worker_limit(session, policy, user, name=body["name"])
+    worker = _locked_worker(session, body["name"])
+    if worker is not None:
+        return worker
+    session.execute(
+        insert(Worker)
+        .values(
+            id=uuid.uuid4(),
+            name=body["name"],
+            user_id=user.id,
+            max_length=body["max_length"],
+            max_context_length=body["max_context_length"],
+        )
+        .on_conflict_do_nothing(index_elements=[Worker.name])
+    )
+    worker = _locked_worker(session, body["name"])
+    assert worker is not None  # ours, or the committed row of the user who won the name
+    return worker
+
+
+def check_worker_limit(
+    session: Session, policy: Policy, user: User, *, name: str | None = None
+) -> None:
     """Refuse one more worker name past the user's limit (upstream's TooManyWorkers)."""
     session.execute(select(User.id).where(User.id == user.id).with_for_update())
-    count = session.scalar(
-        select(func.count()).select_from(Worker).where(Worker.user_id == user.id)
-    )
+    others = Worker.user_id == user.id
+    if name is not None:  # a name registered while this pop waited for the lock is not new
+        others = and_(others, Worker.name != name)
+    count = session.scalar(select(func.count()).select_from(Worker).where(others))
     if user.trusted and int(count or 0) >= policy.workers_per_trusted_user:
         raise TooManyWorkersTrusted(limit=policy.workers_per_trusted_user)
     if not user.trusted and int(count or 0) >= policy.workers_per_user:
