@@ -47,7 +47,7 @@ def _part(part: Any, allowed: list[str], param: str) -> dict[str, Any]:
     if not isinstance(part, dict):
         raise InvalidChatParameter(detail=wrong_type(param, "an object", part), param=param)
     kind = part.get("type")
-    if kind in REFUSED_PARTS:
+    if isinstance(kind, str) and kind in REFUSED_PARTS:  # a list or object: not a key
         key = join_param(param, "type")
         raise UnsupportedChatParameter(key=f"{key} {kind}", reason=REFUSED_PARTS[kind], param=key)
     if kind not in allowed:
@@ -108,11 +108,11 @@ def _message(message: Any, index: int) -> dict[str, Any]:
     if not isinstance(message, dict):
         raise InvalidChatParameter(detail=wrong_type(param, "an object", message), param=param)
     role = message.get("role")
-    if role in REFUSED_ROLES:
+    if isinstance(role, str) and role in REFUSED_ROLES:  # a list or object: not a key
         raise UnsupportedChatParameter(
             key=f"{param}.role {role}", reason=REFUSED_ROLES[role], param=f"{param}.role"
         )
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         values = ", ".join(f"'{r}'" for r in ROLES)
         raise InvalidChatParameter(
             detail=f"Invalid value for '{param}.role': {role!r}. Supported values are: {values}.",

@@ -156,7 +156,7 @@ def validate_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> Any:
 def validate_response_format(fmt: dict[str, Any]) -> dict[str, Any]:
     """text, json_object or json_schema, closed (strict schemas checked)."""
     kind = fmt.get("type")
-    if kind not in RESPONSE_FORMAT_TYPES:
+    if not isinstance(kind, str) or kind not in RESPONSE_FORMAT_TYPES:
         values = ", ".join(f"'{t}'" for t in RESPONSE_FORMAT_TYPES)
         where = f"{PARAM_RESPONSE_FORMAT}.type"
         raise InvalidChatParameter(

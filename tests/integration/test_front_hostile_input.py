@@ -187,6 +187,23 @@ def test_a_malformed_body_is_a_400_in_openais_envelope(front: Front, name: str) 
     assert front.process.poll() is None
 
 
+WRONG_TYPES = {
+    "messages.[0].role": chat(messages=[{"role": ["user"], "content": MARKER}]),
+    "messages.[0].content.[0].type": chat(
+        messages=[{"role": "user", "content": [{"type": {"a": 1}, "text": MARKER}]}]
+    ),
+    "response_format.type": chat(response_format={"type": [[], {}]}),
+}
+
+
+@pytest.mark.parametrize("param", list(WRONG_TYPES))
+def test_a_list_or_object_where_a_name_belongs_is_a_400(front: Front, param: str) -> None:
+    """Found by schemathesis: a list as response_format's type was looked up in a dict
+    (TypeError: unhashable, a 500); so were a role and a content part's type."""
+    error = refusal(post(front.url, WRONG_TYPES[param]), 400)
+    assert (error["code"], error["param"]) == ("InvalidChatParameter", param)
+
+
 def test_surrogate_pairs_and_a_schema_twenty_levels_deep_pass_the_parse(front: Front) -> None:
     """Legitimate bodies near the bounds are not refused by them: an emoji as an escaped
     pair, and a response_format schema nested 20 levels (under the spec's max_depth)."""
