@@ -6,11 +6,14 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from generated.signals import POP_MAX_WAIT_SECONDS
 from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPORT_URL
 
 DEFAULT_MAX_LENGTH = 512
 DEFAULT_BACKEND_TIMEOUT = 120.0
 DEFAULT_POLL_INTERVAL = 1.0
+DEFAULT_POP_WAIT = float(POP_MAX_WAIT_SECONDS)
+"""A pop waits this long for a job (the native API's long poll, spec'd maximum)."""
 DEFAULT_SHUTDOWN_GRACE = 30.0
 ALL_TRANSPORTS = (TRANSPORT_URL, TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL)
 
@@ -46,6 +49,7 @@ class WorkerConfig:
     backend_kind: str | None = None
     backend_timeout: float = DEFAULT_BACKEND_TIMEOUT
     poll_interval: float = DEFAULT_POLL_INTERVAL
+    pop_wait: float = DEFAULT_POP_WAIT
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
     vision: bool = False
     image_tokens: int = 0
@@ -75,6 +79,13 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _pop_wait(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= POP_MAX_WAIT_SECONDS:
+        raise argparse.ArgumentTypeError(f"must be 0 to {POP_MAX_WAIT_SECONDS}, got {text}")
     return value
 
 
@@ -135,7 +146,19 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, of {', '.join(ALL_TRANSPORTS)} (default: all)",
     )
     parser.add_argument("--backend-timeout", type=float, default=DEFAULT_BACKEND_TIMEOUT)
-    parser.add_argument("--poll-interval", type=float, default=DEFAULT_POLL_INTERVAL)
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=DEFAULT_POLL_INTERVAL,
+        help="seconds between pops when one answers no job at once (an upstream horde)",
+    )
+    parser.add_argument(
+        "--pop-wait",
+        type=_pop_wait,
+        default=DEFAULT_POP_WAIT,
+        help=f"seconds a pop waits for a job (long poll; 0 to {POP_MAX_WAIT_SECONDS}, "
+        f"default {POP_MAX_WAIT_SECONDS:g}; 0 pops every --poll-interval as upstream)",
+    )
     parser.add_argument("--shutdown-grace", type=float, default=DEFAULT_SHUTDOWN_GRACE)
 
 
@@ -155,6 +178,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         backend_kind=args.backend_kind,
         backend_timeout=args.backend_timeout,
         poll_interval=args.poll_interval,
+        pop_wait=args.pop_wait,
         shutdown_grace=args.shutdown_grace,
         vision=args.vision,
         image_tokens=args.image_tokens,

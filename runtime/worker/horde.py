@@ -48,6 +48,7 @@ class HordeClient:
         agent: str = "horde-chat-worker:1:local",
         timeout: float = 30.0,
     ) -> None:
+        self._timeout = timeout
         self._http = httpx.Client(
             base_url=horde_root.rstrip("/"),
             headers={HEADER_APIKEY: api_key, HEADER_CLIENT_AGENT: agent},
@@ -65,8 +66,10 @@ class HordeClient:
     def pop(self, body: dict[str, Any]) -> PopOutput:
         """One pop; raises httpx errors and HTTP errors for the loop to back off on.
 
-        ``body`` is PopInput's fields with the worker's chat declaration merged in."""
-        response = self._http.post(_route_path("text_pop"), json=body)
+        ``body`` is PopInput's fields with the worker's chat declaration merged in; with a
+        ``wait`` (the long poll) the read timeout covers it."""
+        timeout = self._timeout + float(body.get("wait") or 0)
+        response = self._http.post(_route_path("text_pop"), json=body, timeout=timeout)
         response.raise_for_status()
         answer = response.json()
         if not isinstance(answer, dict):

@@ -1,8 +1,13 @@
 """The worker's threads: pop with the declaration, serve, repeat; a clean stop.
 
-Each of ``--threads`` threads pops one job at a time. :meth:`WorkerLoop.stop` stops the
-popping, lets held jobs finish for ``shutdown_grace`` seconds, then faults every job still
-held with worker_shutdown, so a Ctrl-C never leaves a job to its TTL.
+Each of ``--threads`` threads pops one job at a time. A pop asks the native API to wait up
+to ``pop_wait`` seconds for a job (its long poll), so a new request reaches an idle worker
+at once; a pop answered "no job" sooner than ``poll_interval`` (an upstream horde, which
+has no long poll, or a native API stopping) is followed by a pause, as upstream's workers
+poll. :meth:`WorkerLoop.stop` stops the popping, lets held jobs finish for
+``shutdown_grace`` seconds, then faults every job still held with worker_shutdown, so a
+Ctrl-C never leaves a job to its TTL. It does not wait for a thread whose pop is still
+waiting: a job that pop brings after the stop is faulted at once.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def pop_body(config: WorkerConfig, probed: Probed) -> dict[str, Any]:
         "amount": 1,
         "max_length": probed.max_length,
         "max_context_length": probed.context,
+        **({"wait": config.pop_wait} if config.pop_wait > 0 else {}),
         **pop_declaration(probed, config),
     }
 
@@ -57,6 +63,7 @@ class WorkerLoop:
         self.served = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._popping: set[threading.Thread] = set()
 
     def start(self) -> WorkerLoop:
         for index in range(self.config.threads):
@@ -67,7 +74,11 @@ class WorkerLoop:
 
     def _serve(self) -> None:
         backoff = self.config.poll_interval
+        me = threading.current_thread()
         while not self.stopping.is_set():
+            asked = time.monotonic()
+            with self._lock:
+                self._popping.add(me)
             try:
                 job = Job.from_pop(self.horde.pop(self.body))
             except Exception as exc:  # the native API is down or refused: back off, retry
@@ -75,9 +86,16 @@ class WorkerLoop:
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, MAX_POP_BACKOFF_SECONDS)
                 continue
+            finally:
+                with self._lock:
+                    self._popping.discard(me)
             backoff = self.config.poll_interval
+            if job is not None and self.stopping.is_set():  # a waiting pop's job, after stop
+                self.horde.fault(job.id, WorkerShutdown())
+                return
             if job is None:
-                self.stopping.wait(self.config.poll_interval)
+                answered_in = time.monotonic() - asked
+                self.stopping.wait(max(0.0, self.config.poll_interval - answered_in))
                 continue
             with self._lock:
                 self.held[job.id] = job
@@ -93,7 +111,10 @@ class WorkerLoop:
         self.stopping.set()
         deadline = time.monotonic() + (self.config.shutdown_grace if grace is None else grace)
         for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+            with self._lock:
+                waiting_pop = thread in self._popping
+            if not waiting_pop:  # a pop still waiting holds no job (and faults a late one)
+                thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             left = list(self.held)
             self.held.clear()

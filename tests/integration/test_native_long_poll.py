@@ -327,3 +327,38 @@ def test_a_chunked_body_is_capped_as_a_declared_one_and_a_chunked_pop_waits(
     )
     assert waited.status_code == 200, waited.text
     assert waited.json() == empty
+
+
+def test_the_worker_long_polls_so_a_new_request_reaches_it_by_a_wake(
+    native_service: NativeService,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
+) -> None:
+    """The project's worker at its shipped settings asks for the spec's longest wait: a chat
+    request queued while its pop waits is served long before that pop's deadline."""
+    from runtime.worker.cli import RunningWorker
+    from runtime.worker.config import WorkerConfig
+    from tests.doubles.backend_script import Reply
+    from tests.doubles.openai_backend import OpenAIBackendDouble
+    from tests.integration.chat_flow import chat_async
+
+    backend = OpenAIBackendDouble(default_reply=Reply(content="hello")).start()
+    worker = RunningWorker.start(
+        WorkerConfig(native_service.url, owner.api_key, backend.openai_base_url, context=4096)
+    )
+    try:
+        assert worker.loop.config.pop_wait == POP_MAX_WAIT_SECONDS
+        until(lambda: hub.waiting == 1, "the worker's pop to wait")
+        wakes = hub.wakes
+        body = {"model": backend.model, "messages": [{"role": "user", "content": "hi"}]}
+        response = chat_async(native_client, requester.api_key, body)
+        assert response.status_code == 202, response.text
+        until(lambda: worker.loop.served == 1, "the worker to serve the request")
+        assert hub.wakes > wakes
+        until(lambda: hub.waiting == 1, "the worker's next pop to wait")
+    finally:
+        faulted = worker.stop(grace=5)  # its waiting pop holds no job: nothing to wait for
+        backend.close()
+    assert faulted == []

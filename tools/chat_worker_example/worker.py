@@ -312,7 +312,9 @@ class Horde:
         self.http = httpx.Client(base_url=root, headers=headers, timeout=30)
 
     def pop(self, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post("/generate/text/pop", json=body)
+        """One pop; a ``wait`` (the long poll) lengthens the read timeout to cover it."""
+        timeout = 30 + body.get("wait", 0)
+        response = self.http.post("/generate/text/pop", json=body, timeout=timeout)
         response.raise_for_status()
         return response.json()
 
@@ -369,7 +371,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-length", type=int, default=512, help="longest reply, in tokens")
     parser.add_argument("--template-overhead", type=int, help="tool preamble (check.py)")
     parser.add_argument("--name", default="chat-worker-example")
-    parser.add_argument("--poll-interval", type=float, default=1.0)
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds a pop waits for a job (the native API's long poll, at most 30; 0: none)",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        help="pause after a pop answered no job at once (an upstream horde has no long poll)",
+    )
     parser.add_argument("--timeout", type=float, default=120.0, help="backend timeout, seconds")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
@@ -385,11 +398,13 @@ def main(argv: list[str] | None = None) -> None:
         "models": [probed["model"]],
         "max_length": limits["max_length"],
         "max_context_length": limits["max_context_length"],
+        **({"wait": args.wait} if args.wait > 0 else {}),
         **declaration,
     }
     job_id = None
     try:
         while True:
+            asked = time.monotonic()
             try:
                 job = horde.pop(pop_body)
             except httpx.HTTPError as exc:
@@ -397,8 +412,8 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(args.poll_interval * 5)
                 continue
             job_id = job.get("id")
-            if not job_id:
-                time.sleep(args.poll_interval)
+            if not job_id:  # after a long poll's deadline, at once; else after a pause
+                time.sleep(max(0.0, args.poll_interval - (time.monotonic() - asked)))
                 continue
             try:
                 horde.submit(serve(job, probed, backend))
