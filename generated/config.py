@@ -126,7 +126,7 @@ VARIABLES: tuple[Variable, ...] = (
         name="HORDE_MAX_BODY_BYTES",
         services=("native",),
         default="derived",
-        meaning="the native API's body cap (text plus the spec's image caps)",
+        meaning="the native API's body cap (the spec's text and inline-image allowances together)",
     ),
     Variable(
         name="HORDE_FRONT_NATIVE_ROOTS",

@@ -17,7 +17,7 @@
 | HORDE_PUBLIC_URL | (unset) | the native API's URL for workers; unset: the bound address |
 | HORDE_MESSAGES_OFFLOAD_BYTES | spec | messages (images inlined) above this are offloaded |
 | HORDE_IMAGE_FETCH_ALLOW_LOOPBACK | off | tests only: "on" lets image URLs reach loopback |
-| HORDE_MAX_BODY_BYTES | derived | the native API's body cap (text + the spec's image caps) |
+| HORDE_MAX_BODY_BYTES | derived | the native API's body cap (text + inline-image allowances) |
 | HORDE_LOG_FORMAT | plain | the access log of both services: plain or json (JSON lines) |
 
 An S3 URL is ``s3://bucket[/prefix]?endpoint=URL&region=NAME``; its credentials come from
