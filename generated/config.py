@@ -147,6 +147,12 @@ VARIABLES: tuple[Variable, ...] = (
         meaning="seconds is_possible may stay false (503 no_eligible_worker after)",
     ),
     Variable(
+        name="HORDE_FRONT_SHUTDOWN_GRACE",
+        services=("front",),
+        default="20",
+        meaning="seconds a stopping front (SIGTERM) lets submitted requests finish; then each is cancelled and answered 503 front_shutting_down",
+    ),
+    Variable(
         name="HORDE_FRONT_POLL",
         services=("front",),
         default="10",

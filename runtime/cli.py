@@ -60,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
     front.add_argument(
         "--native-roots", help="native API roots, comma separated (HORDE_FRONT_NATIVE_ROOTS)"
     )
+    front.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        help="server processes sharing the port (default 1)",
+    )
     migrate = with_env(
         "migrate", "migrate", "upgrade the schema of HORDE_DATABASE_URL (safe from several hosts)"
     )
@@ -119,7 +125,11 @@ def run_service(args: argparse.Namespace) -> int:
             return run_native(settings, host=args.host, port=args.port, processes=args.processes)
         if args.command == "front":
             return run_front(
-                settings, host=args.host, port=args.port, native_roots=args.native_roots
+                settings,
+                host=args.host,
+                port=args.port,
+                native_roots=args.native_roots,
+                processes=args.processes,
             )
         return run_migrate(settings, revision=args.revision)
     except Refused as refused:

@@ -231,13 +231,15 @@ def run_front(
     host: str | None = None,
     port: int | None = None,
     native_roots: str | None = None,
+    processes: int = 1,
     out: TextIO = sys.stdout,
     stop_event: threading.Event | None = None,
 ) -> int:
     """``horde-chat front``: the chat front alone on HORDE_REDIS_URL, refused while Redis is
-    unreachable; its native roots from ``--native-roots`` or HORDE_FRONT_NATIVE_ROOTS."""
+    unreachable; its native roots from ``--native-roots`` or HORDE_FRONT_NATIVE_ROOTS; with
+    ``processes`` > 1, that many server processes on one port (uvicorn's supervisor)."""
     from runtime.front.config import FrontConfig
-    from runtime.front.server import FrontService
+    from runtime.front.server import FrontService, serve_processes
     from runtime.native.readiness import redis_problems
     from runtime.stores.redis_client import redis_client
 
@@ -253,6 +255,14 @@ def run_front(
     if native_roots:
         env["HORDE_FRONT_NATIVE_ROOTS"] = native_roots
     config = FrontConfig.from_env(redis_url, env)
+    if processes > 1:
+        return serve_processes(
+            config,
+            host=host or settings.front_host,
+            port=settings.front_port if port is None else port,
+            processes=processes,
+            out=out,
+        )
     stop = _wait_for_signal(stop_event)
     service = FrontService.start(
         config,

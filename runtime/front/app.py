@@ -35,6 +35,7 @@ from generated.wire.front import Model, ModelList
 from runtime.front.admission import Admission, api_key_of
 from runtime.front.chat import ChatCompletions
 from runtime.front.config import FrontConfig
+from runtime.front.drain import Drain
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
 from runtime.front.native_client import NativeClient
 from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, forward_request_id
@@ -42,6 +43,7 @@ from runtime.front.reference import REFERENCE_ROUTES
 from runtime.front.request_id import RequestIdMiddleware
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
+from runtime.observability.metrics import process_exited
 
 OWNER = "horde"
 IN_FLIGHT = 100
@@ -57,6 +59,7 @@ class FrontState:
     hub: SignalHub
     admission: Admission
     redis: Redis
+    drain: Drain
     started: int = field(default_factory=lambda: int(time.time()))
     cancels: set[asyncio.Task[Any]] = field(default_factory=set)
 
@@ -112,8 +115,12 @@ def _front_path(operation_id: str) -> str:
 def create_front_app(
     config: FrontConfig, channel_of: Callable[[str], str] = chat_channel
 ) -> Starlette:
+    drain = Drain(config.shutdown_grace)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        drain.bind(asyncio.get_running_loop())
+        restore_signals = drain.chain_signals()  # a server process: SIGTERM begins the drain
         limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
         hooks = {"request": [forward_request_id]}  # the native access log names our request id
         async with httpx.AsyncClient(limits=limits, event_hooks=hooks) as http:
@@ -132,7 +139,7 @@ def create_front_app(
                 max_in_flight=IN_FLIGHT,
             )
             admission = Admission(config.per_source_cap, config.global_cap)
-            state = FrontState(config, native, hub, admission, redis)
+            state = FrontState(config, native, hub, admission, redis, drain)
             app.state.front = state
             try:
                 yield
@@ -141,6 +148,8 @@ def create_front_app(
                     await asyncio.wait(set(state.cancels), timeout=5)
                 await hub.stop()
                 await redis.aclose()
+                restore_signals()
+                process_exited()
 
     routes = [
         Route(_front_path("chat_completions"), ChatCompletions(), methods=["POST"]),
@@ -160,6 +169,8 @@ def create_front_app(
         Exception: unexpected,
     }
     middleware = [Middleware(RequestIdMiddleware), Middleware(ObserveMiddleware, routes=routes)]
-    return Starlette(
+    app = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware
     )
+    app.state.drain = drain  # FrontService.stop() begins it from its thread
+    return app

@@ -26,6 +26,7 @@ from generated.chat.names import PARAM_STREAM
 from generated.errors import HordeError, InternalError
 from generated.wire.front import ChatCompletion
 from runtime.front.admission import ClientGone, admitted_body, api_key_of, read_body
+from runtime.front.drain import Drain
 from runtime.front.errors import error_event, error_response
 from runtime.front.native_client import SubmitLost, new_operation_key
 from runtime.front.request_id import RequestId
@@ -42,10 +43,12 @@ T = TypeVar("T")
 
 
 class DisconnectWatch:
-    """Listens for http.disconnect once the body was read."""
+    """Listens for http.disconnect once the body was read, and for the end of a stopping
+    front's shutdown grace (``drain``)."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, drain: Drain | None = None) -> None:
         self.gone = asyncio.Event()
+        self.drain = drain
         self._task = asyncio.create_task(self._listen(receive))
 
     async def _listen(self, receive: Receive) -> None:
@@ -56,17 +59,26 @@ class DisconnectWatch:
                 return
 
     async def run(self, work: Awaitable[T]) -> T:
-        """``work``'s result, or ClientGone (``work`` cancelled) if the client leaves first."""
+        """``work``'s result, or ClientGone (``work`` cancelled) if the client leaves first,
+        or front_shutting_down (``work`` cancelled) if the shutdown grace ends first."""
         task = asyncio.ensure_future(work)
         gone = asyncio.ensure_future(self.gone.wait())
+        ends = {task, gone}
+        over = None if self.drain is None else asyncio.ensure_future(self.drain.over.wait())
+        if over is not None:
+            ends.add(over)
         try:
-            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
+            if over is not None:
+                over.cancel()
         if not task.done():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+            if self.drain is not None and self.drain.over.is_set() and not self.gone.is_set():
+                raise self.drain.expired()
             raise ClientGone()
         return task.result()
 
@@ -114,9 +126,11 @@ class _Life:
 
     async def run(self) -> None:
         config = self.state.config
+        self.state.drain.refuse_if_started()
         raw = await read_body(self.request, config.max_body_bytes, config.body_timeout)
         api_key = api_key_of(self.request)
         body, normalised = await admitted_body(raw)  # off the event loop when large
+        self.state.drain.refuse_if_started()  # a stopping front submits nothing new
         try:
             accepted = await self.state.native.submit(
                 body, api_key=api_key, operation_key=new_operation_key(), source=self.source
@@ -128,7 +142,7 @@ class _Life:
         named = RequestId.of(self.request.scope)
         if named is not None:  # every response from here on names the horde request
             named.submitted(accepted.request_id)
-        watch = DisconnectWatch(self.request.receive)
+        watch = DisconnectWatch(self.request.receive, self.state.drain)
         try:
             async with ReplyWait(
                 self.state.native,

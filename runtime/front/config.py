@@ -9,6 +9,7 @@ come from the environment through ``FrontConfig.from_env`` (variables in the tab
 | HORDE_SERVICE_PASSKEY | (unset) | sent as X-Horde-Service-Passkey with the client's address |
 | HORDE_FRONT_DEADLINE | 540 | seconds a request may wait for its reply (408 after) |
 | HORDE_FRONT_GRACE | 20 | seconds is_possible may stay false (503 no_eligible_worker after) |
+| HORDE_FRONT_SHUTDOWN_GRACE | 20 | seconds a stopping front lets submitted requests finish |
 | HORDE_FRONT_POLL | 10 | fallback status poll period while waiting, in seconds |
 | HORDE_FRONT_KEEPALIVE | 5 | seconds of silence on a stream before a keep-alive comment |
 | HORDE_FRONT_PER_SOURCE | 64 | open requests per client address |
@@ -61,6 +62,9 @@ class FrontConfig:
     client_agent: str = "horde-chat-front:0.1:local"
     forwarded_allow_ips: tuple[str, ...] = ()
     """Proxies whose X-Forwarded-For names the client; none: the client is the peer."""
+    shutdown_grace: float = 20.0
+    """Seconds a stopping front (SIGTERM) lets submitted requests finish before it cancels
+    them and answers 503 front_shutting_down (20 + the cancel's wait fits a 30 s stop)."""
 
     def proxy_options(self) -> dict[str, Any]:
         """uvicorn's proxy settings: X-Forwarded-For (and -Proto) are read only from the
@@ -92,6 +96,7 @@ class FrontConfig:
             service_passkey=env.get("HORDE_SERVICE_PASSKEY") or None,
             deadline=_float(env, "HORDE_FRONT_DEADLINE", 540.0),
             grace=_float(env, "HORDE_FRONT_GRACE", 20.0),
+            shutdown_grace=_float(env, "HORDE_FRONT_SHUTDOWN_GRACE", 20.0),
             poll_interval=_float(env, "HORDE_FRONT_POLL", 10.0),
             keepalive_interval=_float(env, "HORDE_FRONT_KEEPALIVE", 5.0),
             per_source_cap=int(_float(env, "HORDE_FRONT_PER_SOURCE", 64)),

@@ -10,7 +10,8 @@ resolves no users (keys go to the native API), so its lines name none.
 
 Counters live in one registry per process (``REGISTRY``): requests by route and status with
 their latency, open waits and open streams, and how waits woke (the Redis signal or the
-fallback poll).
+fallback poll). With several processes (``horde-chat front --processes N``) /metrics sums
+every process's (``runtime.observability.metrics``, multiprocess mode).
 """
 
 from __future__ import annotations
@@ -38,10 +39,16 @@ from runtime.observability.metrics import CONTENT_TYPE, UNMATCHED, HttpMetrics, 
 REGISTRY = CollectorRegistry()
 HTTP = HttpMetrics(REGISTRY)
 OPEN_WAITS = Gauge(
-    "horde_front_open_waits", "Submitted requests being waited on.", registry=REGISTRY
+    "horde_front_open_waits",
+    "Submitted requests being waited on.",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",  # with several processes: the front's total
 )
 OPEN_STREAMS = Gauge(
-    "horde_front_open_streams", "Server-sent event streams open to clients.", registry=REGISTRY
+    "horde_front_open_streams",
+    "Server-sent event streams open to clients.",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
 )
 WAKES = Counter(
     "horde_front_wait_wakes",

@@ -2,25 +2,64 @@
 
 ``FrontService.start(config, channel_of, host=..., port=0)`` binds first (port 0 picks a
 free one), serves in a thread and returns once the app's lifespan has started;
-``stop()`` asks uvicorn to exit and joins the thread. ``horde-chat up``, the tests and the
+``stop()`` begins the app's drain (runtime.front.drain: submitted requests get the shutdown
+grace), asks uvicorn to exit and joins the thread. ``horde-chat up``, the tests and the
 bench use it the same way.
+
+``serve_processes(config, host=..., port=..., processes=N)`` is ``horde-chat front
+--processes N``: the parent binds the socket, opens the metrics directory the processes share
+(runtime.observability.metrics), and runs uvicorn's supervisor with N server processes on
+that socket, each building its app from ``config`` (``create_front_app``); it returns once
+they stopped (SIGTERM or SIGINT to the parent: each drains as above). Both paths configure
+uvicorn through ``uvicorn_config``.
 """
 
 from __future__ import annotations
 
+import functools
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TextIO
 
 import uvicorn
+from uvicorn.supervisors.multiprocess import Multiprocess
 
 from generated.signals import chat_channel
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
+from runtime.front.drain import Drain, server_timeout
+from runtime.observability.metrics import multiprocess_dir
 
 START_TIMEOUT = 20.0
+BACKLOG = 4096
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0 picks a free one)."""
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
+    # (without it, Nagle and delayed ACKs add ~40 ms to every response).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(BACKLOG)
+    return sock
+
+
+def uvicorn_config(app: Any, config: FrontConfig, **options: Any) -> uvicorn.Config:
+    """uvicorn's settings for the front, one process or several: the graceful timeout
+    outlasts the shutdown grace (the drain answers every submitted request first)."""
+    options.setdefault("log_level", "warning")
+    return uvicorn.Config(
+        app,
+        lifespan="on",
+        timeout_graceful_shutdown=int(server_timeout(config.shutdown_grace) + 0.999),
+        backlog=BACKLOG,
+        **config.proxy_options(),  # X-Forwarded-For from configured proxies only
+        **options,
+    )
 
 
 @dataclass
@@ -29,6 +68,7 @@ class FrontService:
     port: int
     server: uvicorn.Server
     thread: threading.Thread
+    drain: Drain
 
     @property
     def url(self) -> str:
@@ -44,22 +84,9 @@ class FrontService:
         port: int = 0,
         log_level: str = "warning",
     ) -> FrontService:
-        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
-        # (without it, Nagle and delayed ACKs add ~40 ms to every response).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(4096)
+        sock = bind(host, port)
         app = create_front_app(config, channel_of)
-        uv_config = uvicorn.Config(
-            app,
-            log_level=log_level,
-            lifespan="on",
-            timeout_graceful_shutdown=5,
-            backlog=4096,
-            **config.proxy_options(),  # X-Forwarded-For from configured proxies only
-        )
-        server = uvicorn.Server(uv_config)
+        server = uvicorn.Server(uvicorn_config(app, config, log_level=log_level))
         thread = threading.Thread(
             target=server.run, kwargs={"sockets": [sock]}, name="front-uvicorn", daemon=True
         )
@@ -71,11 +98,44 @@ class FrontService:
                 raise RuntimeError("the chat front did not start")
             time.sleep(0.01)
         bound_host, bound_port = sock.getsockname()[:2]
-        return cls(bound_host, bound_port, server, thread)
+        return cls(bound_host, bound_port, server, thread, app.state.drain)
 
     def describe(self) -> str:
         return f"chat front: {self.url}/v1"
 
     def stop(self) -> None:
+        self.drain.begin_threadsafe()
         self.server.should_exit = True
-        self.thread.join(timeout=15)
+        self.thread.join(timeout=server_timeout(self.drain.grace) + 5)
+
+
+def serve_processes(
+    config: FrontConfig,
+    *,
+    host: str,
+    port: int,
+    processes: int,
+    out: TextIO,
+    log_level: str = "warning",
+) -> int:
+    """``horde-chat front --processes N``: N uvicorn server processes on one socket until
+    SIGTERM or SIGINT reaches this parent (uvicorn's supervisor passes SIGTERM on to each
+    and waits for them; one that dies is replaced)."""
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    with multiprocess_dir():
+        factory = functools.partial(create_front_app, config)
+        uv_config = uvicorn_config(
+            factory, config, factory=True, workers=processes, log_level=log_level
+        )
+        supervisor = Multiprocess(uv_config, sockets=[sock])
+        print(
+            f"chat front: http://{bound_host}:{bound_port}/v1 ({processes} processes)",
+            file=out,
+            flush=True,
+        )
+        try:
+            supervisor.run()
+        finally:
+            sock.close()
+    return 0

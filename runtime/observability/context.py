@@ -48,10 +48,13 @@ def note_kudos(session_info: dict[str, Any], reason: str, delta: Decimal) -> Non
 
 
 WORKER_FAULTS = "horde.worker_faults"
-"""A database session's ``info`` key: how many jobs its transaction recorded as faulted by
-their worker."""
+"""A database session's ``info`` key: how many jobs of each kind its transaction recorded as
+faulted by their worker."""
+KIND_TEXT, KIND_CHAT = "text", "chat"
+"""The kinds of job a worker pops and faults (the ``kind`` label of pops and faults)."""
 
 
-def note_worker_fault(session_info: dict[str, Any]) -> None:
+def note_worker_fault(session_info: dict[str, Any], kind: str) -> None:
     """Where a worker's fault is recorded: the service counts it once the transaction commits."""
-    session_info[WORKER_FAULTS] = session_info.get(WORKER_FAULTS, 0) + 1
+    faults: dict[str, int] = session_info.setdefault(WORKER_FAULTS, {})
+    faults[kind] = faults.get(kind, 0) + 1

@@ -1,18 +1,34 @@
-"""Prometheus metrics every service exposes (``prometheus-client``, one process for now).
+"""Prometheus metrics every service exposes (``prometheus-client``).
 
 ``HttpMetrics(registry)``: ``horde_http_requests_total{method,route,status}`` and
 ``horde_http_request_duration_seconds{method,route}``. A route is the matched route's
 template (``/api/v2/generate/text/status/{id}``), ``unmatched`` for a path no route holds,
 so a client cannot grow the label set. ``exposition(registry, *collectors)`` renders a
 registry plus collectors built for this scrape (gauges a service computes from its stores).
+
+Several processes behind one port (``--processes N``) share their counters through
+prometheus-client's multiprocess mode: the parent opens ``multiprocess_dir()`` before it
+starts the server processes (a fresh directory named by ``PROMETHEUS_MULTIPROC_DIR``, which
+the children inherit and prometheus-client reads when it is imported; removed at exit), every
+process writes its values there, and ``exposition`` then renders the sum of every process's
+files (``MultiProcessCollector``) instead of the answering process's registry, so a scrape
+reaching any process reads the whole service. A gauge says how processes combine
+(``multiprocess_mode``: open waits add up over live processes, ``livesum``); a server process
+calls ``process_exited()`` as it stops so its live gauges leave the sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -42,9 +58,48 @@ class HttpMetrics:
         self.latency.labels(method, route).observe(seconds)
 
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus-client's variable: where each process of a multi-process service writes."""
+
+
+def multiprocess() -> bool:
+    """Whether this process is one of several sharing their metrics through files."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+@contextlib.contextmanager
+def multiprocess_dir() -> Iterator[Path]:
+    """For a parent about to start several server processes: a new empty directory in
+    ``PROMETHEUS_MULTIPROC_DIR`` (the children inherit it), removed, and the variable
+    restored, at exit. Fresh each run, so no file of an earlier run is summed."""
+    previous = os.environ.get(MULTIPROC_ENV)
+    path = Path(tempfile.mkdtemp(prefix="horde-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = previous
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def process_exited() -> None:
+    """A server process stops: its live gauges (open waits, streams) leave the sum."""
+    if multiprocess():
+        mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
 def exposition(registry: CollectorRegistry, collectors: Iterable[Collector] = ()) -> bytes:
-    """The text exposition of ``registry`` and of ``collectors`` (computed now)."""
-    out = generate_latest(registry)
+    """The text exposition of ``registry`` (in multiprocess mode: of every process's files)
+    and of ``collectors`` (computed now)."""
+    if multiprocess():
+        merged = CollectorRegistry(auto_describe=False)
+        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
+        out = generate_latest(merged)
+    else:
+        out = generate_latest(registry)
     extra = CollectorRegistry(auto_describe=False)
     for collector in collectors:
         extra.register(collector)

@@ -168,14 +168,15 @@ def test_metrics_count_each_job_a_worker_faulted_once_its_fault_is_recorded(
     owner: MadeUser,
     requester: MadeUser,
 ) -> None:
-    before = value(scrape(native_service.url), "horde_faults_total")
+    before = value(scrape(native_service.url), "horde_faults_total", kind="chat")
     worker = ChatTestWorker(
         native_url, owner.api_key, model=MODEL, respond=lambda job: {"state": "faulted"}
     )
     with worker, pytest.raises(openai.InternalServerError) as faulted:
         chat(front_url, requester.api_key)  # faulted past the request's limit
     assert faulted.value.status_code == 502
-    assert value(scrape(native_service.url), "horde_faults_total") - before == len(worker.jobs)
+    faults = value(scrape(native_service.url), "horde_faults_total", kind="chat") - before
+    assert faults == len(worker.jobs)
 
 
 def test_metrics_show_queue_depth_oldest_age_and_online_workers_per_model(

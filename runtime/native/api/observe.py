@@ -42,7 +42,8 @@ HTTP = HttpMetrics(REGISTRY)
 POPS = Counter("horde_pops", "Jobs handed to workers, by kind.", ["kind"], registry=REGISTRY)
 FAULTS = Counter(
     "horde_faults",
-    "Jobs faulted by their worker (a faulted submit, or a reply verification refused).",
+    "Jobs faulted by their worker (a faulted submit, or a reply verification refused), by kind.",
+    ["kind"],
     registry=REGISTRY,
 )
 KUDOS_CHARGED = Counter(
@@ -64,7 +65,8 @@ REQUEST_ID_PREFIX = "native-"
 def count_on_commit(sessions: sessionmaker[Session]) -> None:
     @event.listens_for(sessions, "after_commit")
     def _committed(session: Session) -> None:
-        FAULTS.inc(session.info.pop(WORKER_FAULTS, 0))
+        for kind, count in session.info.pop(WORKER_FAULTS, {}).items():
+            FAULTS.labels(kind).inc(count)
         for reason, delta in session.info.pop(KUDOS_MOVES, []):
             if reason in CHARGE_REASONS and delta < 0:
                 KUDOS_CHARGED.labels(reason).inc(float(-delta))
@@ -191,7 +193,7 @@ def _finish(response: Response) -> Response:
     return response
 
 
-POP_TEXT, POP_CHAT = "text", "chat"
+POP_TEXT, POP_CHAT = context.KIND_TEXT, context.KIND_CHAT
 """The ``kind`` label of horde_pops: a text job or a chat job handed out."""
 
 

@@ -51,6 +51,7 @@ from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import FAULTED, Landed, fault_job, land_job, load_job
 from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat import stored_request
+from runtime.observability.context import KIND_CHAT
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
 # The reply as stored; the reported usage is kept apart (reported_usage).
@@ -119,7 +120,7 @@ def _fault(
     worker_fault: bool = True,
 ) -> ChatSubmitOutcome:
     values = {"state": FAULTED, "gen_metadata": metadata}
-    fault_job(session, policy, gen.id, now, values, worker_fault=worker_fault)
+    fault_job(session, policy, gen.id, now, values, worker_fault=worker_fault, kind=KIND_CHAT)
     wp = session.scalars(select(WaitingPrompt).where(WaitingPrompt.id == wp_id)).one()
     return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
 

@@ -36,7 +36,7 @@ from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.native.requests.text import finish_if_complete
-from runtime.observability.context import note_worker_fault
+from runtime.observability.context import KIND_TEXT, note_worker_fault
 
 FAULTED = STATE_FAULTED
 PERFORMANCES: Table = WorkerPerformance.__table__  # type: ignore[assignment]
@@ -121,13 +121,15 @@ def fault_job(
     values: dict[str, Any],
     *,
     worker_fault: bool = True,
+    kind: str = KIND_TEXT,
 ) -> None:
     """A fault: claim the job with ``values`` and give the request its slot back. A worker's
-    fault counts toward its abort limit; one the horde caused (``worker_fault`` False) not."""
+    fault counts toward its abort limit; one the horde caused (``worker_fault`` False) not.
+    ``kind``: the job's (text or chat), the label /metrics counts worker faults by."""
     claim_job(session, gen_id, values)
     fault_generation(session, policy, gen_id, now, aborted=False, worker_fault=worker_fault)
     if worker_fault:
-        note_worker_fault(session.info)  # /metrics counts it once the transaction commits
+        note_worker_fault(session.info, kind)  # /metrics counts it once the transaction commits
 
 
 def land_job(
