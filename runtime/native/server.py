@@ -192,6 +192,8 @@ def serve_processes(
     environment (``APP_FACTORY``), which is given the bound address."""
     from uvicorn.supervisors import Multiprocess
 
+    from runtime.observability.metrics import multiprocess_dir
+
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     os.environ["HORDE_NATIVE_HOST"] = bound_host
@@ -205,7 +207,8 @@ def serve_processes(
         where = f"http://{bound_host}:{bound_port}/api/v2"
         print(f"native API: {where} ({processes} processes)", file=out, flush=True)
         config = uvicorn_config(APP_FACTORY, workers=processes)
-        Multiprocess(config, sockets=[sock]).run()
+        with multiprocess_dir():  # the servers' /metrics sum every server's counters
+            Multiprocess(config, sockets=[sock]).run()
     finally:
         sweeper.stop()
         sock.close()

@@ -104,8 +104,7 @@ def test_metrics_of_a_front_on_two_processes_count_every_process(
     owner: MadeUser,
 ) -> None:
     front = front_processes(2)
-    ready = httpx.get(front.url + "/readyz", timeout=10)
-    assert ready.status_code == 200, ready.text
+    wait_ready(front.url)
     with ChatTestWorker(native_url, owner.api_key, model="metrics-model"):
         answered = chat(front.url, "metrics-model", requester.api_key)
         assert answered.status_code == 200, answered.text
@@ -124,6 +123,30 @@ def test_metrics_of_a_front_on_two_processes_count_every_process(
         assert sum(found["horde_front_wait_wakes_total"].values()) >= 1
 
 
+def test_metrics_of_a_native_api_on_two_processes_count_every_process(
+    horde_stores: EmbeddedStores, native_db: sessionmaker[Session], tmp_path: Path
+) -> None:
+    env = front_env(tmp_path, horde_stores, HORDE_DATABASE_URL=horde_stores.database_url)
+    native = Running(
+        ["native", "--port", "0", "--processes", "2"],
+        env,
+        r"native API: (http://127\.0\.0\.1:\d+)/api/v2",
+    )
+    try:
+        wait_ready(native.url)
+        probes = 8
+        for _ in range(probes):  # fresh connections: the kernel hands them to either process
+            assert httpx.get(native.url + "/healthz", timeout=10).status_code == 200
+        route = (("method", "GET"), ("route", "/healthz"), ("status", "200"))
+        for _ in range(4):
+            found = scrape(native.url)
+            assert found["horde_http_requests_total"][route] == probes
+            assert found["horde_http_request_duration_seconds_count"][route[:2]] == probes
+    finally:
+        assert native.stop() == 0
+    assert "Traceback" not in "".join(native.stderr)
+
+
 def test_a_stopping_front_answers_what_it_can_and_cancels_the_rest_uncharged(
     front_processes: Callable[..., Running],
     native_url: str,
@@ -132,6 +155,7 @@ def test_a_stopping_front_answers_what_it_can_and_cancels_the_rest_uncharged(
     owner: MadeUser,
 ) -> None:
     front = front_processes(2, HORDE_FRONT_SHUTDOWN_GRACE=SHORT_GRACE)
+    wait_ready(front.url)
     held = ChatTestWorker(
         native_url, owner.api_key, model="held", respond=lambda job: None, name="holder"
     )
@@ -163,6 +187,13 @@ def test_a_stopping_front_answers_what_it_can_and_cancels_the_rest_uncharged(
     # reply's charge never comes, and the worker that held the job is not paid
     assert sorted(c.reason for c in charges) == ["horde_tax"]
     assert "Traceback" not in "".join(front.stderr)
+
+
+def wait_ready(url: str) -> None:
+    """Until /readyz answers 200: the server processes start after the parent printed its
+    line (the socket is bound, so connections wait in its backlog meanwhile)."""
+    ready = httpx.get(url + "/readyz", timeout=120)
+    assert ready.status_code == 200, ready.text
 
 
 def queued(sessions: sessionmaker[Session], model: str) -> bool:
