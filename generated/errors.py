@@ -266,6 +266,22 @@ class NotReady(HordeError):
     native_routes = ("operations",)
 
 
+class StoreUnavailable(HordeError):
+    """A request met an outage of the native API's database (or another store it cannot do
+    without): its transaction was rolled back, so nothing was changed or charged. The service
+    reconnects by itself once the store is back."""
+
+    code = "StoreUnavailable"
+    template = "The horde's {store} is unavailable right now; try again shortly."
+    native_status = 503
+    front_status = 503
+    openai_type = "service_unavailable_error"
+    sends_retry_after = True
+    default_retry_after = 2
+    front_when = ("submission", "waiting")
+    native_routes = ("any",)
+
+
 class FrontAtCapacity(HordeError):
     """The per-source or the global cap on open requests of the front is reached; the body is not
     read and nothing is submitted."""
@@ -277,22 +293,6 @@ class FrontAtCapacity(HordeError):
     sends_retry_after = True
     default_retry_after = 2
     front_when = ("admission",)
-
-
-class FrontShuttingDown(HordeError):
-    """The front is stopping (SIGTERM: a deploy or a scale-down). A request it has not submitted
-    yet is refused (nothing was queued: another front can take it); a submitted request still
-    waiting when the shutdown grace (HORDE_FRONT_SHUTDOWN_GRACE) ends is cancelled on the
-    native API, so nothing is charged, and answered with this error (a stream ends with it as
-    its last event)."""
-
-    code = "front_shutting_down"
-    template = "This chat front is shutting down: {detail}"
-    front_status = 503
-    openai_type = "service_unavailable_error"
-    sends_retry_after = True
-    default_retry_after = 1
-    front_when = ("admission", "waiting", "stream")
 
 
 class BodyReadTimeout(HordeError):
@@ -520,6 +520,25 @@ class ImageValidationFailed(HordeError):
     native_status = 400
     front_status = 400
     openai_type = "invalid_request_error"
+    front_when = ("submission",)
+    native_routes = ("chat",)
+
+
+class IntakeBusy(HordeError):
+    """Every slot of the native API's image fetch pool is taken (fetches run on a bounded pool
+    apart from the request threads, each within one wall-clock deadline, so slow image hosts
+    never hold the API): the request is refused at once, before anything is fetched, queued or
+    charged."""
+
+    code = "IntakeBusy"
+    template = (
+        "The horde is fetching as many images as it can at once; try again in {seconds} seconds."
+    )
+    native_status = 503
+    front_status = 503
+    openai_type = "service_unavailable_error"
+    sends_retry_after = True
+    default_retry_after = 2
     front_when = ("submission",)
     native_routes = ("chat",)
 
@@ -840,8 +859,8 @@ ERRORS: dict[str, type[HordeError]] = {
     "RateLimited": RateLimited,
     "InternalError": InternalError,
     "NotReady": NotReady,
+    "StoreUnavailable": StoreUnavailable,
     "FrontAtCapacity": FrontAtCapacity,
-    "front_shutting_down": FrontShuttingDown,
     "body_read_timeout": BodyReadTimeout,
     "horde_unavailable": HordeUnavailable,
     "queue_unavailable": QueueUnavailable,
@@ -861,6 +880,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "UnsupportedChatParameter": UnsupportedChatParameter,
     "CorruptPrompt": CorruptPrompt,
     "ImageValidationFailed": ImageValidationFailed,
+    "IntakeBusy": IntakeBusy,
     "KudosCapExceeded": KudosCapExceeded,
     "KudosUpfront": KudosUpfront,
     "TooManyPrompts": TooManyPrompts,

@@ -253,6 +253,7 @@ ROUTES: dict[str, Route] = {
                 "UnsupportedChatParameter",
                 "CorruptPrompt",
                 "ImageValidationFailed",
+                "IntakeBusy",
                 "KudosCapExceeded",
                 "KudosUpfront",
                 "TooManyPrompts",

@@ -3,8 +3,9 @@
 The body goes through ``runtime.contract.validator.validate_chat_request`` (the precise
 refusals: an unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
 (``runtime.native.api.validation``); headers through ``validate_headers``. Image parts are
-taken in before the transaction (fetched, checked, stored as JPEG; a bad one is 400 with
-nothing queued), and every object the committed row does not own is deleted again (a
+taken in before the transaction (fetched on the bounded fetch pool, checked, stored as JPEG;
+a bad one is 400 with nothing queued), after every refusal that needs no image, and
+every object the committed row does not own is deleted again (a
 refusal, a dry run, an operation-key replay). A caller with
 the service passkey (the front) has its forwarded source address trusted; a wrong passkey
 (malformed included) is 403 on every chat route. A cancel publishes the completion signal
@@ -18,7 +19,7 @@ from typing import Any
 from flask import Response, jsonify, request
 from sqlalchemy.orm import Session
 
-from generated.chat.names import PARAM_SAFETY_IDENTIFIER, PARAM_USER
+from generated.chat.names import PARAM_MESSAGES, PARAM_SAFETY_IDENTIFIER, PARAM_USER
 from generated.errors import InvalidAPIKey
 from generated.routes import (
     HEADER_APIKEY,
@@ -26,6 +27,7 @@ from generated.routes import (
     HEADER_X_OPERATION_KEY,
 )
 from generated.signals import CHAT_EVENT_CANCELLED
+from runtime.contract.messages import image_parts
 from runtime.contract.validator import validate_chat_request
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_key
 from runtime.native.api.body import checked_headers, parse_json
@@ -64,15 +66,19 @@ def chat_async() -> tuple[Response, int]:
     assert ctx.objects is not None
     with transaction(ctx.sessions) as session:  # a wrong key fetches and stores nothing
         user_for_key(session, request.headers.get(HEADER_APIKEY))
-    stored_request, objects = take_in(
-        chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
-    )
-    try:
-        result = _create(stored_request, chat_request, objects)
-    except BaseException:
-        objects.discard_unowned(())
-        raise
-    objects.discard_unowned(result.object_keys)
+    replayed = _admitted_before_intake(chat_request)
+    if replayed is not None:
+        result = replayed
+    else:
+        stored_request, objects = take_in(
+            chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
+        )
+        try:
+            result = _create(stored_request, chat_request, objects)
+        except BaseException:
+            objects.discard_unowned(())
+            raise
+        objects.discard_unowned(result.object_keys)
     if result.id is not None and not result.existing:
         wake_workers(ctx.redis)  # committed: a waiting pop can take it now
     if result.id is None:
@@ -83,8 +89,22 @@ def chat_async() -> tuple[Response, int]:
     return jsonify(id=str(result.id), kudos=float(result.kudos)), status
 
 
+def _admitted_before_intake(chat_request: dict[str, Any]) -> ChatSubmitted | None:
+    """With image parts, every refusal that needs no image runs before any fetch or decode
+    (a request refused anyway costs no fetch); an operation-key replay is answered from here,
+    its images not taken in again. None: go on and take the images in."""
+    if not image_parts(chat_request[PARAM_MESSAGES]):
+        return None
+    early = _create(chat_request, chat_request, None, admission_only=True)
+    return early if early.existing else None
+
+
 def _create(
-    stored_request: dict[str, Any], original: dict[str, Any], objects: ChatObjects
+    stored_request: dict[str, Any],
+    original: dict[str, Any],
+    objects: ChatObjects | None,
+    *,
+    admission_only: bool = False,
 ) -> ChatSubmitted:
     ctx = native()
     for attempt in range(OPERATION_KEY_ATTEMPTS):
@@ -103,6 +123,7 @@ def _create(
                     now=utcnow(),
                     original=original,
                     objects=objects,
+                    admission_only=admission_only,
                 )
         except OperationKeyRace:
             if attempt + 1 == OPERATION_KEY_ATTEMPTS:

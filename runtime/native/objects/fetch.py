@@ -10,24 +10,44 @@ Loopback is reachable only with ``allow_loopback``, a test-only setting.
 ``post_public`` sends a webhook through the same guards: https only (plain http only to
 loopback, under the same test-only setting), the address checked and pinned, no redirect
 followed.
+
+Every fetch and POST has one wall-clock deadline over connect, TLS, headers and body
+(``DeadlineBackend``: each socket operation waits at most what is left of it), so a host
+that drips its headers a byte a second is cut off at the deadline like a slow body. Image
+fetches run on ``FETCHES``, a small pool apart from the request threads with a bounded
+queue: a request that finds no slot is refused at once (IntakeBusy), so slow hosts can hold
+at most the pool's slots, never the API's request threads.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
+import threading
 import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+import httpcore
 import httpx
 
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES
+from generated.errors import IntakeBusy
 from generated.storage import FETCH_TIMEOUT_SECONDS, INTAKE_CAPS, MAX_REDIRECTS
+
+T = TypeVar("T")
 
 SCHEMES = {"http": 80, "https": 443}
 REDIRECTS = {301, 302, 303, 307, 308}
 CHUNK = 64 * 1024
+FETCH_WORKERS = 8
+"""Image fetches in flight at once (each a thread of ``FETCHES``, apart from the API's)."""
+FETCH_QUEUE = 8
+"""Requests that may wait for a fetch slot; one more is refused IntakeBusy at once."""
 
 
 class FetchRefused(Exception):
@@ -102,10 +122,120 @@ def _pinned(url: str, policy: FetchPolicy) -> tuple[str, dict[str, str], dict[st
     return pinned, {"Host": host_header}, extensions
 
 
-def fetch_public(url: str, policy: FetchPolicy) -> bytes:
-    """The body of ``url`` (redirects followed and checked), within the policy's limits."""
-    deadline = time.monotonic() + policy.timeout_seconds
-    with httpx.Client(follow_redirects=False, timeout=policy.timeout_seconds) as client:
+class _DeadlineStream(httpcore.NetworkStream):
+    """A socket stream whose every wait is cut to what is left of one deadline."""
+
+    def __init__(self, inner: httpcore.NetworkStream, deadline: float) -> None:
+        self._inner = inner
+        self._deadline = deadline
+
+    def _left(self, timeout: float | None, error: type[Exception]) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise error("the deadline passed")
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._left(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, self._left(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        left = self._left(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._inner.start_tls(ssl_context, server_hostname, left), self._deadline
+        )
+
+    def get_extra_info(self, info: str) -> object:
+        return self._inner.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's sync sockets under one wall-clock deadline (connect, TLS, every read and
+    write): httpx's own timeouts are per operation, so a drip of one byte a second never
+    trips them."""
+
+    def __init__(self, deadline: float) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._deadline = deadline
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise httpcore.ConnectTimeout("the deadline passed")
+        wait = left if timeout is None else min(timeout, left)
+        stream = self._inner.connect_tcp(host, port, wait, local_address, socket_options)
+        return _DeadlineStream(stream, self._deadline)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _client(deadline: float, policy: FetchPolicy) -> httpx.Client:
+    """A client whose every exchange ends by ``deadline`` (monotonic)."""
+    transport = httpx.HTTPTransport(retries=0)
+    transport._pool = httpcore.ConnectionPool(  # the same pool, on the deadline's sockets
+        ssl_context=httpx.create_ssl_context(), network_backend=DeadlineBackend(deadline)
+    )
+    return httpx.Client(follow_redirects=False, timeout=policy.timeout_seconds, transport=transport)
+
+
+class FetchPool:
+    """A fixed pool of fetch threads with a bounded queue: ``run`` refuses at once
+    (IntakeBusy) when every slot, running or queued, is taken."""
+
+    def __init__(self, workers: int = FETCH_WORKERS, queued: int = FETCH_QUEUE) -> None:
+        self._workers = workers
+        self._slots = threading.BoundedSemaphore(workers + queued)
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def run(self, work: Callable[[], T]) -> T:
+        """``work()`` on a pool thread (it must end by its own deadline); its result."""
+        if not self._slots.acquire(blocking=False):
+            raise IntakeBusy(seconds=IntakeBusy.default_retry_after)
+        try:
+            future = self._pool().submit(work)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        return future.result()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._workers, "horde-fetch")
+            return self._executor
+
+
+FETCHES = FetchPool()
+
+
+def fetch_public(url: str, policy: FetchPolicy, deadline: float | None = None) -> bytes:
+    """The body of ``url`` (redirects followed and checked), within the policy's limits and
+    by ``deadline`` (monotonic; the policy's timeout from now when None)."""
+    if deadline is None:
+        deadline = time.monotonic() + policy.timeout_seconds
+    if time.monotonic() >= deadline:
+        raise FetchRefused(_late(policy))
+    with _client(deadline, policy) as client:
         for _hop in range(policy.max_redirects + 1):
             pinned, headers, extensions = _pinned(url, policy)
             request = client.build_request("GET", pinned, headers=headers, extensions=extensions)
@@ -121,8 +251,14 @@ def fetch_public(url: str, policy: FetchPolicy) -> bytes:
                 finally:
                     response.close()
             except httpx.HTTPError as exc:
+                if time.monotonic() >= deadline:
+                    raise FetchRefused(_late(policy)) from None
                 raise FetchRefused(f"the URL could not be fetched ({type(exc).__name__})") from None
         raise FetchRefused(f"more than {policy.max_redirects} redirects")
+
+
+def _late(policy: FetchPolicy) -> str:
+    return f"the image was not received in time ({policy.timeout_seconds:g} seconds)"
 
 
 def post_public(url: str, body: bytes, policy: FetchPolicy) -> int:
@@ -135,7 +271,7 @@ def post_public(url: str, body: bytes, policy: FetchPolicy) -> int:
     pinned, headers, extensions = _pinned(url, policy)
     headers = {**headers, "Content-Type": "application/json"}
     try:
-        with httpx.Client(follow_redirects=False, timeout=policy.timeout_seconds) as client:
+        with _client(time.monotonic() + policy.timeout_seconds, policy) as client:
             response = client.post(pinned, content=body, headers=headers, extensions=extensions)
             return response.status_code
     except httpx.HTTPError as exc:
@@ -151,6 +287,6 @@ def _read_capped(response: httpx.Response, max_bytes: int, deadline: float) -> b
         body += chunk
         if len(body) > max_bytes:
             raise FetchRefused(f"the image is over the limit of {max_bytes} bytes")
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline:  # the sockets end at the deadline too
             raise FetchRefused("the image was not received in time")
     return bytes(body)

@@ -1,10 +1,12 @@
 """Image intake at submit (design doc: "Images by the declared transport").
 
 ``take_in_images(messages, store, policy)`` fetches every image part (https URL or data
-URL), checks it is a real image within the count, byte and pixel caps, normalises it to
-JPEG, stores it and puts a reference (``generated.storage.REFERENCE_PREFIX`` + key) where
-its URL was. A bad image raises ImageValidationFailed (400) naming the message and part;
-images stored before it are deleted, so the caller, which queues nothing, leaves nothing.
+URL; the remote ones on the bounded fetch pool, within one deadline for them all), checks
+it is a real image within the count, byte and pixel caps (the pixels from the header,
+before decoding), normalises it to JPEG, stores it and puts a reference
+(``generated.storage.REFERENCE_PREFIX`` + key) where its URL was. A bad image raises
+ImageValidationFailed (400) naming the message and part; images stored before it are
+deleted, so the caller, which queues nothing, leaves nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import base64
 import binascii
 import copy
 import io
+import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +36,7 @@ from generated.storage import (
     REFERENCE_PREFIX,
 )
 from runtime.contract.messages import image_parts
-from runtime.native.objects.fetch import FetchPolicy, FetchRefused, fetch_public
+from runtime.native.objects.fetch import FETCHES, FetchPolicy, FetchRefused, fetch_public
 from runtime.stores.objects import JPEG, ObjectStore, new_key
 
 IMAGE_KIND = "img"
@@ -98,13 +102,16 @@ def take_in_images(
             param=PARAM_MESSAGES,
         )
     out = copy.deepcopy(messages)
+    urls = [out[i]["content"][j][PART_IMAGE][IMAGE_URL_KEY] for i, j in located]
+    fetched = iter(_fetch_remote(urls, policy))
     stored: list[StoredImage] = []
     try:
-        for i, j in located:
+        for (i, j), url in zip(located, urls, strict=True):
             holder = out[i]["content"][j][PART_IMAGE]
             where = f"messages[{i}].content[{j}]"
             try:
-                image = _store(normalise(_load(holder[IMAGE_URL_KEY], policy), policy), store)
+                raw = decode_data_url(url, policy.max_bytes) if _is_data(url) else next(fetched)
+                image = _store(normalise(raw, policy), store)
             except BadImage as exc:
                 raise ImageValidationFailed(reason=f"{where}: {exc}", param=where) from None
             stored.append(image)
@@ -128,13 +135,37 @@ def _located_parts(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
     ]
 
 
-def _load(url: str, policy: IntakePolicy) -> bytes:
-    if url.startswith(DATA_PREFIX):
-        return decode_data_url(url, policy.max_bytes)
-    try:
-        return fetch_public(url, policy.fetch)
-    except FetchRefused as exc:
-        raise BadImage(exc.reason) from None
+def _is_data(url: str) -> bool:
+    return url.startswith(DATA_PREFIX)
+
+
+def _fetch_remote(urls: list[str], policy: IntakePolicy) -> Iterator[bytes]:
+    """The bodies of the remote URLs, in order, fetched on the bounded pool
+    (``fetch.FETCHES``: IntakeBusy at once when it is full) within one deadline for them
+    all; the first refused one raises BadImage where its part is reached."""
+    remote = [url for url in urls if not _is_data(url)]
+    if not remote:
+        return iter(())
+    deadline = time.monotonic() + policy.fetch.timeout_seconds
+
+    def fetch_all() -> list[bytes | FetchRefused]:
+        bodies: list[bytes | FetchRefused] = []
+        for url in remote:
+            try:
+                bodies.append(fetch_public(url, policy.fetch, deadline))
+            except FetchRefused as refused:
+                bodies.append(refused)
+                break  # its part is refused: the rest are not fetched
+        return bodies
+
+    return _raising(FETCHES.run(fetch_all))
+
+
+def _raising(bodies: list[bytes | FetchRefused]) -> Iterator[bytes]:
+    for body in bodies:
+        if isinstance(body, FetchRefused):
+            raise BadImage(body.reason)
+        yield body
 
 
 def decode_data_url(url: str, max_bytes: int) -> bytes:

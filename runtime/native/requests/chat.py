@@ -14,7 +14,8 @@ locked FOR UPDATE), in this order:
 5. the dry-run quote against horde.max_kudos, then dry_run, concurrency and upfront kudos
    exactly as for text requests; the row, the horde tax, the hold and the operation key.
 
-With images, the caller took them in first (``chat_objects.take_in``): ``request`` then
+With images, the caller first runs the checks above that need no image
+(``admission_only``), then takes them in (``chat_objects.take_in``): ``request`` then
 holds references, ``original`` the body as sent (the operation fingerprint is over it, so
 fresh object keys never change it), and ``objects`` lends the stored images' limit measures
 and offloads the kept messages above the threshold. The row records the objects it owns.
@@ -153,8 +154,14 @@ def create_chat_request(
     now: datetime,
     original: dict[str, Any] | None = None,
     objects: ChatObjects | None = None,
+    admission_only: bool = False,
 ) -> ChatSubmitted:
-    """Queue (or quote, or recover) a chat request; ``user`` must be locked FOR UPDATE."""
+    """Queue (or quote, or recover) a chat request; ``user`` must be locked FOR UPDATE.
+
+    ``admission_only``: run every refusal that needs no image (operation key, moderation,
+    model and pool, features, kudos cap, concurrency, upfront kudos) and stop before the
+    row: the caller does it before fetching or decoding any image, so a request refused
+    anyway costs no fetch. The result's id is None unless an operation key was replayed."""
     fingerprint = operation_fingerprint(original or request) if operation_key else ""
     if operation_key:
         existing = _existing_operation(session, user.id, operation_key, fingerprint)
@@ -177,6 +184,8 @@ def create_chat_request(
         return ChatSubmitted(id=None, kudos=cost)
     slow = bool(horde_option(request, HORDE_SLOW_WORKERS))
     needs_upfront = admit_jobs(session, policy, user, 1, plan.max_length, cost, slow_workers=slow)
+    if admission_only:
+        return ChatSubmitted(id=None, kudos=cost)
     wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
     wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
     if objects is not None:
