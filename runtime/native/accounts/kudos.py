@@ -30,6 +30,7 @@ __all__ = ["context_multiplier", "model_billions", "token_count"]
 CENT = Decimal("0.01")
 USERS: Table = User.__table__  # type: ignore[assignment]
 LEDGER: Table = KudosLedger.__table__  # type: ignore[assignment]
+HOLDS: Table = KudosHold.__table__  # type: ignore[assignment]
 
 
 class NonFiniteAmount(ValueError):
@@ -124,11 +125,11 @@ def hold_upfront(session: Session, user_id: int, wp_id: uuid.UUID, amount: Decim
 
 def release_holds(session: Session, wp_id: uuid.UUID) -> Decimal:
     """Give back every unreleased hold of a request that ended; returns the amount."""
-    rows = session.execute(
-        update(KudosHold)
-        .where(KudosHold.wp_id == wp_id, KudosHold.released.is_(False))
+    rows = session.execute(  # Core: no hold is loaded in a session to synchronize
+        update(HOLDS)
+        .where(HOLDS.c.wp_id == wp_id, HOLDS.c.released.is_(False))
         .values(released=True, released_at=func.now())
-        .returning(KudosHold.user_id, KudosHold.amount)
+        .returning(HOLDS.c.user_id, HOLDS.c.amount)
     ).all()
     total = Decimal(0)
     for user_id, amount in rows:

@@ -23,6 +23,7 @@ from generated.routes import HEADER_APIKEY
 from generated.wire import ANONYMOUS_API_KEY
 from runtime.native.accounts.keys import hash_key
 from runtime.native.api.context import native
+from runtime.native.api.limit_storage import storage_uri
 from runtime.native.api.service_passkey import presents_passkey, source_address
 from runtime.native.asgi import pop_attempt
 from runtime.stores.redis_client import limiter_storage_uri
@@ -110,7 +111,8 @@ def make_limiter(app: Flask, redis_url: str, enabled: bool) -> Limiter:
     return Limiter(
         remote_address,
         app=app,
-        storage_uri=limiter_storage_uri(redis_url),
+        # one Redis round trip per limit, the headers' reads included (limit_storage)
+        storage_uri=storage_uri(limiter_storage_uri(redis_url)),
         strategy="fixed-window",
         key_prefix="horde:limits",
         headers_enabled=True,

@@ -41,6 +41,7 @@ from runtime.observability.context import KIND_TEXT, note_worker_fault
 FAULTED = STATE_FAULTED
 PERFORMANCES: Table = WorkerPerformance.__table__  # type: ignore[assignment]
 WORKERS: Table = Worker.__table__  # type: ignore[assignment]
+GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -104,13 +105,23 @@ def load_job(
 def claim_job(session: Session, gen_id: uuid.UUID, values: dict[str, Any]) -> None:
     """The compare-and-set on a running job: set ``values`` once, or refuse the claim."""
     claimed = session.execute(
-        update(Generation)
-        .where(Generation.id == gen_id, *unfinished())
+        update(GENERATIONS)
+        .where(GENERATIONS.c.id == gen_id, *unfinished())
         .values(**values)
-        .returning(Generation.id)
+        .returning(GENERATIONS.c.id)
     ).first()
     if claimed is None:
         refuse_claim(session, gen_id)
+    synchronize(session, Generation, gen_id, values)
+
+
+def synchronize(session: Session, entity: type[Any], key: Any, values: dict[str, Any]) -> None:
+    """Give the session's object of ``entity`` with primary key ``key``, if loaded, the
+    values a Core UPDATE just wrote (what an ORM update synchronizes, without its cost)."""
+    loaded = session.identity_map.get(identity_key(entity, key))
+    if loaded is not None:
+        for name, value in values.items():
+            set_committed_value(loaded, name, value)
 
 
 def fault_job(
@@ -217,9 +228,7 @@ def record_speed(
         .returning(WORKERS.c.speed)
         .add_cte(older)
     ).scalar_one()
-    loaded = session.identity_map.get(identity_key(Worker, worker_id))
-    if loaded is not None:
-        set_committed_value(loaded, "speed", speed)
+    synchronize(session, Worker, worker_id, {"speed": speed})
 
 
 def pay_for_job(
@@ -240,15 +249,17 @@ def pay_for_job(
     kudos.apply_kudos(
         session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen_id, worker_id=worker_id
     )
-    session.execute(
-        update(Worker)
-        .where(Worker.id == worker_id)
+    counted = session.execute(
+        update(WORKERS)
+        .where(WORKERS.c.id == worker_id)
         .values(
-            kudos=Worker.kudos + reward,
-            fulfilments=Worker.fulfilments + 1,
-            contributions=Worker.contributions + tokens,
+            kudos=WORKERS.c.kudos + reward,
+            fulfilments=WORKERS.c.fulfilments + 1,
+            contributions=WORKERS.c.contributions + tokens,
         )
-    )
+        .returning(WORKERS.c.kudos, WORKERS.c.fulfilments, WORKERS.c.contributions)
+    ).one()
+    synchronize(session, Worker, worker_id, dict(counted._mapping))
     locked = session.scalars(
         select(WaitingPrompt).where(WaitingPrompt.id == wp.id).with_for_update()
     ).one()

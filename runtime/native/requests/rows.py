@@ -50,11 +50,14 @@ def queued() -> list[ColumnElement[bool]]:
 
 
 def unfinished() -> list[Any]:
-    """SQL: a job handed out and still running (no result, not faulted, not cancelled)."""
+    """SQL: a job handed out and still running (no result, not faulted, not cancelled).
+    Spelled on the table's columns, so a Core UPDATE using it stays Core (an ORM attribute
+    in its WHERE makes it an ORM update, which synchronizes the session at a cost)."""
+    columns = Generation.__table__.c
     return [
-        Generation.generation.is_(None),
-        Generation.faulted.is_(False),
-        Generation.cancelled.is_(False),
+        columns.generation.is_(None),
+        columns.faulted.is_(False),
+        columns.cancelled.is_(False),
     ]
 
 

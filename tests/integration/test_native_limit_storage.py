@@ -1,0 +1,48 @@
+"""The native limiter's storage (runtime.native.api.limit_storage): a limited call costs one
+Redis round trip per limit, and its X-RateLimit headers still say what Redis holds.
+
+The test lowers /status/models' limit to 3 per hour (an hour's window cannot end between
+its calls) so the counts and the refusal are exact.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from generated.rate_limits import KEY_PEER, RateLimit
+from runtime.native.server import NativeService
+from tests.support.native import route_limits
+
+pytestmark = pytest.mark.integration
+
+
+def _calls(service: NativeService) -> dict[str, int]:
+    stats = service.context.redis.info("commandstats")
+    names = ("get", "ttl", "evalsha")
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names}
+
+
+def test_a_limited_call_reads_no_count_back_and_its_headers_match_redis(
+    native_service: NativeService, native_client: httpx.Client
+) -> None:
+    with route_limits(native_service, "models", RateLimit("3 per hour", KEY_PEER)):
+        answers = [native_client.get("/status/models")]  # loads the script (redis-py retries)
+        before = _calls(native_service)
+        answers += [native_client.get("/status/models") for _ in range(3)]
+        after = _calls(native_service)
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert [a.headers["X-RateLimit-Remaining"] for a in answers[:3]] == ["2", "1", "0"]
+    assert {a.headers["X-RateLimit-Limit"] for a in answers[:3]} == {"3"}
+    # the headers came from the hit's own script (its TTL is counted among Redis' commands),
+    # not from a GET and a TTL of the client's after each hit
+    assert after["evalsha"] - before["evalsha"] == 3
+    assert after["get"] == before["get"]
+    assert after["ttl"] - before["ttl"] == 3
+    redis = native_service.context.redis
+    (key,) = [k for k in redis.keys("*") if "LIMITER" in k]
+    assert int(str(redis.get(key))) == 4  # the refused call is counted too, as limits counts it
+    reset = int(answers[2].headers["X-RateLimit-Reset"])
+    assert abs(reset - (time.time() + redis.ttl(key))) <= 2
