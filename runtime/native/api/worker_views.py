@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask import Response, jsonify, request
+from redis.exceptions import RedisError
 
 from generated.chat.names import REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
@@ -39,7 +40,14 @@ from runtime.native.api.context import native
 from runtime.native.api.observe import POP_CHAT, POP_TEXT, note_pop
 from runtime.native.asgi import pop_attempt
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
-from runtime.native.progress.protocol import finish, mark_ended, write_lease
+from runtime.native.progress.protocol import (
+    Posted,
+    finish,
+    mark_ended,
+    read_lease,
+    relayed_before_fault,
+    write_lease,
+)
 from runtime.native.queue.chat_submit import (
     REPLY_KEYS,
     ChatSubmission,
@@ -184,6 +192,20 @@ def _fault_unsendable(job: ChatJob, reason: UnservableJob) -> None:
         release_ended(ctx.sessions, ctx.objects, [job.wp_id])
 
 
+def _relayed_before_fault(generation_id: str) -> Posted | None:
+    """A streamed job's text its client received before an earlier worker died (None when
+    not streamed, nothing so, or Redis does not answer: the reply is charged whole)."""
+    redis = native().redis
+    try:
+        lease = read_lease(redis, generation_id)
+        if lease is None:
+            return None
+        return relayed_before_fault(redis, lease.request_id, generation_id)
+    except RedisError:
+        log.warning("chat submit %s: the relayed text could not be read", generation_id)
+        return None
+
+
 def _chat_submit(body: dict[str, Any]) -> Response:
     submission = ChatSubmission(
         generation_id=body["id"],
@@ -192,6 +214,7 @@ def _chat_submit(body: dict[str, Any]) -> Response:
         usage=body.get(REPLY_USAGE),
         seed=int64(body.get("seed"), "seed"),
         gen_metadata=body.get("gen_metadata") or [],
+        relayed=_relayed_before_fault(str(body["id"])),
     )
     ctx = native()
     with transaction(ctx.sessions) as session:

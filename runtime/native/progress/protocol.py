@@ -16,6 +16,10 @@ inside a step, and no step reads Postgres:
 * ``posted`` (content and reasoning) / ``posted_text`` (content) read back what a
   generation posted, for the cancel settlement. Read it after ``mark_cancelled``: from
   then on nothing is appended.
+* ``relayed_before_fault`` reads back what a front's relay of the request sent before it
+  ended on another generation's fault (a worker that died mid-stream), for the submit of
+  the generation that took the job over: a reply that does not extend it reaches the
+  client as ``stream_diverged``, so the request is charged for that text at most.
 
 Names, lifetimes and the cap come from ``generated.streaming`` (spec/streaming.yaml).
 redis-py types every answer as ``T | Awaitable[T]`` (one signature for its sync and async
@@ -307,3 +311,24 @@ def posted(redis: Redis, request_id: str, generation_id: str | None = None) -> P
 def posted_text(redis: Redis, request_id: str, generation_id: str | None = None) -> str:
     """The content posted for a request (one generation's, when given), in seq order."""
     return posted(redis, request_id, generation_id).content
+
+
+def relayed_before_fault(redis: Redis, request_id: str, generation_id: str) -> Posted | None:
+    """What a relay of the request (``runtime.front.progress_stream.relay``, whose rule this
+    mirrors) sent before it ended on the faulted end entry of a generation other than
+    ``generation_id``; None when the relay did not end so (nothing was relayed before a
+    fault, or it goes on to this generation's own deltas)."""
+    content: list[str] = []
+    reasoning: list[str] = []
+    entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.stream_key(request_id)))
+    for _entry_id, fields in entries:
+        kind = fields.get(S.ENTRY_KIND)
+        if kind == S.KIND_DELTA:
+            content.append(fields.get(S.ENTRY_DELTA, ""))
+            reasoning.append(fields.get(S.ENTRY_REASONING, ""))
+        elif kind in S.END_KINDS and (kind != S.KIND_FAULTED or content):
+            ended_elsewhere = fields.get(S.ENTRY_GENERATION_ID) != generation_id
+            if kind == S.KIND_FAULTED and ended_elsewhere:
+                return Posted("".join(content), "".join(reasoning))
+            return None
+    return None

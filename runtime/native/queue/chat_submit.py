@@ -11,6 +11,12 @@ A kept reply is claimed with the same compare-and-set as a text submit, charged 
 rewarded through the text formula on ``output_estimate`` (never on the reported counts,
 which are stored and shown), with ``charge_basis`` stored on the generation.
 
+A reply that takes over a streamed job whose first worker died after its text reached the
+client (``relayed``: what the front's relay sent before it ended on that fault) and that
+does not extend that text, content and reasoning, reaches the client as ``stream_diverged``
+and nothing more: the worker is paid for its reply, the requester charged for the relayed
+text at most (``charged_tokens``). A reply that extends it continues the client's stream.
+
 A censored (or csam) submit is not delivered as an answer: the generation keeps no content,
 reasoning or tool calls and its finish_reason is content_filter (OpenAI's outcome for a
 filtered reply), so the client gets that and nothing of the withheld text. It is not
@@ -43,10 +49,12 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
+from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
 from runtime.native.db.tables import Generation, User, WaitingPrompt
+from runtime.native.progress.protocol import Posted
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import FAULTED, Landed, fault_job, land_job, load_job
 from runtime.native.queue.webhooks import Delivery
@@ -66,6 +74,8 @@ class ChatSubmission:
     usage: dict[str, Any] | None
     seed: int | None
     gen_metadata: list[Any] = field(default_factory=list)
+    relayed: Posted | None = None
+    """What the client's stream received before an earlier worker of the job died."""
 
 
 @dataclass
@@ -164,8 +174,24 @@ def submit_chat_job(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    landed = land_job(session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored)
+    received = _diverged_from(sub.relayed, reply, wp.max_length)
+    landed = land_job(
+        session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored, received
+    )
     return _landed_outcome(landed, gen.id)
+
+
+def _diverged_from(relayed: Posted | None, reply: dict[str, Any], max_length: int) -> int | None:
+    """The output estimate of the relayed text when ``reply`` does not extend it (the
+    client's stream then ends with stream_diverged); None when it does."""
+    if relayed is None:
+        return None
+    content = reply.get(REPLY_CONTENT) or ""
+    reasoning = reply.get(REPLY_REASONING_CONTENT) or ""
+    if content.startswith(relayed.content) and reasoning.startswith(relayed.reasoning):
+        return None
+    received = {STREAMED_REPLY_PART: relayed.content, STREAMED_REASONING_PART: relayed.reasoning}
+    return output_estimate(received, max_length)
 
 
 def _shaped(reply: dict[str, Any]) -> dict[str, Any]:

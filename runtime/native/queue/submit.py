@@ -154,10 +154,12 @@ def land_job(
     state: str,
     now: datetime,
     stored: dict[str, Any],
+    charged_tokens: int | None = None,
 ) -> Landed:
     """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
     text formula (the worker is paid and nothing charged when censored, as upstream) and
-    record the worker's speed sample."""
+    record the worker's speed sample. ``charged_tokens``: the requester is charged for no
+    more than these (what its client received of a stream that diverged)."""
     # the worker is in the session when the caller loaded its job (load_job): no query then
     worker = session.get(Worker, worker_id)
     bridge_agent = worker.bridge_agent if worker is not None else None
@@ -166,6 +168,11 @@ def land_job(
     )
     censored = state != STATE_OK
     charge = Decimal(0) if censored else reward
+    if charged_tokens is not None and charged_tokens < tokens:
+        received = kudos.request_reward(
+            wp, charged_tokens, gen.model, trusted=user.trusted, bridge_agent=bridge_agent or ""
+        )
+        charge = min(charge, received)
     claim_job(
         session,
         gen.id,

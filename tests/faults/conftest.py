@@ -1,0 +1,62 @@
+"""The fault suite's own stores and services: faults are injected into real processes.
+
+A fault test kills and restarts servers, so it never touches the session's stores
+(tests/conftest.py): ``fault_stores`` is an embedded PostgreSQL and redis-server of this
+suite (a temp dir, schema at head), shared by its modules; ``fault_native`` is a native API
+on them (shipped settings and rate limits, no background sweeper) on an emptied database
+and Redis; ``fault_user`` makes users on it. Every test of the suite carries the ``faults``
+marker (its modules' pytestmark; ``make test`` runs it, ``pytest -m faults`` alone).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from runtime.config import Settings
+from runtime.native.accounts.keys import create_user
+from runtime.native.db.migrate import upgrade
+from runtime.native.server import NativeService
+from runtime.stores.database import transaction
+from runtime.stores.embedded import EmbeddedStores
+from tests.conftest import MODERATION_PATTERNS, SERVICE_PASSKEY, MadeUser, reset_database
+from tests.support.native import running_native_with_objects
+
+
+@pytest.fixture(scope="session")
+def fault_stores() -> Iterator[EmbeddedStores]:
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-faults-"))
+    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
+    try:
+        upgrade(stores.database_url)
+        yield stores
+    finally:
+        stores.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def fault_native(fault_stores: EmbeddedStores) -> Iterator[NativeService]:
+    with running_native_with_objects(
+        fault_stores,
+        "horde-faults-objects-",
+        service_passkey=SERVICE_PASSKEY,
+        moderation_patterns=MODERATION_PATTERNS,
+    ) as service:
+        reset_database(service.context.sessions)
+        service.context.redis.flushdb()
+        yield service
+
+
+@pytest.fixture
+def fault_user(fault_native: NativeService) -> Callable[..., MadeUser]:
+    def make(name: str = "user", kudos: float = 0) -> MadeUser:
+        with transaction(fault_native.context.sessions) as session:
+            user, api_key = create_user(session, name, kudos=kudos, concurrency=30)
+            return MadeUser(id=user.id, api_key=api_key)
+
+    return make
