@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import request
 
-from generated.errors import InvalidJSON, InvalidPayload, NulByteInPayload
+from generated.errors import HordeError, InvalidJSON, InvalidPayload, NulByteInPayload
 from generated.routes import DEFS, ROUTES
 from runtime import strict_json
 from runtime.native.api.validation import validate_body, validate_headers
@@ -42,18 +42,24 @@ def fill_defaults(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> A
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or its 400 (``strict_json.parse``: any nesting depth,
+    NaN/Infinity, 1e400, lone surrogates and NUL are each refused, never a 500; the refusal
+    quotes nothing from the body and logs no traceback)."""
     try:
-        body = strict_json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidJSON(detail=str(exc)[:200]) from None
+        body = strict_json.parse(raw)
+    except strict_json.Malformed as bad:
+        raise _refusal(bad) from None
     if not isinstance(body, dict):
         raise InvalidJSON(detail="the body must be a JSON object")
-    if strict_json.has_nul(body):
-        raise NulByteInPayload()
-    where = strict_json.non_finite(body)
-    if where is not None:
-        raise InvalidPayload(field=where, problem="a number must be finite", param=where)
     return body
+
+
+def _refusal(bad: strict_json.Malformed) -> HordeError:
+    if bad.kind == "nul":
+        return NulByteInPayload()
+    if bad.kind == "non_finite":
+        return InvalidPayload(field=bad.path, problem=bad.problem, param=bad.path)
+    return InvalidJSON(detail=str(bad)[:200])
 
 
 def json_body(operation_id: str) -> dict[str, Any]:
