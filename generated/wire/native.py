@@ -384,3 +384,10 @@ class User(TypedDict):
     concurrency: NotRequired[int]
     trusted: NotRequired[bool]
     worker_count: NotRequired[int]
+
+
+class ChatAccepted(AsyncAccepted):
+    status: ChatStatus
+    """
+    The request's status read right after it was queued (or, on an operation-key replay, now): what a first status read gives (queue position, wait time, eligible threads, the pool gap), so a client needs no status read to decide whether to wait.
+    """

@@ -153,7 +153,7 @@ class _Life:
                 source=self.source,
             ) as wait:
                 try:
-                    await watch.run(wait.open())
+                    await watch.run(wait.open(accepted.status))  # the submit's status
                     if normalised.get(PARAM_STREAM):
                         await watch.run(self._stream(wait, accepted.request_id, normalised))
                     else:

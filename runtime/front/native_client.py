@@ -4,9 +4,10 @@ Every call carries the service passkey; every call made for a client (submit, st
 cancel) also forwards the client's address, so the native API counts a submission on its
 client and the front's reads and cancels on the front's service budget
 (spec/rate_limits.yaml). ``submit`` sends the client's key and a fresh operation key per
-client request. A lost response (timeout, reset, refused connection, or a
-5xx without the native ``{message, rc}`` shape) is repeated with the identical bytes and
-key on the next configured root; the native API answers a repeat with the request it
+client request, and returns the request's first status the native API answered with. A
+lost response (timeout, reset, refused connection, or a 5xx without the native
+``{message, rc}`` shape) is repeated with the identical bytes and key on the next configured
+root; the native API answers a repeat with the request it
 already holds, so the client is charged once. A native refusal becomes its HordeError.
 Reads (status, models) and the cancel also move to the next root on a transport failure.
 A status read or cancel answered 429 or 5xx raises ``Transient`` (with the native API's
@@ -33,7 +34,7 @@ from generated.routes import (
     ROUTES,
 )
 from generated.wire import HEADER_FORWARDED_FOR
-from generated.wire.native import ActiveModel, AsyncAccepted, ChatStatus
+from generated.wire.native import ActiveModel, ChatAccepted, ChatStatus
 from runtime.front.errors import from_native
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,9 @@ class Accepted:
     request_id: str
     kudos: float
     attempts: int
+    status: ChatStatus | None = None
+    """The status the native API answered the submit with (ChatAccepted.status): what a
+    first status read gives; None when it sent none."""
 
 
 def new_operation_key() -> str:
@@ -188,11 +192,18 @@ class NativeClient:
                     rate_limited += 1
                     continue
                 raise error
-            payload: AsyncAccepted = response.json()
+            payload: ChatAccepted = response.json()
             if "id" not in payload:
                 raise HordeUnavailable(detail="the native API returned no request id")
             self._next = (self._next + attempt - 1) % len(self.roots)
-            return Accepted(str(payload["id"]), float(payload.get("kudos", 0)), attempt)
+            status = payload.get("status")
+            malformed = not isinstance(status, dict)  # the native JSON is not trusted
+            return Accepted(
+                str(payload["id"]),
+                float(payload.get("kudos", 0)),
+                attempt,
+                None if malformed else status,
+            )
         raise SubmitLost(
             detail=f"the submit was lost {self.submit_attempts} times ({last})",
             maybe_queued=maybe_queued,

@@ -6,7 +6,10 @@
   one once something was relayed (a later worker's reply then reconciles or diverges); a
   faulted generation that relayed nothing is skipped, since the request may be served
   again. Once ``stop`` is set (the completion signal arrived) it drains what is left
-  without blocking and returns.
+  without blocking and returns. A Redis error never ends a stream: the relay reads again
+  from where it was after a growing pause (``RELAY_RETRY_FIRST`` doubling up to
+  ``RELAY_RETRY_MAX`` seconds, or at once when ``stop`` is set), and once ``stop`` is set a
+  relay Redis cannot serve returns: the final reply sends what was not relayed.
 * ``paced(texts, clock)`` spreads each post's text evenly over the estimated interval until
   the next post (a moving estimate, first ``POST_INTERVAL_SECONDS``, at most
   ``PACING_MAX_INTERVAL_SECONDS``, pieces at most every ``PACING_CHUNK_SECONDS``). A post
@@ -42,12 +45,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self, TypeVar, cast
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from generated import streaming as S
 from runtime.front.responses import Reply
 from runtime.front.sse import Delta, Final, ReplyEvents
 
 STREAM_START = "0-0"
+RELAY_RETRY_FIRST = 0.25
+"""Seconds before reading the progress stream again after a Redis error (then doubled)."""
+RELAY_RETRY_MAX = 2.0
 
 
 @dataclass(frozen=True)
@@ -114,10 +121,19 @@ async def relay(
     key = S.stream_key(request_id)
     cursor = last_id
     relayed = False
+    failures = 0
     while True:
         stopping = stop is not None and stop.is_set()
         block = None if stopping else S.RELAY_BLOCK_MILLISECONDS
-        read = await redis.xread({key: cursor}, count=S.RELAY_READ_COUNT, block=block)
+        try:
+            read = await redis.xread({key: cursor}, count=S.RELAY_READ_COUNT, block=block)
+        except (RedisError, OSError):
+            if stopping:
+                return  # the final reply is known: it carries what was not relayed
+            await _pause(stop, min(RELAY_RETRY_FIRST * 2**failures, RELAY_RETRY_MAX))
+            failures += 1
+            continue
+        failures = 0
         reply = cast(list[tuple[Any, list[tuple[bytes | str, dict[Any, Any]]]]], read)
         entries = reply[0][1] if reply else []
         for raw_id, raw_fields in entries:
@@ -136,6 +152,15 @@ async def relay(
                 return
         if stopping and not entries:
             return
+
+
+async def _pause(stop: asyncio.Event | None, seconds: float) -> None:
+    """``seconds``, or until ``stop`` is set."""
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def reconcile(relayed: str, final: str) -> str | None:

@@ -1,36 +1,55 @@
 """Completion signals: one shared Redis pub/sub connection for every open wait.
 
-A wait costs a channel subscription and an ``asyncio.Event``, not a connection: the hub
-owns one ``redis.asyncio`` PubSub, a reader task sets the event of the channel a message
-arrives on, and ``watch(request_id)`` subscribes (waiting for Redis to confirm, so a signal
-published after ``watch`` returns is never missed) and unsubscribes on exit. If the
-connection drops, the reader reconnects, subscribes again to every open channel and wakes
-every wait once, since signals may have been lost meanwhile; waits also poll slowly, so a
-lost signal only delays a reply.
+A wait costs a channel subscription and a ``Signal`` (an ``asyncio.Event``), not a
+connection: the hub owns one ``redis.asyncio`` PubSub, a reader task sets the signal of the
+channel a message arrives on (noting the outcome key the event names, where the native API
+stored the request's final status), and ``watch(request_id)`` subscribes (waiting for Redis
+to confirm, so a signal published after ``watch`` returns is never missed) and unsubscribes
+on exit. ``outcome(key)`` reads a final status stored there (None when it is not, or Redis
+cannot answer: read the status route).
+
+Redis may fail or restart at any time and no wait fails for it: a lost connection (or a
+subscribe that fails) marks the hub broken; while broken, new waits subscribe nothing and
+do not wait for a confirmation, and the reader reconnects with a growing pause, subscribes
+again to every open channel and then wakes every wait once, since signals may have been lost
+meanwhile. Waits also poll slowly, so a lost signal only delays a reply.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+from generated.signals import CHAT_FIELD_OUTCOME, parse_chat_event
+from generated.wire.native import ChatStatus
 
 log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT = 2.0
 RECONNECT_DELAY = 0.5
+"""The first pause before reconnecting (doubled after each failure, up to RECONNECT_MAX)."""
+RECONNECT_MAX = 4.0
+
+
+class Signal(asyncio.Event):
+    """Set whenever the request's channel gets a message (clear it yourself); ``outcome``
+    is the outcome key the latest event named, if any."""
+
+    outcome: str | None = None
 
 
 class _Channel:
     __slots__ = ("confirmed", "events")
 
     def __init__(self) -> None:
-        self.events: set[asyncio.Event] = set()
+        self.events: set[Signal] = set()
         self.confirmed = asyncio.Event()
 
 
@@ -42,6 +61,9 @@ class SignalHub:
         self.channel_of = channel_of
         self.channels: dict[str, _Channel] = {}
         self.received = 0
+        self.reconnects = 0
+        self.broken = False
+        """The pub/sub connection is lost; the reader is reconnecting."""
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -63,20 +85,22 @@ class SignalHub:
                 await self._pubsub.aclose()
 
     @contextlib.asynccontextmanager
-    async def watch(self, request_id: str) -> AsyncIterator[asyncio.Event]:
-        """An event set whenever the request's channel gets a message (clear it yourself)."""
+    async def watch(self, request_id: str) -> AsyncIterator[Signal]:
+        """A signal set whenever the request's channel gets a message."""
         name = self.channel_of(request_id)
-        event = asyncio.Event()
+        event = Signal()
         channel = self.channels.get(name)
         if channel is None:
             channel = self.channels[name] = _Channel()
             channel.events.add(event)
-            await self._send("subscribe", name)
+            sent = await self._send("subscribe", name)
         else:
             channel.events.add(event)
+            sent = not self.broken
         try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(channel.confirmed.wait(), CONFIRM_TIMEOUT)
+            if sent:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(channel.confirmed.wait(), CONFIRM_TIMEOUT)
             yield event
         finally:
             channel.events.discard(event)
@@ -84,17 +108,52 @@ class SignalHub:
                 del self.channels[name]
                 await self._send("unsubscribe", name)
 
-    async def _send(self, command: str, name: str) -> None:
+    async def outcome(self, key: str) -> ChatStatus | None:
+        """The final status stored under ``key``; None when absent or unreadable."""
+        try:
+            raw = await self.redis.get(key)
+        except (RedisError, OSError) as exc:
+            log.info("outcome %s unreadable (the status route answers): %s", key, exc)
+            return None
+        if raw is None:
+            return None
+        try:
+            status = json.loads(raw)
+        except ValueError:
+            return None
+        return cast(ChatStatus, status) if isinstance(status, dict) else None
+
+    async def _send(self, command: str, name: str) -> bool:
+        """True when Redis took the command; while broken, nothing is sent (the reader
+        subscribes every open channel once it reconnects)."""
+        if self.broken:
+            return False
         try:
             async with self._commands:
                 await getattr(self._pubsub, command)(name)
-            self._wake.set()
         except (RedisError, OSError) as exc:
             log.warning("signal %s %s failed (the fallback poll covers it): %s", command, name, exc)
+            self._lost()
+            return False
+        self._wake.set()
+        return True
+
+    def _lost(self) -> None:
+        self.broken = True
+        self._wake.set()
 
     async def _read_forever(self) -> None:
+        delay = RECONNECT_DELAY
         while True:
             try:
+                if self.broken:
+                    await self._resubscribe()
+                    self.broken = False
+                    self.reconnects += 1
+                    delay = RECONNECT_DELAY
+                    log.info("signal connection restored (%d channels)", len(self.channels))
+                    self._wake_all()
+                    continue
                 if not self._pubsub.subscribed:
                     self._wake.clear()
                     await self._wake.wait()
@@ -103,9 +162,11 @@ class SignalHub:
                 if message is not None:
                     self._dispatch(message)
             except (RedisError, OSError) as exc:
-                log.warning("signal connection lost, reconnecting: %s", exc)
-                await asyncio.sleep(RECONNECT_DELAY)
-                await self._resubscribe()
+                if not self.broken:
+                    log.warning("signal connection lost, reconnecting: %s", exc)
+                self.broken = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         name = message.get("channel")
@@ -118,19 +179,38 @@ class SignalHub:
             channel.confirmed.set()
         elif message.get("type") == "message":
             self.received += 1
+            outcome = _outcome_of(message.get("data"))
             for event in channel.events:
+                if outcome is not None:
+                    event.outcome = outcome
                 event.set()
 
     async def _resubscribe(self) -> None:
+        """A new PubSub subscribed to every open channel; raises while Redis is away."""
         async with self._commands:
             with contextlib.suppress(RedisError, OSError):
                 await self._pubsub.aclose()
             self._pubsub = self.redis.pubsub()
             names = list(self.channels)
             if names:
-                with contextlib.suppress(RedisError, OSError):
-                    await self._pubsub.subscribe(*names)
+                await self._pubsub.subscribe(*names)
+            else:
+                await self.redis.ping()
+
+    def _wake_all(self) -> None:
         for channel in self.channels.values():
             channel.confirmed.set()
             for event in channel.events:
                 event.set()
+
+
+def _outcome_of(data: Any) -> str | None:
+    """The outcome key an event names, if it names one."""
+    if not isinstance(data, str | bytes):
+        return None
+    try:
+        event = parse_chat_event(data)
+    except ValueError:
+        return None
+    key = event.get(CHAT_FIELD_OUTCOME)
+    return key if isinstance(key, str) else None

@@ -1,21 +1,28 @@
 """The wait for a submitted request's reply: the design doc's Submitted -> Waiting states.
 
-``ReplyWait.open()`` subscribes to the request's completion signal and reads the status
-until one read succeeds; that first read turns a declaration gap (missing_features: 404)
-or a limits gap (exceeded_limits: 400) into an error, and under fail_fast it decides
-queue_unavailable (no eligible thread, or a wait_time over the budget left), waiting up to
-``queue_info_wait`` seconds for a status with queue information. All of that happens before
-a stream opens. ``ReplyWait.reply()`` then wakes on the signal and on a slow fallback poll
-and re-reads, until done with a generation (the Reply), faulted (502 ChatRequestFaulted),
-done without one (502 no_generation), the deadline (408), or is_possible false for the
-whole grace (503 no_eligible_worker). The caller cancels on the native side for every exit
-but a reply or a fault (``needs_cancel``), with ``cancel_until_confirmed``.
+``ReplyWait`` subscribes to the request's completion signal (``async with``);
+``ReplyWait.open(first)`` takes the status the native submit answered with (``first``; a
+status read only when the submit carried none), and first looks up the request's outcome key
+once (a request that ended before the subscription was confirmed is found there). That first
+status turns a declaration gap (missing_features: 404) or a limits gap (exceeded_limits: 400)
+into an error, and under fail_fast it decides queue_unavailable (no eligible thread, or a
+wait_time over the budget left), reading again up to ``queue_info_wait`` seconds for a status
+with queue information. All of that happens before a stream opens. ``ReplyWait.reply()``
+then wakes on the signal and on a slow fallback poll, until done with a generation (the
+Reply), faulted (502 ChatRequestFaulted), done without one (502 no_generation), the deadline
+(408), or is_possible false for the whole grace (503 no_eligible_worker). A signal that names
+the outcome key is answered from Redis (the final status the native API stored there); any
+other wake, or an outcome Redis cannot give, reads the status route. So a plain request's
+happy path costs the front no status read. The caller cancels on the native side for every
+exit but a reply or a fault (``needs_cancel``), with ``cancel_until_confirmed``.
 
 A wait never dies of a transient answer: a status read answered 429 or 5xx, or lost, is
 retried after a back-off (doubling from half a second, raised to the native API's
 Retry-After, at most the poll interval) until the deadline; the status reads carry the
 client's address and count on the front's service budget. A cancel is repeated the same
-way until the native API confirms it.
+way until the native API confirms it. Redis failing or restarting fails no wait: the hub
+reconnects (``runtime.front.signals``), an outcome it cannot read is read from the status
+route, and meanwhile the fallback poll carries the wait.
 """
 
 from __future__ import annotations
@@ -40,13 +47,14 @@ from generated.errors import (
     QueueUnavailable,
     StreamDiverged,
 )
+from generated.signals import chat_outcome_key
 from generated.wire.native import ChatStatus
 from runtime.contract.requirements import features_gap
 from runtime.contract.validator import horde_option
 from runtime.front.native_client import NativeClient, RequestGone, Transient
 from runtime.front.observe import OPEN_WAITS, WAKE_POLL, WAKE_SIGNAL, WAKES
 from runtime.front.responses import Reply
-from runtime.front.signals import SignalHub
+from runtime.front.signals import Signal, SignalHub
 
 FAIL_FAST = "fail_fast"
 QUEUE_INFO_RECHECK = 0.25
@@ -161,12 +169,15 @@ class ReplyWait:
         self.started = self.clock()
         self.status: ChatStatus | None = None
         self.reads = 0
+        """Status reads of the native status route."""
+        self.outcome_reads = 0
+        """Final statuses read from the outcome key instead."""
         self.failed_reads = 0
         """Transient answers in a row (reset by a read that succeeds)."""
         self._retry_after: float | None = None
         self._impossible_since: float | None = None
-        self._signal: asyncio.Event | None = None
-        self._watch: contextlib.AbstractAsyncContextManager[asyncio.Event] | None = None
+        self._signal: Signal | None = None
+        self._watch: contextlib.AbstractAsyncContextManager[Signal] | None = None
 
     async def __aenter__(self) -> ReplyWait:
         self._watch = self.hub.watch(self.request_id)
@@ -219,9 +230,36 @@ class ReplyWait:
             WAKES.labels(WAKE_POLL).inc()
         self._signal.clear()
 
-    async def open(self) -> None:
-        """Up to the first successful read and the fail_fast decision; gaps raise here."""
-        status = await self._read()
+    async def _outcome_of(self, key: str) -> ChatStatus | None:
+        """The final status stored under ``key``, if Redis has it."""
+        status = await self.hub.outcome(key)
+        if status is not None:
+            self.outcome_reads += 1
+            self.status = status
+        return status
+
+    async def _reread(self) -> ChatStatus | None:
+        """After a wake: the final status under the outcome key the signal named, else a
+        status read (None after a transient answer)."""
+        assert self._signal is not None
+        key, self._signal.outcome = self._signal.outcome, None
+        if key is not None:
+            status = await self._outcome_of(key)
+            if status is not None:
+                return status
+        return await self._read()
+
+    async def open(self, first: ChatStatus | None = None) -> None:
+        """From the submit's status (``first``; else reads until one succeeds) to the
+        fail_fast decision; gaps raise here. A request that already ended is taken from its
+        outcome key (it may have ended before the subscription was confirmed)."""
+        status = await self._outcome_of(chat_outcome_key(self.request_id))
+        if status is not None:
+            return
+        if first is not None:
+            self.status = status = first
+        else:
+            status = await self._read()
         while status is None:
             await self._sleep(self._retry_delay())
             status = await self._read()
@@ -294,4 +332,4 @@ class ReplyWait:
             else:
                 pause = self.budget.poll_interval * random.uniform(*POLL_JITTER)
             await self._sleep(min(pause, grace_left))
-            status = await self._read()
+            status = await self._reread()

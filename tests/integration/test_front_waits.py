@@ -310,13 +310,16 @@ def test_done_without_a_generation_is_502_and_cancels(
     assert [row.cancelled for row in rows(native_db)] == [True]
 
 
-def redeclare_at_first_read(worker: ChatTestWorker, **declaration: Any) -> Callable[[bytes], None]:
-    """A proxy hook: before the first status read reaches the native API, the worker (the
-    only one serving MODEL) pops again with ``declaration`` (features, limits)."""
+def redeclare_at_submit(worker: ChatTestWorker, **declaration: Any) -> Callable[[bytes], None]:
+    """A proxy hook: before the front's submit reaches the native API, the worker (the only
+    one serving MODEL) pops again with ``declaration`` (features, limits). The front opened
+    the request with every feature declared; the native submit meets the gap. (The submit
+    answers with its first status, so the front reads no status in between a later
+    re-declaration could race with.)"""
     done = threading.Event()
 
     def hook(request: bytes) -> None:
-        if request.startswith(STATUS) and not done.is_set():
+        if request.startswith(SUBMIT) and not done.is_set():
             done.set()
             for name, value in declaration.items():
                 setattr(worker, name, value)
@@ -335,14 +338,13 @@ def test_declaration_gap_is_404_before_any_stream(
 ) -> None:
     with serve() as worker:  # declares everything at the submit
         worker.pause()
-        proxy.on_request = redeclare_at_first_read(
-            worker, features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED]
-        )
+        proxy.on_request = redeclare_at_submit(worker, features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED])
         error = refused_chat(client, tools=[TOOL], tool_choice="required", stream=stream)
     assert isinstance(error, openai.NotFoundError)
     assert error.body["code"] == "no_worker_supports_features"  # type: ignore[index]
     assert "tool_choice_enforced" in error.message
-    assert [row.cancelled for row in rows(native_db)] == [True]
+    assert rows(native_db) == []  # refused by the submit: nothing queued, nothing to cancel
+    assert not proxy.sent(STATUS)
 
 
 def test_limits_gap_is_400(
@@ -353,12 +355,13 @@ def test_limits_gap_is_400(
 ) -> None:
     with serve() as worker:
         worker.pause()
-        proxy.on_request = redeclare_at_first_read(worker, limits={"max_length": 16})
-        error = refused_chat(client, max_tokens=300)
+        proxy.on_request = redeclare_at_submit(worker, limits={"max_tools": 1})
+        second = {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}
+        error = refused_chat(client, tools=[TOOL, second])
     assert isinstance(error, openai.BadRequestError)
     assert error.body["code"] == "no_worker_supports_limit"  # type: ignore[index]
-    assert error.response.headers["x-should-retry"] == "false"
-    assert [row.cancelled for row in rows(native_db)] == [True]
+    assert rows(native_db) == []  # refused by the submit: nothing queued, nothing to cancel
+    assert not proxy.sent(STATUS)
 
 
 @pytest.mark.parametrize("stream", [False, True])

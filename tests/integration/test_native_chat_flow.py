@@ -21,7 +21,7 @@ from generated.chat.names import (
     ROLE_SYSTEM,
 )
 from generated.chat.tables import FEATURES, GUARANTEES, PARAMETERS, SAMPLING_DEFAULTS
-from generated.signals import chat_channel, parse_chat_event
+from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from tests.integration.chat_flow import (
@@ -190,14 +190,19 @@ def test_completion_signal_on_generation_done_and_cancel(native_client, native_s
         message = pubsub.get_message(timeout=1.0)
         if message is not None:
             received.append((message["channel"].decode(), parse_chat_event(message["data"])))
+    outcome = redis.get(chat_outcome_key(request_id))  # the final status, stored first
     pubsub.close()
     redis.close()
+    assert outcome is not None
+    final = json.loads(outcome)
+    assert (final["done"], final["generations"][0]["content"]) == (True, "Done.")
+    key = chat_outcome_key(request_id)
     assert received == [
         (
             chat_channel(request_id),
-            {"event": "generation", "id": request_id, "generation_id": job["id"]},
+            {"event": "generation", "id": request_id, "generation_id": job["id"], "outcome": key},
         ),
-        (chat_channel(request_id), {"event": "done", "id": request_id}),
+        (chat_channel(request_id), {"event": "done", "id": request_id, "outcome": key}),
         (chat_channel(cancelled_id), {"event": "cancelled", "id": cancelled_id}),
     ]
     assert all("Done." not in json.dumps(event) for _channel, event in received)

@@ -9,7 +9,9 @@ every object the committed row does not own is deleted again (a
 refusal, a dry run, an operation-key replay). A caller with
 the service passkey (the front) has its forwarded source address trusted; a wrong passkey
 (malformed included) is 403 on every chat route. A cancel publishes the completion signal
-after its commit.
+after its commit. A queued request (and an operation-key replay) is answered with its status
+read after the commit (``ChatAccepted.status``): what a client's first status read would
+give, so the front decides gaps and fail_fast without one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from generated.routes import (
     HEADER_X_OPERATION_KEY,
 )
 from generated.signals import CHAT_EVENT_CANCELLED
+from generated.wire.native import ChatAccepted, ChatStatus
 from runtime.contract.messages import image_parts
 from runtime.contract.validator import validate_chat_request
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_key
@@ -85,8 +88,21 @@ def chat_async() -> tuple[Response, int]:
         return jsonify(kudos=float(result.kudos)), 200
     # A replay by operation key queues nothing: 200 with the first request's id and kudos
     # (the design doc's lost-response diagram); a new request is 202, queued.
-    status = 200 if result.existing else 202
-    return jsonify(id=str(result.id), kudos=float(result.kudos)), status
+    code = 200 if result.existing else 202
+    accepted: ChatAccepted = {
+        "id": str(result.id),
+        "kudos": float(result.kudos),
+        "status": _first_status(str(result.id)),
+    }
+    return jsonify(accepted), code
+
+
+def _first_status(request_id: str) -> ChatStatus:
+    """The status read right after the commit that queued (or found) the request."""
+    ctx = native()
+    with transaction(ctx.sessions) as session:
+        wp = get_chat_request(session, request_id)
+        return chat_status(session, ctx.policy, wp, utcnow())
 
 
 def _admitted_before_intake(chat_request: dict[str, Any]) -> ChatSubmitted | None:

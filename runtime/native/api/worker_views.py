@@ -2,7 +2,9 @@
 
 A chat job's payload is the narrowed chat payload (``runtime.contract.dispatch.chat_job_payload``),
 never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
-landed generation or an ended request publishes the completion signal after the commit.
+landed generation or an ended request publishes the completion signal after the commit (an
+ended request's final status, read after the submit's commit, stored first under its
+outcome key, which the events name).
 
 A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
 pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it.
@@ -29,7 +31,7 @@ from redis.exceptions import RedisError
 from generated.chat.names import REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
-from generated.signals import CHAT_EVENT_GENERATION
+from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
 from generated.streaming import streams_deltas
 from generated.wire import STATE_FAULTED
 from runtime.contract.declaration import parse_worker_declaration
@@ -61,7 +63,7 @@ from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.queue.webhooks import SENDER, Delivery
 from runtime.native.requests.chat import stored_request
-from runtime.native.requests.signals import publish_chat_event
+from runtime.native.requests.signals import final_status, publish_chat_event, publish_chat_events
 from runtime.stores.database import transaction
 
 INT32 = 2**31 - 1
@@ -220,19 +222,22 @@ def _chat_submit(body: dict[str, Any]) -> Response:
     with transaction(ctx.sessions) as session:
         user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
         outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
+    # the status a woken front reads, stored under the outcome key before the events
+    final = (
+        final_status(ctx.sessions, ctx.policy, outcome.wp_id, utcnow()) if outcome.ended else None
+    )
     end_lease = finish if outcome.landed else mark_ended
     end_lease(ctx.redis, str(outcome.generation_id))
     if not outcome.landed and not outcome.ended:
         wake_workers(ctx.redis)  # a fault gave the request its slot back
+    events: list[tuple[str, dict[str, Any]]] = []
     if outcome.landed:
-        publish_chat_event(
-            ctx.redis,
-            outcome.wp_id,
-            CHAT_EVENT_GENERATION,
-            generation_id=str(outcome.generation_id),
-        )
+        landed = {CHAT_FIELD_GENERATION_ID: str(outcome.generation_id)}
+        events.append((CHAT_EVENT_GENERATION, landed))
     if outcome.ended:
-        publish_chat_event(ctx.redis, outcome.wp_id, outcome.ended)
+        events.append((outcome.ended, {}))
+    publish_chat_events(ctx.redis, outcome.wp_id, events, final)  # the final status first
+    if outcome.ended:
         release_ended(ctx.sessions, ctx.objects, [outcome.wp_id])
     _send_webhook(outcome.webhook)
     if outcome.refusal is not None:

@@ -4,17 +4,36 @@ The channel name and event kinds come from ``generated.signals`` (spec/signals.y
 Publish after the transaction that made the change commits, so a woken front reads the
 new status. A Redis failure is logged and swallowed: the front's fallback poll covers a
 lost event.
+
+A request that ended with a worker's submit has its final status (``final_status``, read right
+after the submit's commit) stored under its outcome key and the events name that key
+(``publish_chat_events``: the SET and the PUBLISHes in one round trip, the SET first), so a
+woken front reads the status from Redis instead of the status route.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+from datetime import datetime
 from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
+from sqlalchemy.orm import Session, sessionmaker
 
-from generated.signals import chat_channel, chat_event
+from generated.signals import (
+    CHAT_FIELD_OUTCOME,
+    CHAT_OUTCOME_SECONDS,
+    chat_channel,
+    chat_event,
+    chat_outcome_key,
+)
+from generated.wire.native import ChatStatus
+from runtime.native.db.tables import WaitingPrompt
+from runtime.native.queue.policy import Policy
+from runtime.native.requests.chat_status import chat_status
+from runtime.stores.database import transaction
 
 log = logging.getLogger(__name__)
 
@@ -26,5 +45,42 @@ def publish_chat_event(redis: Redis, request_id: object, event: str, **fields: A
         redis.publish(chat_channel(rid), chat_event(event, rid, **fields))
     except (RedisError, OSError) as exc:
         log.warning("chat signal %s for %s not published: %s", event, rid, exc)
+        return False
+    return True
+
+
+def final_status(
+    sessions: sessionmaker[Session], policy: Policy, wp_id: object, now: datetime
+) -> ChatStatus | None:
+    """The status of a request that just ended, read after the commit that ended it (a
+    session of its own: none of the submit's objects, which its UPDATEs left stale)."""
+    with transaction(sessions) as session:
+        wp = session.get(WaitingPrompt, wp_id)
+        return None if wp is None else chat_status(session, policy, wp, now)
+
+
+def publish_chat_events(
+    redis: Redis,
+    request_id: object,
+    events: list[tuple[str, dict[str, Any]]],
+    final: ChatStatus | None = None,
+) -> bool:
+    """Store ``final`` under the request's outcome key (when given) and publish ``events``
+    naming it, in one round trip; False when Redis did not take them."""
+    if not events:
+        return True
+    rid = str(request_id)
+    named: dict[str, Any] = {}
+    try:
+        pipe = redis.pipeline(transaction=False)
+        if final is not None:
+            key = chat_outcome_key(rid)
+            pipe.set(key, json.dumps(final, separators=(",", ":")), ex=CHAT_OUTCOME_SECONDS)
+            named = {CHAT_FIELD_OUTCOME: key}
+        for event, fields in events:
+            pipe.publish(chat_channel(rid), chat_event(event, rid, **fields, **named))
+        pipe.execute()
+    except (RedisError, OSError) as exc:
+        log.warning("chat signals %s for %s not published: %s", [e for e, _ in events], rid, exc)
         return False
     return True
