@@ -17,7 +17,8 @@ def make_engine(url: str, *, pool_size: int = 15, max_overflow: int = 5) -> Engi
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,
+        pool_pre_ping=True,  # a connection lost to a database restart is replaced, not used
+        hide_parameters=True,  # an error's text never carries a statement's values (prompts)
     )
 
 

@@ -6,6 +6,10 @@ import logging
 
 from flask import Flask, Response, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound, RequestEntityTooLarge
 
 from generated.errors import (
@@ -15,6 +19,7 @@ from generated.errors import (
     PayloadTooLarge,
     RateLimited,
     RouteNotFound,
+    StoreUnavailable,
 )
 from generated.errors import MethodNotAllowed as MethodNotAllowedError
 
@@ -50,6 +55,16 @@ def _http(exc: HTTPException) -> Response:
     return _unexpected(exc)
 
 
+def _store_down(exc: Exception) -> Response:
+    """A store outage met by a request: its transaction was rolled back; a 503 the client
+    may retry, one log line without a traceback or the statement's parameters."""
+    store = "Redis" if isinstance(exc, RedisError) else "database"
+    log.warning(
+        "%s unavailable on %s %s: %s", store, request.method, request.path, type(exc).__name__
+    )
+    return horde_response(StoreUnavailable(store=store))
+
+
 def _unexpected(exc: Exception) -> Response:
     log.exception("unexpected error on %s %s", request.method, request.path, exc_info=exc)
     return horde_response(InternalError())
@@ -59,4 +74,7 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(HordeError, horde_response)
     app.register_error_handler(RateLimitExceeded, _rate_limited)
     app.register_error_handler(HTTPException, _http)
+    app.register_error_handler(OperationalError, _store_down)  # the database is unreachable
+    app.register_error_handler(RedisConnectionError, _store_down)
+    app.register_error_handler(RedisTimeoutError, _store_down)
     app.register_error_handler(Exception, _unexpected)

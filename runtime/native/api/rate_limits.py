@@ -117,6 +117,10 @@ def make_limiter(app: Flask, redis_url: str, enabled: bool) -> Limiter:
         key_prefix="horde:limits",
         headers_enabled=True,
         enabled=enabled,
+        # Redis down: fail open to per-process in-memory counting (flask-limiter logs one
+        # warning when it falls back and one line when Redis is back), never a 500
+        in_memory_fallback_enabled=True,
+        swallow_errors=True,
     )
 
 

@@ -12,17 +12,21 @@ Call ``settle_cancelled_streams`` inside the cancel's transaction, before the ge
 still in flight are marked cancelled unpaid (``cancel_text_request`` does that for the
 rest). It first sets the lease's cancel flag, so nothing more is appended and the worker's
 next acknowledgement says ``cancelled: true``; a retried cancel settles the same text once,
-since the settlement claims the generation with a compare-and-set.
+since the settlement claims the generation with a compare-and-set. With Redis unreachable
+the cancel still succeeds: nothing posted can be read, so the generation is cancelled unpaid
+(its posted text could not have been relayed to the client either).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import RedisError
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -34,6 +38,8 @@ from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import mark_cancelled, posted
 from runtime.native.requests.rows import unfinished
+
+log = logging.getLogger(__name__)
 
 SETTLED_STATE = STATE_OK
 
@@ -51,8 +57,12 @@ def settle_generation(
 ) -> Settled | None:
     """Cancel one streamed generation and settle it on its posted text (None: nothing posted)."""
     generation_id = str(gen.id)
-    mark_cancelled(redis, generation_id)
-    sent = posted(redis, str(wp.id), generation_id)
+    try:
+        mark_cancelled(redis, generation_id)
+        sent = posted(redis, str(wp.id), generation_id)
+    except (RedisError, OSError) as exc:  # the cancel does not need Redis to succeed
+        log.warning("cancel of %s settles nothing posted: Redis: %s", generation_id, exc)
+        return None  # cancelled unpaid: the posted text was not relayed either
     text = sent.content
     if not text and not sent.reasoning:
         return None

@@ -1,0 +1,131 @@
+"""The native API through store outages (issue 13 item 5), on stores of this module's own
+(they are stopped and started again; the session's stores are never touched).
+
+Redis stopped: the rate limiter fails open to in-memory counting (one warning for the
+outage, no 500 on any limited route) and a chat cancel still succeeds. Postgres stopped: a
+request answers 503 StoreUnavailable in the native envelope (no traceback logged); once the
+database is back the same service answers again, without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime.config import Settings
+from runtime.native.accounts.keys import create_user
+from runtime.native.db.migrate import upgrade
+from runtime.native.server import NativeService
+from runtime.stores.database import transaction
+from runtime.stores.embedded import EmbeddedStores
+from runtime.stores.embedded_postgres import EmbeddedPostgres
+from runtime.stores.embedded_redis import EmbeddedRedis
+from tests.conftest import reset_database
+from tests.integration.chat_flow import chat_body, chat_pop
+from tests.support.native import running_native_with_objects
+
+pytestmark = pytest.mark.integration
+
+FALLBACK = "falling back to in-memory storage"  # flask-limiter's one line for an outage
+
+
+@pytest.fixture(scope="module")
+def stores() -> Iterator[EmbeddedStores]:
+    data_dir = Path(tempfile.mkdtemp(prefix="horde-outages-"))
+    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
+    try:
+        upgrade(stores.database_url)
+        yield stores
+    finally:
+        stores.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def service(stores: EmbeddedStores) -> Iterator[NativeService]:
+    with running_native_with_objects(stores, "horde-outages-objects-") as native:
+        reset_database(native.context.sessions)
+        native.context.redis.flushdb()
+        yield native
+
+
+def _user(service: NativeService, name: str, kudos: float = 0) -> str:
+    with transaction(service.context.sessions) as session:
+        return create_user(session, name, kudos=kudos)[1]
+
+
+def _logged(caplog: pytest.LogCaptureFixture) -> str:
+    return "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+
+
+def test_redis_down_the_limiter_fails_open_and_a_cancel_succeeds(stores, service, caplog):
+    requester, owner = _user(service, "requester", 1000), _user(service, "owner")
+    api = f"{service.url}/api/v2"
+    assert stores.redis is not None
+    with httpx.Client(base_url=api, timeout=30) as client:
+        chat_pop(client, owner)
+        queued = client.post(
+            "/generate/chat/async", headers={"apikey": requester}, json=chat_body()
+        )
+        assert queued.status_code == 202, queued.text
+        request_id = queued.json()["id"]
+        caplog.set_level(logging.INFO)
+        stores.redis.stop()
+        try:
+            reads = [client.get(f"/generate/chat/status/{request_id}") for _ in range(5)]
+            pops = [chat_pop(client, owner, name="other") for _ in range(3)]
+            cancelled = client.delete(f"/generate/chat/status/{request_id}")
+        finally:
+            restarted = EmbeddedRedis.start(stores.redis.data_dir)
+        assert restarted.url == stores.redis_url
+        stores.redis = restarted
+        assert [r.status_code for r in reads] == [200] * 5, reads[-1].text
+        assert len(pops) == 3  # each answered 200 (chat_pop checks): one took the job
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["done"] is True
+        after = client.get(f"/generate/chat/status/{request_id}")
+        assert after.status_code == 200
+        assert after.json()["done"] is True
+    logged = _logged(caplog)
+    assert logged.count(FALLBACK) == 1  # one line for the outage, not one per request
+    assert "Traceback" not in logged
+
+
+def test_postgres_down_is_a_503_and_the_service_reconnects(stores, service, caplog):
+    api = f"{service.url}/api/v2"
+    owner = _user(service, "owner")
+    assert stores.postgres is not None
+    with httpx.Client(base_url=api, timeout=30) as client:
+        assert client.get("/users/1").status_code in (200, 404)
+        caplog.set_level(logging.INFO)
+        data_dir, url = stores.postgres.data_dir, stores.postgres.url
+        stores.postgres.stop()
+        try:
+            down = [
+                client.get("/users/1"),
+                client.post(
+                    "/generate/text/pop",
+                    headers={"apikey": owner},
+                    json={"name": "w", "models": ["m"], "max_length": 80},
+                ),
+            ]
+        finally:
+            stores.postgres = EmbeddedPostgres.start(data_dir)
+        assert stores.postgres.url == url
+        for response in down:
+            assert response.status_code == 503, response.text
+            assert response.json()["rc"] == "StoreUnavailable"
+            assert response.headers.get("Retry-After")
+        popped = client.post(
+            "/generate/text/pop",
+            headers={"apikey": owner},
+            json={"name": "w", "models": ["m"], "max_length": 80},
+        )
+        assert popped.status_code == 200, popped.text  # the same process, reconnected
+    assert "Traceback" not in _logged(caplog)
