@@ -48,6 +48,9 @@ RATE_LIMITS: dict[str, tuple[RateLimit, ...]] = {
     ),
     "chat_status": (RateLimit("60 per minute", KEY_CLIENT_ROUTE, service="400000 per minute"),),
     "chat_cancel": (RateLimit("60 per minute", KEY_CLIENT_ROUTE, service="60000 per minute"),),
+    "chat_cancel_operation": (
+        RateLimit("60 per minute", KEY_CLIENT_ROUTE, service="60000 per minute"),
+    ),
     "text_pop": (RateLimit("60 per second", KEY_PEER),),
     "text_submit": (RateLimit("60 per second", KEY_PEER),),
     "text_progress": (RateLimit("60 per second", KEY_PEER),),

@@ -300,6 +300,29 @@ ROUTES: dict[str, Route] = {
             errors=("RequestNotFound", "InvalidServicePasskey", "RateLimited", "InternalError"),
         ),
         Route(
+            operation_id="chat_cancel_operation",
+            surface="native",
+            method="DELETE",
+            path="/api/v2/generate/chat/operation/{key}",
+            headers=(HEADER_APIKEY, HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY),
+            required_headers=(HEADER_APIKEY,),
+            path_params={
+                "key": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 128,
+                    "pattern": "^[A-Za-z0-9_-]+$",
+                }
+            },
+            errors=(
+                "RequestNotFound",
+                "InvalidAPIKey",
+                "InvalidServicePasskey",
+                "RateLimited",
+                "InternalError",
+            ),
+        ),
+        Route(
             operation_id="text_pop",
             surface="native",
             method="POST",

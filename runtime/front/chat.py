@@ -131,11 +131,17 @@ class _Life:
         api_key = api_key_of(self.request)
         body, normalised = await admitted_body(raw)  # off the event loop when large
         self.state.drain.refuse_if_started()  # a stopping front submits nothing new
+        operation_key = new_operation_key()
         try:
             accepted = await self.state.native.submit(
-                body, api_key=api_key, operation_key=new_operation_key(), source=self.source
+                body, api_key=api_key, operation_key=operation_key, source=self.source
             )
         except SubmitLost as lost:
+            if lost.maybe_queued:  # the Horde may hold an orphan: cancel it by its key
+                cancelled = await self.state.native.cancel_operation(
+                    operation_key, api_key=api_key, source=self.source
+                )
+                lost.maybe_queued = not cancelled
             self.submitted = lost.maybe_queued  # then a client retry could charge twice
             raise
         self.submitted = True

@@ -10,6 +10,8 @@ lost response (timeout, reset, refused connection, or a 5xx without the native
 root; the native API answers a repeat with the request it
 already holds, so the client is charged once. A native refusal becomes its HordeError.
 Reads (status, models) and the cancel also move to the next root on a transport failure.
+A submit lost on every attempt may have queued an orphan the front has no id for:
+``cancel_operation`` cancels it by its operation key.
 A status read or cancel answered 429 or 5xx raises ``Transient`` (with the native API's
 Retry-After), which the waiter backs off from and retries.
 """
@@ -66,6 +68,10 @@ class Transient(HordeUnavailable):
 
 TRANSIENT_STATUS = 429
 """Besides any 5xx: a rate limit, which passes."""
+ORPHAN_CANCEL_ATTEMPTS = 5
+ORPHAN_CANCEL_BACKOFF = 0.5
+"""A cancel by operation key (after a submit lost on every attempt) is tried this many
+times, the pauses doubling from this many seconds (at most 5): about 7.5 s in all."""
 
 
 def _transient(response: httpx.Response) -> bool:
@@ -223,10 +229,16 @@ class NativeClient:
         return True
 
     async def _read(
-        self, method: str, path: str, source: str | None = None, **kwargs: Any
+        self,
+        method: str,
+        path: str,
+        source: str | None = None,
+        *,
+        extra: dict[str, str] | None = None,
+        **kwargs: Any,
     ) -> httpx.Response:
         last = "no attempt"
-        headers = self._headers(source)
+        headers = {**self._headers(source), **(extra or {})}
         for attempt in range(len(self.roots)):
             url = self._root(attempt) + path
             try:
@@ -280,6 +292,30 @@ class NativeClient:
             )
         refused = from_native(response.status_code, response.content)
         log.warning("cancel of %s refused: %s", request_id, refused.message)
+        return False
+
+    async def cancel_operation(
+        self, operation_key: str, *, api_key: str, source: str | None = None
+    ) -> bool:
+        """Cancel the request that a submit lost on every attempt may have queued, by its
+        operation key (as the client's user), repeating on lost and transient answers: True
+        once confirmed (cancelled, or the native API holds no request with that key)."""
+        path = ROUTES["chat_cancel_operation"].path.format(key=operation_key)
+        for attempt in range(ORPHAN_CANCEL_ATTEMPTS):
+            if attempt:
+                await asyncio.sleep(min(ORPHAN_CANCEL_BACKOFF * 2 ** (attempt - 1), 5.0))
+            try:
+                response = await self._read("DELETE", path, source, extra={HEADER_APIKEY: api_key})
+            except HordeUnavailable as lost:
+                log.warning("cancel of operation %s lost: %s", operation_key, lost.message)
+                continue
+            if response.status_code < 400 or response.status_code == NOT_FOUND:
+                return True
+            if not _transient(response):
+                refused = from_native(response.status_code, response.content)
+                log.warning("cancel of operation %s refused: %s", operation_key, refused.message)
+                return False
+        log.warning("cancel of operation %s never confirmed", operation_key)
         return False
 
     async def models(self) -> list[ActiveModel]:

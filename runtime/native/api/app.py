@@ -34,6 +34,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "chat_async": views_chat.chat_async,
     "chat_status": views_chat.chat_status_view,
     "chat_cancel": views_chat.chat_cancel,
+    "chat_cancel_operation": views_chat.chat_cancel_operation,
     "text_pop": views_workers.text_pop,
     "text_submit": views_workers.text_submit,
     "text_progress": views_progress.text_progress,

@@ -19,10 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify, request
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.chat.names import PARAM_MESSAGES, PARAM_SAFETY_IDENTIFIER, PARAM_USER
-from generated.errors import InvalidAPIKey
+from generated.errors import InvalidAPIKey, RequestNotFound
 from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
@@ -38,13 +39,14 @@ from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address, trusted_service
 from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.native.api.validation import validate_body
-from runtime.native.db.tables import WaitingPrompt
+from runtime.native.db.tables import OperationKey, WaitingPrompt
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.chat import (
+    REQUEST_TYPE,
     ChatSubmitted,
     OperationKeyRace,
     create_chat_request,
@@ -191,3 +193,20 @@ def chat_cancel(id: str) -> Response:
         publish_chat_event(ctx.redis, wp_id, CHAT_EVENT_CANCELLED)
     release_ended(ctx.sessions, ctx.objects, [wp_id])
     return jsonify(body)
+
+
+def chat_cancel_operation(key: str) -> Response:
+    """Cancel the request that the caller's submit with operation key ``key`` queued (a
+    front whose every submit response was lost has no id to cancel it by)."""
+    ctx = native()
+    trusted_service(ctx.settings)
+    with transaction(ctx.sessions) as session:
+        user = user_for_key(session, request.headers.get(HEADER_APIKEY))
+        wp_id = session.scalar(
+            select(OperationKey.wp_id).where(
+                OperationKey.user_id == user.id, OperationKey.key == key
+            )
+        )
+    if wp_id is None:
+        raise RequestNotFound(request_type=REQUEST_TYPE, id=key)
+    return chat_cancel(str(wp_id))
