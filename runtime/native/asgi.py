@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 
 from generated.routes import ROUTES
 from generated.signals import WAKE_CHANNEL
+from runtime.observability.metrics import process_exited
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,15 @@ def pop_attempt(environ: MutableMapping[str, Any]) -> PopAttempt | None:
     return found if isinstance(found, PopAttempt) else None
 
 
+class HubMetrics:
+    """The /metrics families of waiting pops (``runtime.native.api.observe``'s registry)."""
+
+    def __init__(self) -> None:
+        from runtime.native.api.observe import POP_WAKES, POPS_WAITING  # it imports this module
+
+        self.waiting, self.wakes = POPS_WAITING, POP_WAKES
+
+
 class WakeHub:
     """This process's waiting pops and its one subscription to the wake channel."""
 
@@ -85,6 +95,7 @@ class WakeHub:
         self.closing = False
         self._task: asyncio.Task[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.metrics = HubMetrics()
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -124,6 +135,7 @@ class WakeHub:
                         self.wake_all()  # a wake may have been missed while unsubscribed
                     elif message["type"] == "message":
                         self.wakes += 1
+                        self.metrics.wakes.inc()
                         self.wake_all()
             except asyncio.CancelledError:
                 raise
@@ -184,6 +196,7 @@ class NativeASGI:
             elif message["type"] == "lifespan.shutdown":
                 await self.hub.stop()
                 self.wsgi.executor.shutdown(wait=False)
+                process_exited()  # several processes: its live gauges leave /metrics' sums
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -214,10 +227,12 @@ class NativeASGI:
                 if remaining <= 0:
                     break
                 self.hub.waiting += 1
+                self.hub.metrics.waiting.inc()
                 try:
                     await _first(self.hub.wait(waiter, remaining), gone.wait())
                 finally:
                     self.hub.waiting -= 1
+                    self.hub.metrics.waiting.dec()
                 if gone.is_set() or self.hub.closing:
                     break  # shutting down: the last empty answer, at once
                 if not waiter.is_set() and loop.time() >= deadline:

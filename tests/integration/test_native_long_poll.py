@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from generated.rate_limits import KEY_PEER, RATE_LIMITS, RateLimit
@@ -362,3 +363,68 @@ def test_the_worker_long_polls_so_a_new_request_reaches_it_by_a_wake(
         faulted = worker.stop(grace=5)  # its waiting pop holds no job: nothing to wait for
         backend.close()
     assert faulted == []
+
+
+def _metric(url: str, name: str) -> float:
+    scraped = httpx.get(url + "/metrics", timeout=CLIENT_TIMEOUT).text
+    for family in text_string_to_metric_families(scraped):
+        for sample in family.samples:
+            if sample.name == name:
+                return float(sample.value)
+    return 0.0
+
+
+PROCESS_POPS = 4
+
+
+def test_on_two_processes_every_waiting_pop_is_woken_and_sigterm_answers_them(
+    horde_stores: EmbeddedStores,
+    make_user: Callable[..., MadeUser],
+    requester: MadeUser,
+    tmp_path: Path,
+) -> None:
+    """``horde-chat native --processes 2``: pops on fresh connections (the kernel spreads
+    them over both processes) are each woken by a submit, whichever process took it (a
+    process that missed the wakes would answer only at the deadline, past this client's
+    timeout); then SIGTERM to the supervisor answers the pops still waiting at once, with the
+    empty pop, and it exits 0."""
+    from tests.integration.test_service_commands import Running, command_env
+
+    env = command_env(
+        tmp_path,
+        HORDE_DATABASE_URL=horde_stores.database_url,
+        HORDE_REDIS_URL=horde_stores.redis_url,
+        # The test queues 4 text requests from one address at once: 2 a second is shipped.
+        HORDE_RATE_LIMIT_SCALE="10",
+    )
+    native = Running(
+        ["native", "--port", "0", "--processes", "2"],
+        env,
+        r"native API: (http://127\.0\.0\.1:\d+)/api/v2",
+    )
+    try:
+        assert httpx.get(native.url + "/readyz", timeout=120).status_code == 200
+        url = native.url + "/api/v2"
+        owners = [make_user(f"process-owner-{i}") for i in range(2)]
+        pops = [
+            WaitingPop(url, owners[i % 2].api_key, POP_MAX_WAIT_SECONDS, name=f"proc-{i}")
+            for i in range(PROCESS_POPS)
+        ]
+        until(lambda: _metric(native.url, "horde_pops_waiting") == PROCESS_POPS, "every pop")
+        with httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT) as client:
+            for _ in range(PROCESS_POPS):
+                submit_text(client, requester.api_key)
+        assert all(pop.answer().json()["id"] is not None for pop in pops)
+        late = [
+            WaitingPop(url, owners[i % 2].api_key, POP_MAX_WAIT_SECONDS, name=f"proc-{i}")
+            for i in range(PROCESS_POPS)
+        ]
+        until(lambda: _metric(native.url, "horde_pops_waiting") == PROCESS_POPS, "every pop")
+        assert native.stop() == 0
+        answers = [pop.answer() for pop in late]
+        assert all(a.status_code == 200 for a in answers)
+        assert all(a.json()["id"] is None for a in answers)
+    finally:
+        if native.process.poll() is None:
+            native.stop()
+    assert "Traceback" not in "".join(native.stderr)

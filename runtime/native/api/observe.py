@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime
 
 from flask import Flask, Response, g, jsonify, request
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy import event, func, select, true
@@ -45,6 +45,15 @@ FAULTS = Counter(
     "Jobs faulted by their worker (a faulted submit, or a reply verification refused), by kind.",
     ["kind"],
     registry=REGISTRY,
+)
+POPS_WAITING = Gauge(
+    "horde_pops_waiting",
+    "Pops waiting for a job (the long poll), holding no thread or database connection.",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",  # with several processes: the API's total
+)
+POP_WAKES = Counter(
+    "horde_pop_wakes", "Wake messages a process received for its waiting pops.", registry=REGISTRY
 )
 KUDOS_CHARGED = Counter(
     "horde_kudos_charged",
