@@ -15,6 +15,7 @@ front of the session's native API, with the test chat worker (tests/support/chat
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -160,15 +161,17 @@ def test_a_stopping_front_answers_what_it_can_and_cancels_the_rest_uncharged(
         native_url, owner.api_key, model="held", respond=lambda job: None, name="holder"
     )
     late = ChatTestWorker(native_url, owner.api_key, model="late", name="late")
-    with held, late, ThreadPoolExecutor(2) as pool:
+    with held, late, ThreadPoolExecutor(3) as pool:
         late.pause()
         never: Future[httpx.Response] = pool.submit(chat, front.url, "held", requester.api_key)
         answered: Future[httpx.Response] = pool.submit(chat, front.url, "late", requester.api_key)
-        wait_for(lambda: len(held.jobs) == 1 and queued(native_db, "late"))
+        streamed: Future[list[str]] = pool.submit(stream, front.url, "held", requester.api_key)
+        wait_for(lambda: len(held.jobs) == 2 and queued(native_db, "late"))
         front.process.send_signal(15)  # SIGTERM to the parent, passed on to each process
         late.resume()  # its reply comes within the grace
         stopped = never.result(timeout=60)
         replied = answered.result(timeout=60)
+        events = streamed.result(timeout=60)
     assert front.process.wait(timeout=60) == 0
     assert replied.status_code == 200, replied.text
     assert replied.json()["choices"][0]["message"]["content"].startswith("You said")
@@ -186,7 +189,24 @@ def test_a_stopping_front_answers_what_it_can_and_cancels_the_rest_uncharged(
     # the submission's horde tax (upstream's, taken when a request is queued) stays; the
     # reply's charge never comes, and the worker that held the job is not paid
     assert sorted(c.reason for c in charges) == ["horde_tax"]
+    # the stream held open past the grace ends with the error as its last event
+    assert events[-1] == "[DONE]"
+    assert json.loads(events[-2])["error"]["code"] == "front_shutting_down"
     assert "Traceback" not in "".join(front.stderr)
+
+
+def stream(front_url: str, model: str, api_key: str) -> list[str]:
+    """The data of every SSE event of a streamed chat completion."""
+    body = {"model": model, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+    headers = {"authorization": f"Bearer {api_key}"}
+    url = front_url + "/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        return [
+            line.removeprefix("data: ")
+            for line in response.iter_lines()
+            if line.startswith("data: ")
+        ]
 
 
 def wait_ready(url: str) -> None:
