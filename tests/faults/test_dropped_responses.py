@@ -116,6 +116,11 @@ def test_only_the_user_who_submitted_cancels_by_operation_key(
         assert queued.status_code == 202, queued.text
         other = native.delete(path, headers={"apikey": owner.api_key})
         assert (other.status_code, other.json()["rc"]) == (404, "RequestNotFound")
+        keyless = native.delete(path)
+        assert 400 <= keyless.status_code < 500
+        assert set(keyless.json()) >= {"message", "rc"}
+        wrong = native.delete(path, headers={"apikey": "not-a-key"})
+        assert (wrong.status_code, wrong.json()["rc"]) == (401, "InvalidAPIKey")
         unknown = native.delete(path + "x", headers={"apikey": requester.api_key})
         assert unknown.status_code == 404
         mine = native.delete(path, headers={"apikey": requester.api_key})
