@@ -7,9 +7,10 @@ Session-wide (started once, lazily, only when a test asks):
     redis-server, data in a pytest tmp dir, unix sockets only (no ports), schema upgraded
     to head. ``.database_url`` (SQLAlchemy/psycopg URL) and ``.redis_url`` (``unix://``).
 ``native_service``
-    ``NativeService`` (runtime.native.server): the native Flask app under waitress on a free
-    127.0.0.1 port, the shipped rate limits, no background sweeper, the filesystem object
-    store in a temp dir (``.context.objects``) (call
+    ``NativeService`` (runtime.native.server): the native API (its Flask app behind the ASGI
+    shell, runtime.native.asgi) on uvicorn on a free 127.0.0.1 port (``.app.hub``: its
+    waiting pops and wake subscription), the shipped rate limits, no background sweeper,
+    the filesystem object store in a temp dir (``.context.objects``) (call
     ``runtime.native.queue.sweep.sweep(native_db, native_service.context.policy, now=...)``).
     ``.url``, ``.context`` (engine, sessions, redis, policy). Its service passkey is
     ``SERVICE_PASSKEY`` and its moderation screen ``MODERATION_PATTERNS`` (below).

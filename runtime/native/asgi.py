@@ -140,6 +140,8 @@ class WakeHub:
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:  # Redis away: re-pop slowly, subscribe again
+                if self.closing:
+                    return  # stopping (its stores may go first): nothing waits any more
                 log.warning("wake subscription lost (%s); retrying", exc)
             finally:
                 self.subscribed.clear()

@@ -82,6 +82,8 @@ class WorkerLoop:
             try:
                 job = Job.from_pop(self.horde.pop(self.body))
             except Exception as exc:  # the native API is down or refused: back off, retry
+                if self.stopping.is_set():
+                    return  # a waiting pop cut short by the stop
                 log.warning("pop failed: %s", exc)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, MAX_POP_BACKOFF_SECONDS)
