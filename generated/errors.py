@@ -295,6 +295,22 @@ class FrontAtCapacity(HordeError):
     front_when = ("admission",)
 
 
+class FrontShuttingDown(HordeError):
+    """The front is stopping (SIGTERM: a deploy or a scale-down). A request it has not submitted
+    yet is refused (nothing was queued: another front can take it); a submitted request still
+    waiting when the shutdown grace (HORDE_FRONT_SHUTDOWN_GRACE) ends is cancelled on the
+    native API, so nothing is charged, and answered with this error (a stream ends with it as
+    its last event)."""
+
+    code = "front_shutting_down"
+    template = "This chat front is shutting down: {detail}"
+    front_status = 503
+    openai_type = "service_unavailable_error"
+    sends_retry_after = True
+    default_retry_after = 1
+    front_when = ("admission", "waiting", "stream")
+
+
 class BodyReadTimeout(HordeError):
     """The client did not finish sending its body in time; nothing was submitted."""
 
@@ -861,6 +877,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "NotReady": NotReady,
     "StoreUnavailable": StoreUnavailable,
     "FrontAtCapacity": FrontAtCapacity,
+    "front_shutting_down": FrontShuttingDown,
     "body_read_timeout": BodyReadTimeout,
     "horde_unavailable": HordeUnavailable,
     "queue_unavailable": QueueUnavailable,
