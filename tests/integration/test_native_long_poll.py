@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.config import Settings
 from runtime.native.asgi import THREADS
 from runtime.native.queue.policy import Policy
+from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import MadeUser
@@ -428,3 +430,32 @@ def test_on_two_processes_every_waiting_pop_is_woken_and_sigterm_answers_them(
         if native.process.poll() is None:
             native.stop()
     assert "Traceback" not in "".join(native.stderr)
+
+
+def test_a_job_the_sweep_aborts_wakes_a_waiting_pop(
+    native_service: NativeService,
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    make_user: Callable[..., MadeUser],
+    hub: Any,
+) -> None:
+    """A requeued job is work too: the sweep that aborts a stale job wakes the waiting pops,
+    and one takes the job again."""
+    first, second = make_user("first-owner"), make_user("second-owner")
+    submit_text(native_client, requester.api_key)
+    popped = native_client.post(
+        "/generate/text/pop", headers={"apikey": first.api_key}, json=POP_BODY
+    ).json()
+    assert popped["id"] is not None
+    waiting = WaitingPop(native_url, second.api_key, POP_MAX_WAIT_SECONDS, name="second")
+    until(lambda: hub.waiting == 1, "the second pop to wait")
+    wakes = hub.wakes
+    ctx = native_service.context
+    later = utcnow() + timedelta(seconds=popped["ttl"] + 1)
+    assert sweep(ctx.sessions, ctx.policy, now=later, redis=ctx.redis).aborted == 1
+    again = waiting.answer().json()
+    assert again["id"] is not None
+    assert again["id"] != popped["id"]  # a new job of the same request
+    assert again["payload"]["prompt"] == popped["payload"]["prompt"]
+    assert hub.wakes > wakes
