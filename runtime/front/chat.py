@@ -138,11 +138,11 @@ class _Life:
             )
         except SubmitLost as lost:
             if lost.maybe_queued:  # the Horde may hold an orphan: cancel it by its key
-                cancelled = await self.state.native.cancel_operation(
+                await self.state.native.cancel_operation(
                     operation_key, api_key=api_key, source=self.source
                 )
-                lost.maybe_queued = not cancelled
-            self.submitted = lost.maybe_queued  # then a client retry could charge twice
+            # a client retry would be a new request (and a second horde tax) all the same
+            self.submitted = lost.maybe_queued
             raise
         self.submitted = True
         named = RequestId.of(self.request.scope)

@@ -440,8 +440,11 @@ def test_submit_lost_every_time_is_502_and_not_retried(
     assert error.response.headers["x-should-retry"] == "false"  # the Horde may hold it
     submits = [split(request) for request in lossy.sent(SUBMIT)]
     assert len(submits) == 3
-    assert len({h["x-operation-key"] for h, _ in submits}) == 1
-    assert len(rows(native_db)) == 1  # one request at most
+    keys = {h["x-operation-key"] for h, _ in submits}
+    assert len(keys) == 1
+    (orphan,) = rows(native_db)  # one request at most, and the front cancelled it by its key
+    assert orphan.cancelled
+    assert lossy.sent(b"DELETE /api/v2/generate/chat/operation/" + keys.pop().encode())
 
 
 @pytest.fixture
