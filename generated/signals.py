@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 WAKE_CHANNEL = "horde:wake"
-"""Published after the commit that queued or requeued work a worker could pop: a text or chat submit, a faulted job whose request gets its slot back (a worker's fault, a reply the horde refused, a job the horde could not send, a job the sweep aborted). The message is a hint and carries nothing a reader needs: a woken pop pops again, and one that finds no job goes back to waiting until its deadline. A lost wake only delays a waiting pop until its deadline."""
+"""Published after the commit that queued or requeued work a worker could pop: a text or chat submit, a faulted job whose request gets its slot back (a worker's fault, a reply the horde refused, a job the horde could not send, a job the sweep aborted). The message is a JSON array of the model names the queued request accepts (a text request's models, a chat request's model); empty for a request of any model and for a requeue. A waiting pop whose worker serves none of them (its models and chat model_id) is not woken; the others pop again, and one that finds no job goes back to waiting until its deadline. A wake is a hint: a lost one only delays a waiting pop until its deadline."""
 POP_MAX_WAIT_SECONDS = 30
 """The longest ``wait`` a pop may ask for (spec/api/native.yaml PopInput.wait.maximum)."""
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import threading
@@ -66,6 +67,8 @@ class PopAttempt:
     retry: bool = False
     wait: float = 0.0
     no_job: bool = False
+    models: frozenset[str] | None = None
+    """The worker's models and chat model (the view's): wakes for other models pass it by."""
 
 
 def pop_attempt(environ: MutableMapping[str, Any]) -> PopAttempt | None:
@@ -88,9 +91,11 @@ class WakeHub:
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
-        self.waiters: set[asyncio.Event] = set()
+        self.waiters: dict[asyncio.Event, frozenset[str] | None] = {}
+        """Each waiting pop's wake-up, and the models it serves (None: not known yet)."""
         self.wakes = 0  # wake messages received (tests read it)
         self.waiting = 0  # pops waiting now (between two runs of the view)
+        self.repops = 0  # woken pops run again (tests read it)
         self.subscribed = asyncio.Event()
         self.closing = False
         self._task: asyncio.Task[None] | None = None
@@ -119,9 +124,11 @@ class WakeHub:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self.close)
 
-    def wake_all(self) -> None:
-        for waiter in self.waiters:
-            waiter.set()
+    def wake_all(self, models: frozenset[str] = frozenset()) -> None:
+        """Wake the waiting pops that could take work for ``models`` (empty: any model)."""
+        for waiter, serves in self.waiters.items():
+            if not models or serves is None or serves & models:
+                waiter.set()
 
     async def _listen(self) -> None:
         while True:
@@ -136,7 +143,7 @@ class WakeHub:
                     elif message["type"] == "message":
                         self.wakes += 1
                         self.metrics.wakes.inc()
-                        self.wake_all()
+                        self.wake_all(wake_models(message["data"]))
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as exc:  # Redis away: re-pop slowly, subscribe again
@@ -212,7 +219,7 @@ class NativeASGI:
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         waiter = asyncio.Event()
-        self.hub.waiters.add(waiter)
+        self.hub.waiters[waiter] = None
         deadline: float | None = None
         loop = asyncio.get_running_loop()
         try:
@@ -221,6 +228,8 @@ class NativeASGI:
                 waiter.clear()  # a wake from here on (during this pop) is not lost
                 attempt = PopAttempt(retry=retry)
                 messages = await self._run_view(scope, body, attempt)
+                if attempt.models is not None and waiter in self.hub.waiters:
+                    self.hub.waiters[waiter] = attempt.models
                 if not attempt.no_job or attempt.wait <= 0 or self.hub.closing or gone.is_set():
                     break
                 if deadline is None:
@@ -240,8 +249,9 @@ class NativeASGI:
                 if not waiter.is_set() and loop.time() >= deadline:
                     break
                 retry = True
+                self.hub.repops += 1
         finally:
-            self.hub.waiters.discard(waiter)
+            self.hub.waiters.pop(waiter, None)
             watcher.cancel()
         if not gone.is_set():
             for message in messages:
@@ -272,6 +282,18 @@ class NativeASGI:
 
         await self.wsgi({**scope, LONG_POLL_ENVIRON: attempt}, replay, hold)  # type: ignore[arg-type]
         return messages
+
+
+def wake_models(data: Any) -> frozenset[str]:
+    """The models a wake message names (spec/signals.yaml ``wake``); empty: any, or a
+    message this process cannot read (then every waiting pop wakes, which is safe)."""
+    try:
+        found = json.loads(data)
+    except (TypeError, ValueError):
+        return frozenset()
+    if not isinstance(found, list) or not all(isinstance(m, str) for m in found):
+        return frozenset()
+    return frozenset(found)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:

@@ -459,3 +459,31 @@ def test_a_job_the_sweep_aborts_wakes_a_waiting_pop(
     assert again["id"] != popped["id"]  # a new job of the same request
     assert again["payload"]["prompt"] == popped["payload"]["prompt"]
     assert hub.wakes > wakes
+
+
+def test_a_wake_for_another_model_passes_a_waiting_pop_by(
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
+) -> None:
+    """The wake names the queued request's models: a pop whose worker serves none of them
+    is not run again (1,000 idle workers of other models cost nothing), one that does is."""
+    repops = hub.repops
+    waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
+    until(lambda: hub.waiting == 1, "the pop to wait")
+
+    def queue(models: list[str]) -> None:
+        body = {"prompt": "Once upon a time", "models": models, "params": {"max_length": 80}}
+        queued = native_client.post(
+            "/generate/text/async", headers={"apikey": requester.api_key}, json=body
+        )
+        assert queued.status_code == 202, queued.text
+
+    wakes = hub.wakes
+    queue(["another-model"])
+    until(lambda: hub.wakes == wakes + 1, "the other model's wake")
+    queue(POP_BODY["models"])
+    assert waiting.answer().json()["model"] == POP_BODY["models"][0]
+    assert hub.repops == repops + 1  # run again for its own model's wake only

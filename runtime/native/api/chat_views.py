@@ -32,7 +32,7 @@ from generated.routes import (
 from generated.signals import CHAT_EVENT_CANCELLED
 from generated.wire.native import ChatAccepted, ChatStatus
 from runtime.contract.messages import image_parts
-from runtime.contract.validator import validate_chat_request
+from runtime.contract.validator import requested_models, validate_chat_request
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_key
 from runtime.native.api.body import checked_headers, parse_json
 from runtime.native.api.context import native
@@ -85,7 +85,7 @@ def chat_async() -> tuple[Response, int]:
             raise
         objects.discard_unowned(result.object_keys)
     if result.id is not None and not result.existing:
-        wake_workers(ctx.redis)  # committed: a waiting pop can take it now
+        wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200
     # A replay by operation key queues nothing: 200 with the first request's id and kudos

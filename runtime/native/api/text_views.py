@@ -38,7 +38,7 @@ def text_async() -> tuple[Response, int]:
         )
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200
-    wake_workers(ctx.redis)  # committed: a waiting pop can take it now
+    wake_workers(ctx.redis, body.get("models") or [])  # committed: a waiting pop takes it
     return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
 
 

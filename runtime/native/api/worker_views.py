@@ -28,7 +28,7 @@ from typing import Any
 from flask import Response, jsonify, request
 from redis.exceptions import RedisError
 
-from generated.chat.names import REPLY_USAGE
+from generated.chat.names import DECL_MODEL_ID, REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
@@ -94,6 +94,7 @@ def text_pop() -> Response:
     attempt = pop_attempt(request.environ)
     if attempt is not None:  # served by runtime.native.asgi: it waits when there is no job
         attempt.wait = body["wait"]
+        attempt.models = frozenset([*body.get("models", []), *declared_model(body)])
     ctx = native()
     now = utcnow()
     # One transaction: the key, the worker's registration and the pop (each transaction
@@ -112,6 +113,12 @@ def text_pop() -> Response:
             note_pop(POP_TEXT)
             return _text_job(popped)
     return _send_chat_job(chat_job, declaration)
+
+
+def declared_model(body: dict[str, Any]) -> list[str]:
+    """The chat model a pop declares (its model_id), if any."""
+    model = body.get(DECL_MODEL_ID)
+    return [model] if isinstance(model, str) else []
 
 
 def _no_job(skipped: dict[str, int]) -> Response:
