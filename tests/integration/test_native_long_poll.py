@@ -487,3 +487,27 @@ def test_a_wake_for_another_model_passes_a_waiting_pop_by(
     queue(POP_BODY["models"])
     assert waiting.answer().json()["model"] == POP_BODY["models"][0]
     assert hub.repops == repops + 1  # run again for its own model's wake only
+
+
+def test_uvicorn_keeps_the_peer_as_the_client_address(
+    native_service: NativeService,
+    native_client: httpx.Client,
+    requester: MadeUser,
+) -> None:
+    """uvicorn runs with proxy_headers off: a caller without the service passkey cannot set
+    its address with X-Forwarded-For (the app trusts it only from a passkey holder)."""
+    from runtime.native.db.tables import WaitingPrompt
+    from runtime.native.server import uvicorn_config
+
+    assert uvicorn_config("runtime.native.asgi:app_from_env").proxy_headers is False
+    body = {"prompt": "Once upon a time", "params": {"max_length": 80}}
+    queued = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": requester.api_key, "X-Forwarded-For": "203.0.113.7"},
+        json=body,
+    )
+    assert queued.status_code == 202, queued.text
+    with native_service.context.sessions() as session:
+        row = session.get(WaitingPrompt, queued.json()["id"])
+        assert row is not None
+        assert row.ipaddr == "127.0.0.1"
