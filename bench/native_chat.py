@@ -2,9 +2,11 @@
 
 Prints figures, never passes or fails on time. Half the queue is chat requests (stored
 requirements, messages deferred), half text. Three figures: chat cycles/s for workers whose
-declaration covers the chat requests; the latency of a pop by a chat-only worker whose
-declaration covers none of them (the eligibility filter scans the queue without loading
-messages); and a chat status read (availability and wait-time estimate over the queue).
+declaration covers the chat requests (8 workers in a process of their own,
+bench/support/cycle_client.py, for SECONDS after a warm-up); the latency of a pop by a
+chat-only worker whose declaration covers none of them (the eligibility filter scans the
+queue without loading messages); and a chat status read (availability and wait-time
+estimate over the queue).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.native_stack import analyze, native_service, pop_submit_seconds
+from bench.native_stack import analyze, native_service
+from bench.support.cycle_client import measure
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -38,7 +41,8 @@ from runtime.stores.database import transaction
 
 QUEUED = 10_000
 WORKERS = 8
-CYCLES = 1_000
+SECONDS = 8.0
+WARMUP = 5
 SAMPLES = 50
 MODEL = "bench-chat-7B"
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "x" * 2000}]
@@ -90,16 +94,15 @@ def run(service: NativeService) -> None:
     analyze(service)
     base = f"{service.url}/api/v2"
 
-    def submit_body(job: dict[str, object]) -> dict[str, object]:
-        assert job["is_chat"], job
-        return {"id": job["id"], "content": "x" * 100, "finish_reason": "stop"}
-
-    elapsed = pop_submit_seconds(
-        service,
+    covering = _declaration("unused", [GUARANTEE_PROMPT_OVERFLOW_REFUSED])
+    del covering["name"]
+    rate = measure(
+        [base],
         keys[:WORKERS],
-        CYCLES,
-        pop_body=lambda index: _declaration(f"w{index}", [GUARANTEE_PROMPT_OVERFLOW_REFUSED]),
-        submit_body=submit_body,
+        seconds=SECONDS,
+        warmup=WARMUP,
+        kind="chat",
+        declaration=covering,
     )
 
     with httpx.Client(base_url=base, headers={"apikey": keys[WORKERS]}) as client:
@@ -120,10 +123,10 @@ def run(service: NativeService) -> None:
             t0 = time.perf_counter()
             client.get(f"/generate/chat/status/{request_id}").raise_for_status()
             reads.append(time.perf_counter() - t0)
-    print(f"queued={QUEUED} (half chat) workers={WORKERS} cycles={CYCLES}")
-    print(f"chat pop+submit cycles per second: {CYCLES / elapsed:.1f}")
-    print(f"pop finding no covered chat request: median {statistics.median(pops) * 1000:.1f} ms")
-    print(f"chat status read behind the queue: median {statistics.median(reads) * 1000:.1f} ms")
+    print(f"queued={QUEUED} (half chat) workers={WORKERS} samples={SAMPLES}")
+    print(f"figure: chat_pop_submit_cycles_per_s = {rate:.1f} cycles/s")
+    print(f"figure: chat_pop_uncovered_p50_ms = {statistics.median(pops) * 1000:.1f} ms")
+    print(f"figure: chat_status_read_p50_ms = {statistics.median(reads) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -16,18 +16,37 @@ One process is ``NativeService`` in this process; two are ``horde-chat native --
 two ``horde-chat native`` processes on two ports with the workers split between them. The
 queue is topped up to 10,000 before each run.
 
-Where the time went (py-spy, 2-core machine shared with other work; percentages of the
-server's busy samples), before this bench's changes, 16 cycles/s (the old in-process bench):
-a submit was ~70% of a cycle: ~20 statements a cycle through the ORM (pool pre-ping per
-transaction, a separate transaction to learn a job's kind, the request loaded twice, the
-requester's balance row locked from its charge to the commit, so every submit for one
-requester waited on the one before: 200-500 ms submits); a pop was two transactions
-(register, then pop), the pop's select, update and insert three round trips.
+Where the time goes (py-spy on the bench, cProfile with a CPU clock on pop+submit through
+Flask's test client, one worker; 2-core machine shared with other work, load 4-9):
+
+Before (fc0c25a^): ~58-68 ms of server CPU a cycle, ~35 database round trips and 6 Redis
+round trips. A submit was ~60% of a cycle: two transactions (its job's kind, then the
+submit), each paying the pool's pre-ping, BEGIN and COMMIT; inside, ~19 ORM statements (the
+bridge agent read again, each kudos move an UPDATE plus a flushed ledger INSERT, the speed
+sample three statements, ORM UPDATEs synchronizing the session by evaluate/fetch), with the
+requester's balance row, shared by every submit, locked from its charge to the commit. A
+pop was two transactions (register, then pop) and its pick three round trips (SELECT FOR
+UPDATE SKIP LOCKED, the ORM's UPDATE of n, the generation's INSERT). flask-limiter spent
+three Redis round trips a limit (the hit, then GET and TTL for the X-RateLimit headers).
+Figures, same machine back to back: 9.1-14.5 cycles/s (1 process), 7.9-14.4 (2 processes).
+
+After: ~45 ms of server CPU a cycle, 23 database round trips, 2 Redis round trips. One
+transaction each for pop and submit; the pop's pick is one UPDATE ... FROM (SELECT ... FOR
+UPDATE SKIP LOCKED) RETURNING; a kudos move and a speed sample are one statement each; the
+claim, the worker's counters and the hold release are Core UPDATEs; the requester's row is
+locked last; the limiter's headers come from the hit's own script
+(runtime/native/api/limit_storage.py). Figures: 16.3-21.7 cycles/s (1 process), 11.0-22.7
+(2 processes), i.e. 1.5-2x. What remains, by CPU: building SQL expressions and their cache
+keys every call (the pop's ~30 eligibility conditions are rebuilt per pop: ~15% of a pop),
+the ORM's entity loading (the key's user, the job's three rows, the popped request), ~20
+statements at ~0.5 ms of Python each, Flask and the limiter ~10%. Two processes do not add
+throughput here because the machine's two cores are already busy with other work; 500
+cycles/s needs a cycle at a few statements (a stored procedure or one statement per route)
+and an unloaded machine.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -39,13 +58,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx
 from sqlalchemy import func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.support.cycle_client import measure
 from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
 from runtime.native.db.migrate import upgrade
@@ -61,7 +80,6 @@ WORKERS = 8
 SECONDS = 8.0
 WARMUP = 5
 RATE_LIMIT_SCALE = 100
-CLIENT = ROOT / "bench" / "support" / "cycle_client.py"
 HORDE_CHAT = [sys.executable, "-m", "runtime.cli"]  # this tree's, whatever is installed
 
 
@@ -135,16 +153,7 @@ def _top_up(database_url: str, requester_id: int) -> None:
 
 
 def _measure(urls: list[str], keys: list[str]) -> float:
-    spec = {"urls": urls, "keys": keys, "seconds": SECONDS, "warmup": WARMUP, "kind": "text"}
-    done = subprocess.run(
-        [sys.executable, str(CLIENT), json.dumps(spec)],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=SECONDS * 20 + 120,
-    )
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return float(result["cycles"]) / float(result["seconds"])
+    return measure(urls, keys, seconds=SECONDS, warmup=WARMUP)
 
 
 def _free_port() -> int:

@@ -1,20 +1,17 @@
 """What the native API's benches share: the embedded stores with the native API on a free
-port (migrated, rate limits and sweep off, all in a temporary folder removed afterwards),
-and the pop+submit loop run by worker threads, each with its own HTTP client."""
+port (migrated, rate limits and sweep off, all in a temporary folder removed afterwards).
+The pop+submit workers are bench/support/cycle_client.py, a process of their own."""
 
 from __future__ import annotations
 
 import shutil
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -56,36 +53,3 @@ def analyze(service: NativeService) -> None:
     with service.context.engine.connect() as connection:
         connection.execute(text("ANALYZE"))
         connection.commit()
-
-
-def pop_submit_seconds(
-    service: NativeService,
-    keys: list[str],
-    cycles: int,
-    pop_body: Callable[[int], dict[str, Any]],
-    submit_body: Callable[[Job], dict[str, Any]],
-) -> float:
-    """Seconds for ``cycles`` pop+submit cycles shared by one worker thread per key."""
-    done = 0
-    lock = threading.Lock()
-
-    def work(index: int) -> None:
-        nonlocal done
-        body = pop_body(index)
-        headers = {"apikey": keys[index]}
-        with httpx.Client(base_url=f"{service.url}/api/v2", headers=headers) as client:
-            while True:
-                with lock:
-                    if done >= cycles:
-                        return
-                    done += 1
-                job = client.post("/generate/text/pop", json=body).raise_for_status().json()
-                client.post("/generate/text/submit", json=submit_body(job)).raise_for_status()
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(keys))]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - started

@@ -22,8 +22,8 @@ CALLS = 40
 MESSAGES = [{"role": "user", "content": "Who are you?"}]
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:8.1f} ms"
+def _figure(name: str, seconds: float) -> None:
+    print(f"figure: {name} = {seconds * 1000:.1f} ms", flush=True)
 
 
 def _timed(action: Callable[[], object]) -> float:
@@ -36,15 +36,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-tiny-model-") as folder:
         model = Path(folder) / "demo.gguf"
         builds = [_timed(lambda: build_tiny_model(model, rebuild=True)) for _ in range(BUILDS)]
-        print(f"model build        median {_ms(statistics.median(builds))}  ({BUILDS} builds)")
-        print(f"model size         {model.stat().st_size / 1024:8.1f} KiB")
+        print(f"builds={BUILDS} starts={STARTS} calls={CALLS} (medians unless named)")
+        _figure("demo_model_build_ms", statistics.median(builds))
+        print(f"figure: demo_model_size_kib = {model.stat().st_size / 1024:.1f} KiB")
 
         starts = []
         for _ in range(STARTS):
             server = LlamaServer(model, n_ctx=1024)
             starts.append(_timed(server.start))
             server.stop()
-        print(f"server start       median {_ms(statistics.median(starts))}  ({STARTS} starts)")
+        _figure("demo_server_start_ms", statistics.median(starts))
 
         with LlamaServer(model, n_ctx=1024) as server, httpx.Client(timeout=60) as client:
             url = f"{server.openai_base_url}/chat/completions"
@@ -62,10 +63,10 @@ def main() -> None:
                         pass
                 streamed.append(time.perf_counter() - started)
             stop_seconds = _timed(server.stop)
-        print(f"completion p50     {_ms(statistics.median(latencies))}  ({CALLS} calls)")
-        print(f"completion p90     {_ms(statistics.quantiles(latencies, n=10)[-1])}")
-        print(f"streamed p50       {_ms(statistics.median(streamed))}  ({len(streamed)} calls)")
-        print(f"server stop        {_ms(stop_seconds)}  (SIGTERM to exit)")
+        _figure("demo_completion_p50_ms", statistics.median(latencies))
+        _figure("demo_completion_p90_ms", statistics.quantiles(latencies, n=10)[-1])
+        _figure("demo_streamed_p50_ms", statistics.median(streamed))
+        _figure("demo_server_stop_ms", stop_seconds)  # SIGTERM to exit
 
 
 if __name__ == "__main__":

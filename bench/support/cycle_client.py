@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import multiprocessing
+import subprocess
 import sys
 import time
 from typing import Any
@@ -73,6 +74,32 @@ def work(index: int, spec: dict[str, Any], ready: Any, go: Any, results: Any) ->
         error = repr(exc)
     results.put((done, time.perf_counter(), error))
     conn.close()
+
+
+def measure(
+    urls: list[str],
+    keys: list[str],
+    *,
+    seconds: float,
+    warmup: int,
+    kind: str = "text",
+    declaration: dict[str, Any] | None = None,
+) -> float:
+    """Cycles per second of one worker per key against ``urls``, this module run as a
+    process of its own (for the benches)."""
+    spec = {
+        "urls": urls, "keys": keys, "seconds": seconds, "warmup": warmup, "kind": kind,
+        "declaration": declaration,
+    }  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, __file__, json.dumps(spec)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=seconds * 20 + 120,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(result["cycles"]) / float(result["seconds"])
 
 
 def main() -> None:
