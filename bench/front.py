@@ -13,12 +13,14 @@ The native API has no service passkey here, so the front forwards no client addr
      worker for the native API on the same CPUs, and made the direct leg slower than the
      front, so the difference would not be the front's cost);
    - through the front: one POST /v1/chat/completions (admission, validation, the native
-     submit, the signal subscription, the status reads, the OpenAI response).
+     submit, which answers with the first status, the signal subscription and one outcome
+     lookup, the wake and the final status read from the outcome key the signal names, the
+     OpenAI response; no status read on this happy path).
    The added latency is the front's percentile minus the direct one: the front's own cost
    (its HTTP hop, admission, validation, subscription, wake-up and response).
 2. Worker submit -> client has the reply: the worker holds each popped job until the front's
-   wait is open (subscribed, then SETTLE for its first status read); from sending the submit
-   (the native API verifies, stores, charges and publishes) to the client holding the reply.
+   wait is open (subscribed, then SETTLE); from sending the submit (the native API verifies,
+   stores, charges, stores the final status and publishes) to the client holding the reply.
 3. Memory per open wait: WAITS concurrent requests held open by a child process (the worker
    answers none until measured; the front's caps and the user's native concurrency raised;
    fallback poll 60 s), counted by their Redis subscriptions; the front's RSS then over its
@@ -55,11 +57,11 @@ from generated.signals import chat_channel
 
 SAMPLES = int(os.environ.get("BENCH_FRONT_SAMPLES", "300"))
 WARMUP = 20
-WAITS = int(os.environ.get("BENCH_FRONT_WAITS", "2500"))
+WAITS = int(os.environ.get("BENCH_FRONT_WAITS", "10000"))
 MODEL = "bench-front-7B"
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello"}]}
 SETTLE = 0.03
-"""After the front subscribed: time for its first status read, so the wait is open."""
+"""After the front subscribed: time for its outcome lookup, so the wait is open."""
 TIMEOUT = 30.0
 OPEN_TIMEOUT = 600.0
 """Bounds the memory leg's opening and its draining (thousands of native submits, pops)."""
@@ -203,12 +205,18 @@ def print_latency(direct: list[float], through: list[float], delays: list[float]
     ]
     for label, p50, p99 in rows:
         print(f"{label:48} {p50:9.2f} {p99:9.2f}", flush=True)
+    print(f"figure: front_added_p50_ms = {added[0]:.2f} ms")
+    print(f"figure: front_added_p99_ms = {added[1]:.2f} ms")
+    print(f"figure: delivery_p50_ms = {pct(delays, 50):.2f} ms")
+    print(f"figure: delivery_p99_ms = {pct(delays, 99):.2f} ms", flush=True)
 
 
 def print_memory(memory: Memory) -> None:
     mib = 1024 * 1024
     per_wait = (memory.waiting - memory.idle) / WAITS / 1024
     print(f"memory per open wait ({WAITS} concurrent waits, one front process): {per_wait:.1f} KiB")
+    print(f"figure: wait_memory_kib = {per_wait:.1f} KiB")
+    print(f"figure: waits = {WAITS} waits", flush=True)
     print(
         f"  front RSS {memory.idle / mib:.1f} MiB idle -> {memory.waiting / mib:.1f} MiB waiting;"
         f" all open {memory.opened:.1f} s after the client started;"

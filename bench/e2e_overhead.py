@@ -1,0 +1,206 @@
+"""End-to-end overhead: the same plain completion (the demo model, "Who are you?") three
+ways, side by side in one run (printed, never pass/fail):
+
+1. directly against the demo model's llama-cpp-python server (``/v1/chat/completions``);
+2. through LiteLLM's proxy in front of that server, when ``litellm[proxy]`` installs (the
+   ``bench`` extra); otherwise its figure is printed as unavailable, with the reason;
+3. through the horde: the chat front (its own process), the native API (on the embedded
+   stores), and the project's worker (``horde-chat worker``, its own process, long-polling
+   its pops) on that same llama-cpp-python server.
+
+The client runs in a process of its own (spawned), sequential requests, so no leg shares an
+interpreter with the server it measures. Figures: ``e2e_direct_p50_ms``,
+``e2e_litellm_p50_ms``, ``e2e_horde_p50_ms``, ``e2e_horde_p99_ms`` (and the direct p99 and the
+horde's p50 overhead over the direct call).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.front_stack import bench_users, start_front, stop_front
+from bench.native_stack import native_service
+from runtime.worker.llama_server import LlamaServer
+from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
+
+SAMPLES = int(os.environ.get("BENCH_E2E_SAMPLES", "200"))
+WARMUP = 10
+CONTEXT = 1024
+MESSAGES = [{"role": "user", "content": "Who are you?"}]
+READY_TIMEOUT = 120.0
+LITELLM_UNAVAILABLE = (
+    "litellm[proxy] does not install here: litellm 1.110.2's proxy extra requires "
+    "litellm-proxy==1.110.2, which the package index this machine reaches does not hold "
+    "(pip: No matching distribution found for litellm-proxy); without it the proxy server "
+    "fails to import (backoff and the other proxy dependencies are missing)"
+)
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
+
+
+def measure(url: str, headers: dict[str, str], samples: int, queue: Any) -> None:
+    """Child process: ``WARMUP + samples`` sequential completions; puts the latencies."""
+    body = {"model": MODEL_NAME, "messages": MESSAGES}
+    times: list[float] = []
+    try:
+        with httpx.Client(timeout=60, headers=headers) as client:
+            for i in range(WARMUP + samples):
+                started = time.perf_counter()
+                response = client.post(url, json=body)
+                elapsed = time.perf_counter() - started
+                response.raise_for_status()
+                content = response.json()["choices"][0]["message"]["content"]
+                if content != DEMO_REPLY:
+                    raise RuntimeError(f"unexpected reply {content!r}")
+                if i >= WARMUP:
+                    times.append(elapsed)
+        queue.put(times)
+    except Exception as exc:  # noqa: BLE001  # reported by the parent
+        queue.put(repr(exc))
+
+
+def run_leg(url: str, headers: dict[str, str] | None = None) -> list[float]:
+    spawn = multiprocessing.get_context("spawn")
+    queue: Any = spawn.Queue()
+    child = spawn.Process(target=measure, args=(url, headers or {}, SAMPLES, queue))
+    child.start()
+    result = queue.get(timeout=SAMPLES * 30 + 120)
+    child.join(timeout=30)
+    if not isinstance(result, list):
+        raise RuntimeError(f"the client failed: {result}")
+    return result
+
+
+def litellm_installed() -> bool:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
+    try:
+        import litellm.proxy.proxy_server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def litellm_leg(backend: str) -> list[float] | None:
+    """Through LiteLLM's proxy (its own process) in front of ``backend``, if it installs."""
+    if not litellm_installed():
+        return None
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-litellm-") as folder:
+        config = Path(folder) / "config.yaml"
+        config.write_text(
+            "model_list:\n"
+            f"  - model_name: {MODEL_NAME}\n"
+            "    litellm_params:\n"
+            f"      model: openai/{MODEL_NAME}\n"
+            f"      api_base: {backend}\n"
+            "      api_key: none\n"
+        )
+        command = [sys.executable, "-m", "litellm", "--config", str(config), "--port", str(port)]
+        proxy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_ready(url + "/health/liveliness")
+            return run_leg(url + "/v1/chat/completions")
+        finally:
+            proxy.terminate()
+            proxy.wait(timeout=20)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(url: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {READY_TIMEOUT:.0f} s")
+
+
+def horde_leg(backend: str, model: Path) -> list[float]:
+    """Through the front, the native API and the project's long-polling worker."""
+    with native_service() as service:
+        requester, owner = bench_users(service)
+        redis_url = str(service.context.settings.redis_url)
+        front, front_url = start_front(redis_url, service.url, cap=64, poll=10)
+        command = [
+            sys.executable, "-m", "runtime.cli", "worker",
+            "--horde", service.url, "--api-key", owner, "--backend", backend,
+            "--model", MODEL_NAME, "--gguf", str(model), "--chat-only",
+        ]  # fmt: skip
+        worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            _wait_worker(f"{service.url}/api/v2")
+            headers = {"Authorization": f"Bearer {requester}"}
+            return run_leg(f"{front_url}/v1/chat/completions", headers)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
+            stop_front(front)
+
+
+def _wait_worker(native: str) -> None:
+    """Until the worker is online (its model listed with a chat worker)."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        models = httpx.get(native + "/status/models", params={"type": "text"}, timeout=5).json()
+        if any(m.get("name") == MODEL_NAME and m.get("chat_count") for m in models):
+            return
+        time.sleep(0.2)
+    raise TimeoutError("the worker did not come online")
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as folder:
+        model = Path(folder) / "demo.gguf"
+        build_tiny_model(model)
+        with LlamaServer(model, n_ctx=CONTEXT) as llama:
+            backend = llama.openai_base_url
+            direct = run_leg(f"{backend}/chat/completions")
+            litellm = litellm_leg(backend)
+            horde = horde_leg(backend, model)
+    print(f"plain completion of the demo model, {SAMPLES} sequential requests per leg")
+    print(f"{'':34} {'p50 ms':>9} {'p99 ms':>9}")
+    legs = [("direct (llama-cpp-python)", direct), ("LiteLLM proxy", litellm), ("horde", horde)]
+    for label, times in legs:
+        if times is None:
+            print(f"{label:34} {'n/a':>9} {'n/a':>9}")
+        else:
+            print(f"{label:34} {_pct(times, 50):9.2f} {_pct(times, 99):9.2f}")
+    print(f"figure: e2e_direct_p50_ms = {_pct(direct, 50):.2f} ms")
+    print(f"figure: e2e_direct_p99_ms = {_pct(direct, 99):.2f} ms")
+    if litellm is None:
+        print(f"figure: e2e_litellm_p50_ms = unavailable ({LITELLM_UNAVAILABLE})")
+    else:
+        print(f"figure: e2e_litellm_p50_ms = {_pct(litellm, 50):.2f} ms")
+    print(f"figure: e2e_horde_p50_ms = {_pct(horde, 50):.2f} ms")
+    print(f"figure: e2e_horde_p99_ms = {_pct(horde, 99):.2f} ms")
+    overhead = _pct(horde, 50) - _pct(direct, 50)
+    print(f"figure: e2e_horde_overhead_p50_ms = {overhead:.2f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main()
