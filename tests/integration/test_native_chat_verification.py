@@ -17,7 +17,7 @@ from generated.chat.names import (
     PARAM_TOOLS,
 )
 from generated.chat.tables import FEATURES, GUARANTEES
-from generated.signals import chat_channel, parse_chat_event
+from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
 from tests.integration.chat_flow import (
     chat_async,
     chat_body,
@@ -69,7 +69,7 @@ def test_a_refused_reply_faults_the_job_and_requeues_until_the_fault_limit(
         event = parse_chat_event(message["data"]) if message else None
     pubsub.close()
     redis.close()
-    assert event == {"event": "faulted", "id": request_id}
+    assert event == {"event": "faulted", "id": request_id, "outcome": chat_outcome_key(request_id)}
 
 
 def test_a_conforming_reply_after_a_refusal_lands(native_client, make_user):
