@@ -1,0 +1,131 @@
+"""One wall-clock deadline over a whole fetch, and the bounded fetch pool.
+
+A host that drips its status line one byte at a time never trips a per-read timeout; the
+fetch still ends at its deadline with the deadline's refusal. The pool refuses at once
+(IntakeBusy) when every slot is taken, and frees a slot when its work ends."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from generated.errors import IntakeBusy
+from runtime.native.objects.fetch import FetchPolicy, FetchPool, FetchRefused, fetch_public
+
+DRIP_PAUSE = 0.2  # under any per-read timeout the deadline is compared with
+
+
+@pytest.fixture
+def drip() -> Iterator[str]:
+    """A host answering every request with a status line dripped a byte per DRIP_PAUSE."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(4096)
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
+                if stop.wait(DRIP_PAUSE):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    server.close()
+
+
+def test_a_dripping_host_is_cut_off_at_the_deadline(drip: str) -> None:
+    policy = FetchPolicy(timeout_seconds=1.0, allow_loopback=True)
+    with pytest.raises(FetchRefused, match="in time"):
+        fetch_public(f"{drip}/image.png", policy)
+
+
+@pytest.fixture
+def tls_drip() -> Iterator[str]:
+    """A host that answers a TLS ClientHello with a handshake record header announcing 16 KiB,
+    then drips that record a byte per DRIP_PAUSE: the handshake's reads each return in time,
+    so only a deadline over the whole exchange ends it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(4096)
+            try:
+                conn.sendall(b"\x16\x03\x03\x40\x00")
+                while not stop.wait(DRIP_PAUSE):
+                    conn.sendall(b"\x02")
+            except OSError:
+                return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"https://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    server.close()
+
+
+def test_a_host_dripping_its_tls_handshake_is_cut_off_at_the_deadline(tls_drip: str) -> None:
+    policy = FetchPolicy(timeout_seconds=1.0, allow_loopback=True)
+    started = time.monotonic()
+    with pytest.raises(FetchRefused, match="in time"):
+        fetch_public(f"{tls_drip}/image.png", policy)
+    # Behaviour, not speed: a handshake timed per read would read on for the whole 16 KiB
+    # record (an hour at this pace); the stream hands the handshake what is left of the
+    # deadline, which CPython's ssl applies to the handshake as a whole.
+    assert time.monotonic() - started < 60
+
+
+def test_a_deadline_already_passed_fetches_nothing(drip: str) -> None:
+    policy = FetchPolicy(timeout_seconds=5, allow_loopback=True)
+    with pytest.raises(FetchRefused, match="in time"):
+        fetch_public(f"{drip}/image.png", policy, deadline=0.0)
+
+
+def test_the_pool_refuses_at_once_when_every_slot_is_taken() -> None:
+    pool = FetchPool(workers=1, queued=1)
+    release = threading.Event()
+    started = threading.Event()
+
+    def hold() -> str:
+        started.set()
+        release.wait(30)
+        return "held"
+
+    results: list[str] = []
+    holders = [threading.Thread(target=lambda: results.append(pool.run(hold))) for _ in range(2)]
+    for holder in holders:
+        holder.start()
+    started.wait(30)
+    while pool._slots._value:  # both slots taken: one running, one queued
+        threading.Event().wait(0.01)
+    with pytest.raises(IntakeBusy):
+        pool.run(lambda: "refused")
+    release.set()
+    for holder in holders:
+        holder.join(30)
+    assert results == ["held", "held"]
+    assert pool.run(lambda: "free again") == "free again"
