@@ -59,7 +59,9 @@ def fuzz_user(native_service, native_url):
 
 
 def _in_range_wait(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= POP_MAX_WAIT_SECONDS
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return 0 < value <= POP_MAX_WAIT_SECONDS
 
 
 @schema.parametrize()
@@ -76,9 +78,9 @@ def test_native_api_conforms(case, native_url, fuzz_user):
     positive = case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE
     has_key = bool(case.headers) and "apikey" in case.headers
     headers = {"apikey": fuzz_user} if positive and has_key else None
-    # A pop may long-poll up to 30 s (POP_MAX_WAIT_SECONDS) for work that never comes here; its waiting is proven in
-    # tests/integration/test_native_long_poll.py. An in-range wait is made 0 so each example
-    # answers at once (out-of-range waits are left for their refusal to be checked).
+    # A pop may long-poll up to POP_MAX_WAIT_SECONDS for work that never comes here (its
+    # waiting is proven in tests/integration/test_native_long_poll.py): an in-range wait is
+    # made 0 so each example answers at once; an out-of-range one is sent for its refusal.
     if isinstance(case.body, dict) and _in_range_wait(case.body.get("wait")):
         case.body["wait"] = 0
     # A schema-valid body may still break a documented business rule (an empty prompt is
