@@ -631,6 +631,17 @@ class OperationKeyMismatch(HordeError):
     native_routes = ("chat",)
 
 
+class OperationCancelled(HordeError):
+    """A cancel by operation key found no request under the key (its submit had not committed
+    yet, or never reached the native API) and retired the key, so the submit arriving after it
+    queues and charges nothing. The front never sends it again."""
+
+    code = "OperationCancelled"
+    template = "The operation key {key} was cancelled before any request was queued under it."
+    native_status = 409
+    native_routes = ("chat",)
+
+
 class InvalidServicePasskey(HordeError):
     """A caller presents the front's service passkey header with a wrong value."""
 
@@ -904,6 +915,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "RequestNotFound": RequestNotFound,
     "InvalidOperationKey": InvalidOperationKey,
     "OperationKeyMismatch": OperationKeyMismatch,
+    "OperationCancelled": OperationCancelled,
     "InvalidServicePasskey": InvalidServicePasskey,
     "AnonForbiddenWorker": AnonForbiddenWorker,
     "WorkerMaintenance": WorkerMaintenance,

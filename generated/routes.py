@@ -263,6 +263,7 @@ ROUTES: dict[str, Route] = {
                 "no_worker_supports_limit",
                 "InvalidOperationKey",
                 "OperationKeyMismatch",
+                "OperationCancelled",
                 "InvalidServicePasskey",
                 "InvalidChatParameter",
                 "ToolsRequired",

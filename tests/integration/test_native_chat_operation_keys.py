@@ -1,10 +1,13 @@
 """Operation keys (X-Operation-Key, scoped to the user): the same key and body return the
 existing request with 200 and charge nothing again; another body is 422; concurrent duplicates
-never create a second row."""
+never create a second row. A cancel by key with no request under it retires the key, so a
+submit still on its way queues and charges nothing (409)."""
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -13,6 +16,8 @@ from sqlalchemy import func, select
 from generated.chat.names import PARAM_MODELS
 from generated.routes import HEADER_X_OPERATION_KEY
 from runtime.native.db.tables import OperationKey, WaitingPrompt
+from runtime.native.queue.policy import Policy
+from runtime.native.queue.sweep import sweep, utcnow
 from tests.integration.chat_flow import MODEL, chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
 
@@ -103,3 +108,86 @@ def test_concurrent_identical_submits_give_one_request_and_one_charge(
         assert session.scalar(select(func.count()).select_from(OperationKey)) == 1
     taxes = [r for r, _ in ledger(native_db, requester.id) if r == "horde_tax"]
     assert taxes == ["horde_tax"]
+
+
+def _cancel_by_key(client: httpx.Client, api_key: str, key: str) -> httpx.Response:
+    return client.delete(f"/generate/chat/operation/{key}", headers={"apikey": api_key})
+
+
+def _cancelled(native_db, wp_id: str) -> bool:
+    with native_db() as session:
+        return bool(session.get(WaitingPrompt, uuid.UUID(wp_id)).cancelled)
+
+
+def test_a_cancel_before_its_submit_retires_the_key(native_client, native_db, make_user):
+    # A front whose submit answers were all lost cancels by key; its last submit may reach
+    # the native API only after that cancel. It must queue and charge nothing.
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    cancel = _cancel_by_key(native_client, requester.api_key, "op-late")
+    assert cancel.status_code == 404
+    late = _keyed(native_client, requester.api_key, "op-late", chat_body())
+    assert late.status_code == 409
+    assert late.json()["rc"] == "OperationCancelled"
+    assert _rows(native_db) == 0
+    assert [r for r, _ in ledger(native_db, requester.id)] == ["grant"]
+    # The key is the user's: another user's submit under the same key is queued.
+    other = make_user("other", 1000)
+    assert _keyed(native_client, other.api_key, "op-late", chat_body()).status_code == 202
+
+
+def test_a_cancel_after_its_submit_cancels_the_request(native_client, native_db, make_user):
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    queued = _keyed(native_client, requester.api_key, "op-1", chat_body()).json()
+    assert _cancel_by_key(native_client, requester.api_key, "op-1").status_code == 200
+    assert _cancelled(native_db, queued["id"])
+    # Another user holds no request under the key: theirs is retired, the first stays.
+    assert _cancel_by_key(native_client, make_user("x").api_key, "op-1").status_code == 404
+
+
+@pytest.mark.parametrize("submit_commits", [True, False])
+def test_a_cancel_racing_an_uncommitted_submit_waits_for_it(
+    native_client, native_db, make_user, submit_commits
+):
+    # The submit holds its key uncommitted; the cancel's claim waits on it, then cancels the
+    # request the submit committed, or retires the key if the submit rolled back.
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    queued = _keyed(native_client, requester.api_key, "op-1", chat_body()).json()
+    with native_db() as submit, ThreadPoolExecutor(1) as pool:
+        submit.add(
+            OperationKey(
+                user_id=requester.id, key="op-2", fingerprint="f", wp_id=queued["id"], kudos=1
+            )
+        )
+        submit.flush()
+        cancel = pool.submit(_cancel_by_key, native_client, requester.api_key, "op-2")
+        with pytest.raises(TimeoutError):
+            cancel.result(timeout=1.0)  # blocked on the submit's uncommitted key
+        if submit_commits:
+            submit.commit()
+        else:
+            submit.rollback()
+        answer = cancel.result(timeout=30)
+    if submit_commits:
+        assert answer.status_code == 200
+        assert _cancelled(native_db, queued["id"])
+    else:
+        assert answer.status_code == 404
+        late = _keyed(native_client, requester.api_key, "op-2", chat_body("late"))
+        assert late.json()["rc"] == "OperationCancelled"
+
+
+def test_the_sweep_forgets_a_retired_key_once_a_request_would_have_expired(
+    native_client, native_db, make_user
+):
+    requester = make_user("req", 1000)
+    assert _cancel_by_key(native_client, requester.api_key, "op-old").status_code == 404
+    policy = Policy()
+    sweep(native_db, policy, now=utcnow() + timedelta(seconds=policy.waiting_expiry_seconds - 5))
+    with native_db() as session:
+        assert session.scalar(select(func.count()).select_from(OperationKey)) == 1
+    sweep(native_db, policy, now=utcnow() + timedelta(seconds=policy.waiting_expiry_seconds + 5))
+    with native_db() as session:
+        assert session.scalar(select(func.count()).select_from(OperationKey)) == 0

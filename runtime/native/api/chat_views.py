@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify, request
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.chat.names import PARAM_MESSAGES, PARAM_SAFETY_IDENTIFIER, PARAM_USER
@@ -39,7 +38,7 @@ from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address, trusted_service
 from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.native.api.validation import validate_body
-from runtime.native.db.tables import OperationKey, WaitingPrompt
+from runtime.native.db.tables import WaitingPrompt
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
@@ -51,6 +50,7 @@ from runtime.native.requests.chat import (
     OperationKeyRace,
     create_chat_request,
     get_chat_request,
+    retire_operation,
 )
 from runtime.native.requests.chat_status import chat_status
 from runtime.native.requests.signals import publish_chat_event
@@ -197,16 +197,13 @@ def chat_cancel(id: str) -> Response:
 
 def chat_cancel_operation(key: str) -> Response:
     """Cancel the request that the caller's submit with operation key ``key`` queued (a
-    front whose every submit response was lost has no id to cancel it by)."""
+    front whose every submit response was lost has no id to cancel it by). With none, the
+    key is retired: a submit with it still on its way queues nothing (409)."""
     ctx = native()
     trusted_service(ctx.settings)
     with transaction(ctx.sessions) as session:
         user = user_for_key(session, request.headers.get(HEADER_APIKEY))
-        wp_id = session.scalar(
-            select(OperationKey.wp_id).where(
-                OperationKey.user_id == user.id, OperationKey.key == key
-            )
-        )
+        wp_id = retire_operation(session, user.id, key)
     if wp_id is None:
         raise RequestNotFound(request_type=REQUEST_TYPE, id=key)
     return chat_cancel(str(wp_id))

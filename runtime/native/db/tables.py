@@ -9,7 +9,8 @@ and on generations the structured reply; ``workers.chat_declaration`` keeps a ch
 parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. Migration
 0003 adds the object-storage columns (offloaded messages, the objects a request owns);
 0004 each worker's speed samples and rolling speed, its extra_slow_worker flag and a
-request's webhook; 0005 the request id of the call that submitted a request.
+request's webhook; 0005 the request id of the call that submitted a request; 0006 lets an
+operation key be retired with no request (wp_id NULL).
 """
 
 from __future__ import annotations
@@ -269,8 +270,9 @@ class OperationKey(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
     key: Mapped[str] = mapped_column(String(128), nullable=False)
     fingerprint: Mapped[str] = mapped_column(String(128), nullable=False)
-    wp_id: Mapped[uuid.UUID] = mapped_column(
+    wp_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey("waiting_prompts.id", ondelete="CASCADE"), index=True
     )
+    """NULL: the key was retired by a cancel that found no request under it."""
     kudos: Mapped[Decimal] = mapped_column(Money, nullable=False)
     created: Mapped[datetime] = _now()

@@ -11,7 +11,8 @@ client, a pass ends the progress lease of every streamed generation it aborted (
 marker and a faulted entry, so a front relaying that stream stops at once) and publishes
 the completion signal of every chat request it faulted or expired.
 Given the object store, it deletes an expired request's objects with its row, and releases
-those of every other ended request that still owns some (a release the routes missed).
+those of every other ended request that still owns some (a release the routes missed), and
+forgets operation keys a cancel retired (no request) once a request would have expired.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated.signals import CHAT_EVENT_EXPIRED, CHAT_EVENT_FAULTED
 from runtime.native.accounts import kudos
-from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.db.tables import Generation, OperationKey, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import delete_objects, ended_with_objects, release_ended
 from runtime.native.progress.protocol import mark_ended
 from runtime.native.queue.policy import Policy
@@ -167,6 +168,12 @@ def sweep(
             delete_objects(objects, [key for _id, _chat, keys in rows for key in keys or ()])
         if expired:
             session.execute(delete(WaitingPrompt).where(WaitingPrompt.id.in_(expired)))
+        retired_before = now - timedelta(seconds=policy.waiting_expiry_seconds)
+        session.execute(  # keys retired by a cancel: no submit is on its way any more
+            delete(OperationKey).where(
+                OperationKey.wp_id.is_(None), OperationKey.created < retired_before
+            )
+        )
     if aborted:
         wake_workers(redis)  # the aborted jobs' requests got their slots back
     if redis is not None:

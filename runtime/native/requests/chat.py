@@ -53,6 +53,7 @@ from generated.errors import (
     KudosCapExceeded,
     ModelNotFound,
     NoEligibleWorker,
+    OperationCancelled,
     OperationKeyMismatch,
 )
 from runtime.contract.conversation import flatten_messages
@@ -93,9 +94,30 @@ def _existing_operation(
     ).first()
     if row is None:
         return None
+    if row.wp_id is None:  # retired by a cancel that came first
+        raise OperationCancelled(key=key)
     if row.fingerprint != fingerprint:
         raise OperationKeyMismatch(key=key)
     return ChatSubmitted(id=row.wp_id, kudos=row.kudos, existing=True)
+
+
+def retire_operation(session: Session, user_id: int, key: str) -> uuid.UUID | None:
+    """The request queued under the user's operation key, for its cancel; with none, the key
+    is retired (claimed with no request) so a submit still on its way queues nothing.
+
+    A submit holding the key uncommitted makes the claim wait for it: then its request is
+    the one returned (or, if it rolled back, the key is retired)."""
+    retired = session.execute(
+        insert(OperationKey)
+        .values(user_id=user_id, key=key, fingerprint="", wp_id=None, kudos=0)
+        .on_conflict_do_nothing(constraint="uq_operation_keys_user_key")
+        .returning(OperationKey.id)
+    ).first()
+    if retired is not None:
+        return None
+    return session.scalar(
+        select(OperationKey.wp_id).where(OperationKey.user_id == user_id, OperationKey.key == key)
+    )
 
 
 def _claim_operation(
