@@ -33,10 +33,10 @@ from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
 from generated.streaming import streams_deltas
-from generated.wire import STATE_FAULTED
+from generated.wire import ANONYMOUS_API_KEY, STATE_FAULTED
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.contract.dispatch import chat_job_payload
-from runtime.native.accounts.keys import hash_key, worker_owner_for_key
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID, hash_key, worker_owner_for_key
 from runtime.native.api.body import checked_headers, int64, json_body
 from runtime.native.api.context import native
 from runtime.native.api.observe import POP_CHAT, POP_TEXT, note_pop
@@ -57,13 +57,21 @@ from runtime.native.queue.chat_submit import (
     is_chat_job,
     submit_chat_job,
 )
-from runtime.native.queue.jobs import Popped, job_payload, pop_text_job, register_worker
+from runtime.native.queue.jobs import (
+    Popped,
+    PoppedJob,
+    job_payload,
+    pop_text_job,
+    register_known_worker,
+    register_worker,
+)
 from runtime.native.queue.submit import Submission, submit_text_job
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.queue.webhooks import SENDER, Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.native.requests.signals import final_status, publish_chat_event, publish_chat_events
+from runtime.observability import context as request_context
 from runtime.stores.database import transaction
 
 INT32 = 2**31 - 1
@@ -97,21 +105,32 @@ def text_pop() -> Response:
         attempt.models = frozenset([*body.get("models", []), *declared_model(body)])
     ctx = native()
     now = utcnow()
+    api_key = request.headers.get(HEADER_APIKEY)
     # One transaction: the key, the worker's registration and the pop (each transaction
-    # costs the pool's ping, BEGIN and COMMIT).
+    # costs the pool's ping, BEGIN and COMMIT); a known worker's registration and its key
+    # are one statement, the pop another.
     with transaction(ctx.sessions) as session:
-        user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
-        worker = register_worker(session, ctx.policy, user, body, now, declaration)
-        popped = pop_text_job(
-            session, ctx.policy, worker, user.trusted, body["amount"], now, declaration
+        known = register_known_worker(
+            session, hash_key(api_key or ANONYMOUS_API_KEY), body, now, declaration
         )
-        if popped.wp is None:
+        if known is None or known.user_id == ANONYMOUS_USER_ID:
+            worker_owner_for_key(session, api_key)  # refuses: no such key, or the anonymous one
+        assert known is not None
+        request_context.set_user(known.user_id)  # the access log's user id
+        worker, trusted = known.worker, known.trusted
+        if worker is None:  # a new name, or another user's
+            user = worker_owner_for_key(session, api_key)
+            worker = register_worker(session, ctx.policy, user, body, now, declaration)
+        popped = pop_text_job(
+            session, ctx.policy, worker, trusted, body["amount"], now, declaration
+        )
+        if popped.job is None:
             return _no_job(popped.skipped)
-        if popped.wp.is_chat:
+        if popped.job.is_chat:
             chat_job = _chat_job(popped, declaration)
         else:
             note_pop(POP_TEXT)
-            return _text_job(popped)
+            return _text_job(popped.job)
     return _send_chat_job(chat_job, declaration)
 
 
@@ -128,34 +147,33 @@ def _no_job(skipped: dict[str, int]) -> Response:
     return jsonify(payload={}, id=None, ids=[], model=None, ttl=None, skipped=skipped)
 
 
-def _text_job(popped: Popped) -> Response:
-    assert popped.wp is not None
-    ids = [str(g.id) for g in popped.generations]
+def _text_job(job: PoppedJob) -> Response:
+    ids = [str(i) for i in job.ids]
     return jsonify(
-        payload=job_payload(popped.wp, len(ids)),
+        payload=job_payload(job),
         id=ids[0],
         ids=ids,
-        model=popped.generations[0].model,
-        ttl=popped.generations[0].ttl,
-        softprompt=popped.wp.softprompt,
+        model=job.model,
+        ttl=job.ttl,
+        softprompt=job.softprompt,
         is_chat=False,
-        origin_id=popped.wp.origin_id,
+        origin_id=job.origin_id,
         skipped={},
     )
 
 
 def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
     assert popped.wp is not None
-    gen = popped.generations[0]
+    assert popped.job is not None
     chat_request = stored_request(popped.wp)
     payload = chat_job_payload(
         chat_request, declaration, max_tokens=popped.wp.max_tokens_lowered_to
     )
     return ChatJob(
         wp_id=popped.wp.id,
-        generation_id=gen.id,
-        model=gen.model,
-        ttl=gen.ttl,
+        generation_id=popped.job.ids[0],
+        model=popped.job.model,
+        ttl=popped.job.ttl,
         payload=payload,
         messages_object=popped.wp.messages_object,
         stream=streams_deltas(chat_request),

@@ -29,11 +29,25 @@ max_images measure, so the messages stay unread here too.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Numeric, and_, cast, false, func, literal, or_, true
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Integer,
+    Numeric,
+    String,
+    and_,
+    bindparam,
+    cast,
+    false,
+    func,
+    literal,
+    or_,
+    true,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
 
@@ -52,14 +66,20 @@ from runtime.native.accounts.kudos import model_billions
 from runtime.native.db.tables import WaitingPrompt, Worker
 from runtime.native.queue.policy import SLOW_SPEED_NO_MODEL, SPEED_BASELINE, slow_speed
 
+Terms = Mapping[str, Any]
+"""The worker's side of the rules as SQL: one expression per ``WORKER_TERMS`` name, either
+the worker's values as literals (``literal_terms``) or bound parameters (``BOUND_TERMS``,
+so a statement is built and compiled once and only its parameters change per pop)."""
+
 
 @dataclass(frozen=True)
 class Rule:
     """One of upstream's rules: its ``skipped`` key, its SQL form and its Python form."""
 
     name: str
-    sql: Callable[[Worker, bool], ColumnElement[bool]]
-    """Condition on waiting_prompts: the requests the rule lets (worker, trusted) take."""
+    sql: Callable[[Terms], ColumnElement[bool]]
+    """Condition on waiting_prompts: the requests the rule lets a worker take, on the
+    worker's ``Terms``."""
     allows: Callable[[Worker, bool, WaitingPrompt], bool]
     """The same condition on one loaded request."""
 
@@ -68,49 +88,47 @@ def _empty_list() -> Any:
     return cast(literal("[]"), JSONB)
 
 
-def _text_array(values: list[str]) -> Any:
-    return cast(literal(values, ARRAY(Text)), ARRAY(Text))
+def _text_array(values: Any) -> Any:
+    return cast(values if isinstance(values, ColumnElement) else literal(values, TEXTS), TEXTS)
 
 
-def _flag(value: bool) -> ColumnElement[bool]:
-    return true() if value else false()
-
+TEXTS = ARRAY(Text)
 
 CONTEXT_LENGTH = Rule(
     "max_context_length",
-    sql=lambda w, _t: WaitingPrompt.max_context_length <= w.max_context_length,
+    sql=lambda t: WaitingPrompt.max_context_length <= t["w_max_context_length"],
     allows=lambda w, _t, wp: wp.max_context_length <= w.max_context_length,
 )
 LENGTH = Rule(
     "max_length",
-    sql=lambda w, _t: WaitingPrompt.max_length <= w.max_length,
+    sql=lambda t: WaitingPrompt.max_length <= t["w_max_length"],
     allows=lambda w, _t, wp: wp.max_length <= w.max_length,
 )
 MODELS = Rule(
     "models",
-    sql=lambda w, _t: or_(
+    sql=lambda t: or_(
         WaitingPrompt.models == _empty_list(),
-        WaitingPrompt.models.has_any(_text_array(list(w.models))),
+        WaitingPrompt.models.has_any(_text_array(t["w_models"])),
     ),
     allows=lambda w, _t, wp: not wp.models or bool(set(wp.models) & set(w.models)),
 )
 WORKER_LIST = Rule(
     "worker_id",
-    sql=lambda w, _t: or_(
+    sql=lambda t: or_(
         WaitingPrompt.workers == _empty_list(),
-        and_(WaitingPrompt.worker_blacklist.is_(False), WaitingPrompt.workers.has_key(str(w.id))),
-        and_(WaitingPrompt.worker_blacklist.is_(True), ~WaitingPrompt.workers.has_key(str(w.id))),
+        and_(WaitingPrompt.worker_blacklist.is_(False), WaitingPrompt.workers.has_key(t["w_id"])),
+        and_(WaitingPrompt.worker_blacklist.is_(True), ~WaitingPrompt.workers.has_key(t["w_id"])),
     ),
     allows=lambda w, _t, wp: not wp.workers or (str(w.id) in wp.workers) != wp.worker_blacklist,
 )
 TRUSTED = Rule(
     "untrusted",
-    sql=lambda _w, trusted: or_(WaitingPrompt.trusted_workers.is_(False), _flag(trusted)),
+    sql=lambda t: or_(WaitingPrompt.trusted_workers.is_(False), t["w_trusted"]),
     allows=lambda _w, trusted, wp: not wp.trusted_workers or trusted,
 )
 NSFW = Rule(
     "nsfw",
-    sql=lambda w, _t: or_(WaitingPrompt.nsfw.is_(False), _flag(w.nsfw)),
+    sql=lambda t: or_(WaitingPrompt.nsfw.is_(False), t["w_nsfw"]),
     allows=lambda w, _t, wp: not wp.nsfw or w.nsfw,
 )
 
@@ -134,14 +152,12 @@ def is_slow(worker: Worker) -> bool:
 
 SLOW = Rule(
     "performance",
-    sql=lambda w, _t: or_(WaitingPrompt.slow_workers.is_(True), _flag(not is_slow(w))),
+    sql=lambda t: or_(WaitingPrompt.slow_workers.is_(True), t["w_fast"]),
     allows=lambda w, _t, wp: wp.slow_workers or not is_slow(w),
 )
 EXTRA_SLOW = Rule(
     "extra_slow",
-    sql=lambda w, _t: or_(
-        WaitingPrompt.extra_slow_workers.is_(True), _flag(not w.extra_slow_worker)
-    ),
+    sql=lambda t: or_(WaitingPrompt.extra_slow_workers.is_(True), t["w_regular"]),
     allows=lambda w, _t, wp: wp.extra_slow_workers or not w.extra_slow_worker,
 )
 
@@ -149,11 +165,11 @@ VALIDATED_BACKENDS_KEY = "validated_backends"
 """The request's validated_backends, kept in its params row (out of the job payload)."""
 VALIDATED = Rule(
     "bridge_version",
-    sql=lambda w, _t: or_(
+    sql=lambda t: or_(
         func.coalesce(WaitingPrompt.params[VALIDATED_BACKENDS_KEY].as_boolean(), false()).is_(
             False
         ),
-        _flag(is_validated_backend(w.bridge_agent)),
+        t["w_validated"],
     ),
     allows=lambda w, _t, wp: (
         not wp.params.get(VALIDATED_BACKENDS_KEY) or is_validated_backend(w.bridge_agent)
@@ -166,6 +182,44 @@ TEXT_RULES = (CONTEXT_LENGTH, LENGTH, MODELS, *SHARED_RULES)
 """Upstream's rules for text requests, in the order of its ``skipped`` keys."""
 SKIP_REASONS = tuple(rule.name for rule in TEXT_RULES)
 """Upstream's ``skipped`` keys on a pop that found nothing."""
+
+WORKER_TERMS: dict[str, Any] = {
+    "w_max_context_length": Integer(),
+    "w_max_length": Integer(),
+    "w_models": TEXTS,
+    "w_id": String(),
+    "w_trusted": Boolean(),
+    "w_nsfw": Boolean(),
+    "w_validated": Boolean(),
+    "w_fast": Boolean(),
+    "w_regular": Boolean(),
+}
+"""The worker's side of the rules: each term's name and SQL type."""
+BOUND_TERMS: Terms = {name: bindparam(name, type_=kind) for name, kind in WORKER_TERMS.items()}
+"""The terms as bound parameters (values: ``term_values``)."""
+
+
+def term_values(worker: Worker, trusted: bool) -> dict[str, Any]:
+    """The worker's values of ``WORKER_TERMS``."""
+    return {
+        "w_max_context_length": worker.max_context_length,
+        "w_max_length": worker.max_length,
+        "w_models": list(worker.models),
+        "w_id": str(worker.id),
+        "w_trusted": trusted,
+        "w_nsfw": bool(worker.nsfw),
+        "w_validated": is_validated_backend(worker.bridge_agent),
+        "w_fast": not is_slow(worker),
+        "w_regular": not worker.extra_slow_worker,
+    }
+
+
+def literal_terms(worker: Worker, trusted: bool) -> Terms:
+    """The terms as literals of the worker's values (a statement for this worker alone)."""
+    return {
+        name: literal(value, WORKER_TERMS[name])
+        for name, value in term_values(worker, trusted).items()
+    }
 
 
 # Text requests
@@ -182,15 +236,12 @@ def worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
 
 def queue_filters(worker: Worker, trusted: bool) -> list[ColumnElement[bool]]:
     """SQL conditions on waiting_prompts for ``worker``, in SKIP_REASONS order."""
-    return [rule.sql(worker, trusted) for rule in TEXT_RULES]
+    return text_filters(literal_terms(worker, trusted))
 
 
-def pick_model(worker: Worker, wp: WaitingPrompt) -> str:
-    """The first of the worker's models the request accepts (any, if it names none)."""
-    for model in worker.models:
-        if not wp.models or model in wp.models:
-            return model
-    return worker.models[0] if worker.models else ""
+def text_filters(terms: Terms) -> list[ColumnElement[bool]]:
+    """SQL conditions on waiting_prompts on the worker's ``terms``, in SKIP_REASONS order."""
+    return [rule.sql(terms) for rule in TEXT_RULES]
 
 
 # Chat requests
@@ -217,27 +268,85 @@ def serving_declarations(
     ]
 
 
+@dataclass(frozen=True)
+class ChatShape:
+    """What of a chat declaration changes the SQL of ``chat_queue_filters`` (its values are
+    bound parameters: ``chat_values``): one statement per shape."""
+
+    exclusions: tuple[tuple[str, str], ...]
+    """(guarantee, feature) pairs the declared scopes exclude."""
+    limits: tuple[str, ...]
+    """The limits declared with a bound."""
+    images: str
+    """How its images reach it: IMAGES_INLINE, IMAGES_BY_URL or IMAGES_NONE."""
+
+
+IMAGES_INLINE, IMAGES_BY_URL, IMAGES_NONE = "inline", "messages_url", "none"
+
+
+def chat_shape(declaration: dict[str, Any]) -> ChatShape:
+    transports = declaration.get(DECL_IMAGE_TRANSPORTS) or ()
+    if inline_image_transport(declaration):
+        images = IMAGES_INLINE
+    elif TRANSPORT_MESSAGES_URL in transports:
+        images = IMAGES_BY_URL
+    else:
+        images = IMAGES_NONE
+    return ChatShape(
+        exclusions=tuple(scope_exclusions(declaration[DECL_CHAT_FEATURES])),
+        limits=tuple(n for n, b in declaration[DECL_CHAT_LIMITS].items() if b is not None),
+        images=images,
+    )
+
+
+def chat_values(declaration: dict[str, Any], shape: ChatShape) -> dict[str, Any]:
+    """The bound parameters of ``chat_filters``: the declaration's model, features and
+    limits."""
+    return {
+        "d_model": declaration[DECL_MODEL_ID],
+        "d_features": list(declaration[DECL_CHAT_FEATURES]),
+        **{f"d_limit_{name}": declaration[DECL_CHAT_LIMITS][name] for name in shape.limits},
+    }
+
+
+def chat_filters(shape: ChatShape, values: Terms, terms: Terms) -> list[ColumnElement[bool]]:
+    """SQL conditions on waiting_prompts: the chat requests a declaration of ``shape``
+    covers, on its ``values`` (``chat_values`` as SQL) and the worker's ``terms``."""
+    conditions = [
+        WaitingPrompt.is_chat.is_(True),
+        WaitingPrompt.models.has_key(values["d_model"]),
+        WaitingPrompt.required_features.contained_by(_text_array(values["d_features"])),
+    ]
+    for guarantee, feature in shape.exclusions:
+        # a declared scope: the guarantee does not cover requests requiring the feature
+        both = _text_array([guarantee, feature])
+        conditions.append(~WaitingPrompt.required_features.contains(both))
+    for name in shape.limits:
+        value = WaitingPrompt.required_limits[name].astext.cast(Numeric)
+        conditions.append(or_(value.is_(None), value <= values[f"d_limit_{name}"]))
+    conditions.append(_image_delivery(shape))
+    return conditions + [rule.sql(terms) for rule in SHARED_RULES]
+
+
+CHAT_VALUE_TYPES: dict[str, Any] = {"d_model": String(), "d_features": TEXTS}
+
+
+def bound_chat_values(shape: ChatShape) -> Terms:
+    """``chat_values`` as bound parameters."""
+    limits = {f"d_limit_{n}": bindparam(f"d_limit_{n}", type_=Numeric()) for n in shape.limits}
+    return {n: bindparam(n, type_=kind) for n, kind in CHAT_VALUE_TYPES.items()} | limits
+
+
 def chat_queue_filters(
     worker: Worker, trusted: bool, declaration: dict[str, Any]
 ) -> list[ColumnElement[bool]]:
     """SQL conditions on waiting_prompts: the chat requests this declaration covers."""
-    declared = _text_array(list(declaration[DECL_CHAT_FEATURES]))
-    conditions = [
-        WaitingPrompt.is_chat.is_(True),
-        WaitingPrompt.models.has_key(declaration[DECL_MODEL_ID]),
-        WaitingPrompt.required_features.contained_by(declared),
-    ]
-    for guarantee, feature in scope_exclusions(declaration[DECL_CHAT_FEATURES]):
-        # a declared scope: the guarantee does not cover requests requiring the feature
-        both = _text_array([guarantee, feature])
-        conditions.append(~WaitingPrompt.required_features.contains(both))
-    for name, bound in declaration[DECL_CHAT_LIMITS].items():
-        if bound is None:
-            continue
-        value = WaitingPrompt.required_limits[name].astext.cast(Numeric)
-        conditions.append(or_(value.is_(None), value <= bound))
-    conditions.append(_image_delivery(declaration))
-    return conditions + [rule.sql(worker, trusted) for rule in SHARED_RULES]
+    shape = chat_shape(declaration)
+    values = {
+        name: literal(value, CHAT_VALUE_TYPES.get(name, Numeric()))
+        for name, value in chat_values(declaration, shape).items()
+    }
+    return chat_filters(shape, values, literal_terms(worker, trusted))
 
 
 def chat_worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
@@ -257,12 +366,12 @@ def inline_image_transport(declaration: dict[str, Any]) -> bool:
     return TRANSPORT_URL in transports or TRANSPORT_BASE64 in transports
 
 
-def _image_delivery(declaration: dict[str, Any]) -> ColumnElement[bool]:
+def _image_delivery(shape: ChatShape) -> ColumnElement[bool]:
     """The requests whose images this worker can receive (all, without images)."""
-    if inline_image_transport(declaration):
+    if shape.images == IMAGES_INLINE:
         return true()
     no_images: ColumnElement[bool] = ~WaitingPrompt.required_limits.has_key(LIMIT_MAX_IMAGES)
-    if TRANSPORT_MESSAGES_URL in (declaration.get(DECL_IMAGE_TRANSPORTS) or ()):
+    if shape.images == IMAGES_BY_URL:
         return or_(no_images, WaitingPrompt.messages_object.is_not(None))
     return no_images
 

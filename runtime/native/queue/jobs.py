@@ -14,13 +14,18 @@ concurrent pops under new names cannot pass the limit together.
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, case, false, func, or_, select, update
+from psycopg.types.json import Jsonb
+from sqlalchemy import and_, case, false, func, or_, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
@@ -30,22 +35,45 @@ from generated.errors import (
     WorkerMaintenance,
     WrongCredentials,
 )
-from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID
+from runtime.native.db.tables import User, WaitingPrompt, Worker
 from runtime.native.queue.fit import (
+    BOUND_TERMS,
     SKIP_REASONS,
     VALIDATED_BACKENDS_KEY,
-    chat_queue_filters,
-    pick_model,
+    ChatShape,
+    bound_chat_values,
+    chat_filters,
+    chat_shape,
+    chat_values,
     queue_filters,
+    term_values,
+    text_filters,
 )
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
 
 
+@dataclass(frozen=True)
+class PoppedJob:
+    """What a pop hands out: its request's fields and its jobs' ids."""
+
+    wp_id: uuid.UUID
+    is_chat: bool
+    params: dict[str, Any]
+    prompt: str
+    softprompt: str | None
+    origin_id: str | None
+    model: str
+    ttl: int
+    ids: list[uuid.UUID]
+
+
 @dataclass
 class Popped:
+    job: PoppedJob | None = None
     wp: WaitingPrompt | None = None
-    generations: list[Generation] = field(default_factory=list)
+    """A chat job's request, loaded (None for a text job)."""
     skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -66,21 +94,91 @@ def register_worker(
         worker = _new_worker(session, policy, user, body)
     if worker.user_id != user.id:
         raise WrongCredentials()
-    worker.models = list(dict.fromkeys(body.get("models") or []))
-    worker.max_length = body["max_length"]
-    worker.max_context_length = body["max_context_length"]
-    worker.threads = body.get("threads", 1)
-    worker.nsfw = bool(body.get("nsfw"))
-    worker.bridge_agent = (body.get("bridge_agent") or "")[:255]
-    worker.extra_slow_worker = bool(body.get("extra_slow_worker"))
-    chat = bool(declaration and declaration[DECL_CHAT_JOBS])
-    worker.chat_declaration = declaration if chat else None
-    worker.prompt_jobs = bool(declaration[DECL_PROMPT_JOBS]) if declaration else True
+    for column, value in _declared(body, declaration).items():
+        setattr(worker, column, value)
     worker.last_check_in = now
     session.flush()
     if worker.maintenance:
         raise WorkerMaintenance(name=worker.name, reason=worker.maintenance_reason or "")
     return worker
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A pop's key and worker, from ``register_known_worker``."""
+
+    user_id: int
+    trusted: bool
+    worker: Worker | None
+    """The worker, refreshed (transient: not in the session); None when the name is not yet
+    this user's (new, or another user's): ``register_worker`` then decides."""
+
+
+_REGISTER_SQL = """
+WITH owner AS (
+    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
+    WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
+), registered AS (
+    UPDATE workers SET models = %(models)s, max_length = %(max_length)s,
+        max_context_length = %(max_context_length)s, threads = %(threads)s, nsfw = %(nsfw)s,
+        bridge_agent = %(bridge_agent)s, extra_slow_worker = %(extra_slow_worker)s,
+        chat_declaration = %(chat_declaration)s, prompt_jobs = %(prompt_jobs)s,
+        last_check_in = %(now)s
+    FROM owner
+    WHERE workers.name = %(name)s AND workers.user_id = owner.id AND owner.id <> %(anonymous)s
+    RETURNING workers.id, workers.speed, workers.maintenance, workers.maintenance_reason
+)
+SELECT owner.id, owner.trusted, registered.id, registered.speed, registered.maintenance,
+    registered.maintenance_reason
+FROM owner LEFT JOIN registered ON true
+"""
+
+
+def register_known_worker(
+    session: Session,
+    key_hash: str,
+    body: dict[str, Any],
+    now: datetime,
+    declaration: dict[str, Any] | None = None,
+) -> Registered | None:
+    """``register_worker``'s common case in one statement: the key's user and, when the name
+    is already that user's worker, its refresh from the declaration. None: no such key.
+    Refuses a worker in maintenance (WorkerMaintenance), after the refresh, as upstream."""
+    values = _declared(body, declaration)
+    params = {
+        **values,
+        "models": Jsonb(values["models"]),
+        "chat_declaration": None if values["chat_declaration"] is None else Jsonb(declaration),
+        "key_hash": key_hash, "name": body["name"], "now": now, "anonymous": ANONYMOUS_USER_ID,
+    }  # fmt: skip
+    with driver_cursor(session) as cursor:
+        cursor.execute(_REGISTER_SQL, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    user_id, trusted, worker_id, speed, maintenance, reason = row
+    if worker_id is None:
+        return Registered(user_id, trusted, None)
+    if maintenance:
+        raise WorkerMaintenance(name=body["name"], reason=reason or "")
+    worker = Worker(id=worker_id, name=body["name"], user_id=user_id, speed=speed, **values)
+    return Registered(user_id, trusted, worker)
+
+
+def _declared(body: dict[str, Any], declaration: dict[str, Any] | None) -> dict[str, Any]:
+    """What a pop's body declares of its worker (the worker row's columns)."""
+    chat = bool(declaration and declaration[DECL_CHAT_JOBS])
+    return {
+        "models": list(dict.fromkeys(body.get("models") or [])),
+        "max_length": body["max_length"],
+        "max_context_length": body["max_context_length"],
+        "threads": body.get("threads", 1),
+        "nsfw": bool(body.get("nsfw")),
+        "bridge_agent": (body.get("bridge_agent") or "")[:255],
+        "extra_slow_worker": bool(body.get("extra_slow_worker")),
+        "chat_declaration": declaration if chat else None,
+        "prompt_jobs": bool(declaration[DECL_PROMPT_JOBS]) if declaration else True,
+    }
 
 
 def _locked_worker(session: Session, name: str) -> Worker | None:
@@ -139,55 +237,103 @@ def pop_text_job(
     now: datetime,
     declaration: dict[str, Any] | None = None,
 ) -> Popped:
-    """The next job ``worker`` may take, text or (with a chat declaration) chat."""
-    filters = queue_filters(worker, trusted)
-    kinds = []
-    if declaration is None or declaration[DECL_PROMPT_JOBS]:
-        kinds.append(and_(WaitingPrompt.is_chat.is_(False), *filters))
-    if declaration is not None and declaration[DECL_CHAT_JOBS]:
-        kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
-    # One statement: the next request, locked (SKIP LOCKED) in a subquery the UPDATE joins,
-    # its n lowered by what this pop takes; its old n comes back beside the row.
-    picked = (
-        select(WaitingPrompt.id, WaitingPrompt.n)
-        .where(*queued(), WaitingPrompt.expiry > now, or_(false(), *kinds))
-        .order_by(WaitingPrompt.extra_priority.desc(), WaitingPrompt.created.asc())
-        .limit(1)
-        .with_for_update(skip_locked=True)
-        .subquery("picked")
+    """The next job ``worker`` may take, text or (with a chat declaration) chat.
+
+    One statement (``_pop_sql``: built and compiled once per declaration shape, the worker's
+    values bound): the next request, locked (SKIP LOCKED), its n lowered by what this pop
+    takes, and that many jobs inserted; run on the session's driver connection (no SQL
+    expression built, no entity loaded). A chat job's request is then loaded whole."""
+    prompt_jobs = declaration is None or bool(declaration[DECL_PROMPT_JOBS])
+    shape = (
+        chat_shape(declaration) if declaration is not None and declaration[DECL_CHAT_JOBS] else None
     )
-    single = or_(
-        WaitingPrompt.is_chat,
-        func.coalesce(WaitingPrompt.params["disable_batching"].as_boolean(), false()),
-    )
-    taking = case((single, 1), else_=func.greatest(1, func.least(amount, picked.c.n)))
-    row = session.execute(
-        update(WaitingPrompt)
-        .where(WaitingPrompt.id == picked.c.id)
-        .values(n=WaitingPrompt.n - taking)
-        .returning(WaitingPrompt, picked.c.n)
-        .execution_options(synchronize_session=False)
-    ).first()
+    sql, defaults = _pop_sql(prompt_jobs, shape)
+    params = {
+        **defaults,
+        **term_values(worker, trusted),
+        **(chat_values(declaration, shape) if declaration is not None and shape else {}),
+        "now": now,
+        "amount": amount,
+        "worker_id": worker.id,
+        "worker_models": list(worker.models),
+        "chat_model": declaration[DECL_MODEL_ID] if declaration is not None else None,
+        "ttl": policy.generation_ttl_seconds,
+    }
+    with driver_cursor(session) as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
     if row is None:
-        return Popped(skipped=skipped_counts(session, filters, now))
-    wp, before = row
-    take = int(before) - wp.n
-    model = declaration[DECL_MODEL_ID] if wp.is_chat and declaration else pick_model(worker, wp)
-    gens = [
-        Generation(
-            id=uuid.uuid4(),
-            wp_id=wp.id,
-            worker_id=worker.id,
-            model=model,
-            start_time=now,
-            ttl=policy.generation_ttl_seconds,
-            gen_metadata=[],
-        )
-        for _ in range(take)
-    ]
-    session.add_all(gens)
-    session.flush()
-    return Popped(wp=wp, generations=gens)
+        return Popped(skipped=skipped_counts(session, queue_filters(worker, trusted), now))
+    wp_id, is_chat, params_, prompt, softprompt, origin_id, model, ids = row
+    job = PoppedJob(
+        wp_id=wp_id, is_chat=is_chat, params=params_, prompt=prompt, softprompt=softprompt,
+        origin_id=origin_id, model=model, ttl=policy.generation_ttl_seconds, ids=list(ids),
+    )  # fmt: skip
+    # a chat job's request, already locked by this transaction, loaded for its payload
+    wp = session.get(WaitingPrompt, wp_id) if is_chat else None
+    return Popped(job=job, wp=wp)
+
+
+@contextmanager
+def driver_cursor(session: Session) -> Iterator[Any]:
+    """A cursor of the driver's connection under the session's transaction."""
+    connection = session.connection().connection.driver_connection
+    assert connection is not None
+    with connection.cursor() as cursor:
+        yield cursor
+
+
+DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+_POP_FRAME = """
+WITH picked AS (
+    SELECT waiting_prompts.id, waiting_prompts.n FROM waiting_prompts
+    WHERE {queued} AND waiting_prompts.expiry > %(now)s AND ({kinds})
+    ORDER BY waiting_prompts.extra_priority DESC, waiting_prompts.created ASC
+    LIMIT 1 FOR UPDATE SKIP LOCKED
+), taken AS (
+    UPDATE waiting_prompts SET n = waiting_prompts.n - CASE
+        WHEN waiting_prompts.is_chat
+            OR coalesce((waiting_prompts.params ->> 'disable_batching')::boolean, false)
+        THEN 1 ELSE greatest(1, least(%(amount)s::integer, picked.n)) END
+    FROM picked WHERE waiting_prompts.id = picked.id
+    RETURNING waiting_prompts.id, waiting_prompts.is_chat, waiting_prompts.params,
+        waiting_prompts.prompt, waiting_prompts.softprompt, waiting_prompts.origin_id,
+        waiting_prompts.models, picked.n - waiting_prompts.n AS took
+), chosen AS (
+    SELECT CASE WHEN taken.is_chat AND %(chat_model)s::text IS NOT NULL THEN %(chat_model)s::text
+        ELSE coalesce(
+            (SELECT m.model FROM unnest(%(worker_models)s::text[]) WITH ORDINALITY AS m(model, i)
+             WHERE taken.models = '[]'::jsonb OR taken.models ? m.model ORDER BY m.i LIMIT 1),
+            (%(worker_models)s::text[])[1], '')
+        END AS model
+    FROM taken
+), gens AS (
+    INSERT INTO processing_gens (id, wp_id, worker_id, model, start_time, ttl, gen_metadata)
+    SELECT gen_random_uuid(), taken.id, %(worker_id)s, chosen.model, %(now)s, %(ttl)s,
+        '[]'::jsonb
+    FROM taken, chosen, generate_series(1, taken.took)
+    RETURNING id
+)
+SELECT taken.id, taken.is_chat, taken.params, taken.prompt, taken.softprompt, taken.origin_id,
+    chosen.model, ARRAY(SELECT id FROM gens)
+FROM taken, chosen
+"""
+"""The pop. A text job's model is the worker's first model the request accepts (any, if it
+names none), else the worker's first, else none; a chat job's is the declaration's model_id."""
+
+
+@functools.lru_cache(maxsize=256)
+def _pop_sql(prompt_jobs: bool, shape: ChatShape | None) -> tuple[str, dict[str, Any]]:
+    """The pop's SQL for a declaration of this shape and its literal parameters."""
+    kinds = []
+    if prompt_jobs:
+        kinds.append(and_(WaitingPrompt.is_chat.is_(False), *text_filters(BOUND_TERMS)))
+    if shape is not None:
+        kinds.append(and_(*chat_filters(shape, bound_chat_values(shape), BOUND_TERMS)))
+    compiled = or_(false(), *kinds).compile(dialect=DIALECT)
+    queued_sql = and_(*queued()).compile(dialect=DIALECT, compile_kwargs={"literal_binds": True})
+    sql = _POP_FRAME.format(queued=queued_sql, kinds=compiled.string)
+    return sql, {k: v for k, v in compiled.params.items() if v is not None}
 
 
 def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[str, int]:
@@ -203,6 +349,6 @@ def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[
     return {name: int(v) for name, v in zip(SKIP_REASONS, row, strict=True) if v}
 
 
-def job_payload(wp: WaitingPrompt, count: int) -> dict[str, Any]:
-    params = {k: v for k, v in wp.params.items() if k != VALIDATED_BACKENDS_KEY}
-    return {**params, "prompt": wp.prompt, "n": count}
+def job_payload(job: PoppedJob) -> dict[str, Any]:
+    params = {k: v for k, v in job.params.items() if k != VALIDATED_BACKENDS_KEY}
+    return {**params, "prompt": job.prompt, "n": len(job.ids)}
