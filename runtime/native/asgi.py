@@ -1,14 +1,16 @@
 """The native API as an ASGI application: the Flask app behind a2wsgi, the long-poll pop
 served asynchronously.
 
-Every request but one runs the Flask app on a bounded thread pool (``THREADS``, what
-waitress had). The text pop is the exception: its body is read first, the Flask view pops
-as usual (validation, rate limits, the access log), and when it answers "no job" to a pop
-that asked to ``wait`` (spec/api/native.yaml PopInput.wait), the request waits on the event
-loop (no thread, no database connection, no row lock) until a wake (``WakeHub``) or its
-deadline. A woken pop runs the view again, marked as a retry: neither rate limited nor
-logged a second time, so a waiting pop counts as one pop; one that still finds nothing goes
-back to waiting. At the deadline the answer is the last empty pop's.
+Every request runs the Flask app on one of two bounded thread pools: the workers' lane
+(``WORKER_LANE``: pop, submit, progress, heartbeat) and the clients' (``THREADS``, what
+waitress had), so no burst of client requests holds up a worker or the liveness probe. The
+text pop is served by the shell: its body is read first, the Flask view pops as usual
+(validation, rate limits, the access log), and when it answers "no job" to a pop that asked
+to ``wait`` (spec/api/native.yaml PopInput.wait), the request waits on the event loop (no
+thread, no database connection, no row lock) until a wake (``WakeHub``) or its deadline. A
+woken pop runs the view again, marked as a retry: neither rate limited nor logged a second
+time, so a waiting pop counts as one pop; one that still finds nothing goes back to waiting.
+At the deadline the answer is the last empty pop's.
 
 ``WakeHub`` is this process's one Redis subscription to ``generated.signals.WAKE_CHANNEL``
 (``runtime.native.queue.wake.wake_workers`` publishes it). While the subscription is down,
@@ -48,8 +50,20 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-THREADS = 45
-"""Threads that run the Flask app (waitress's thread count before)."""
+THREADS = 24
+"""Threads that run the Flask app for clients' routes. Waitress had 45; under the GIL, more
+runnable threads than this only lengthen every request's turns: with 100 image requests sent
+at once (tests/integration/test_native_slow_image_host.py) a pop meanwhile took 100-190 ms
+at 45 client threads, 80-120 ms at 32 and 30-90 ms at 24 (2 cores, load 4-5). 24 still
+leave 8 threads when the fetch pool's 16 slots each hold one waiting."""
+WORKER_LANE_THREADS = 16
+"""Threads of the workers' lane: pop, submit, progress and heartbeat run there, so a burst of
+client requests (their cheap checks, their image fetches waited on) queues behind the
+clients' threads instead of in front of the workers and the liveness probe."""
+WORKER_LANE = frozenset(
+    (ROUTES[operation].method.upper(), ROUTES[operation].path)
+    for operation in ("text_pop", "text_submit", "text_progress", "heartbeat")
+)
 LONG_POLL_ENVIRON = "horde.long_poll"
 """The WSGI environ key of a pop's ``PopAttempt`` (the view reads and fills it)."""
 FALLBACK_REPOP_SECONDS = 1.0
@@ -172,6 +186,7 @@ class NativeASGI:
         self.flask_app = flask_app
         self.max_body = int(flask_app.config["MAX_CONTENT_LENGTH"])
         self.wsgi = WSGIMiddleware(self._wsgi, workers=threads)  # type: ignore[arg-type]
+        self.worker_lane = WSGIMiddleware(self._wsgi, workers=WORKER_LANE_THREADS)  # type: ignore[arg-type]
         self.hub = WakeHub(redis_url)
 
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
@@ -190,8 +205,12 @@ class NativeASGI:
             if found is None:
                 return  # the client left before sending its body
             scope, receive = found
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == POP_PATH:
+        if scope["type"] != "http":
+            await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
+        elif scope["method"] == "POST" and scope["path"] == POP_PATH:
             await self._pop(scope, receive, send)
+        elif (scope["method"], scope["path"]) in WORKER_LANE:
+            await self.worker_lane(scope, receive, send)  # type: ignore[arg-type]
         else:
             await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
 
@@ -205,13 +224,14 @@ class NativeASGI:
             elif message["type"] == "lifespan.shutdown":
                 await self.hub.stop()
                 self.wsgi.executor.shutdown(wait=False)
+                self.worker_lane.executor.shutdown(wait=False)
                 process_exited()  # several processes: its live gauges leave /metrics' sums
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     async def _pop(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (_content_length(scope) or 0) > self.max_body:  # Flask refuses it unread
-            await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
+            await self.worker_lane(scope, receive, send)  # type: ignore[arg-type]
             return
         body = await _read_body(receive, self.max_body)
         if body is None:
@@ -280,7 +300,7 @@ class NativeASGI:
         async def hold(message: Message) -> None:
             messages.append(message)
 
-        await self.wsgi({**scope, LONG_POLL_ENVIRON: attempt}, replay, hold)  # type: ignore[arg-type]
+        await self.worker_lane({**scope, LONG_POLL_ENVIRON: attempt}, replay, hold)  # type: ignore[arg-type]
         return messages
 
 
