@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import uuid
 from decimal import ROUND_HALF_UP, Decimal
+from typing import Protocol
 
 from sqlalchemy import Table, func, literal, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -22,7 +23,7 @@ from sqlalchemy.orm.util import identity_key
 from generated.pricing import HORDE_TAX
 from runtime.contract import pricing
 from runtime.contract.pricing import context_multiplier, model_billions, token_count
-from runtime.native.db.tables import KudosHold, KudosLedger, User, WaitingPrompt
+from runtime.native.db.tables import KudosHold, KudosLedger, User
 from runtime.observability.context import note_kudos
 
 __all__ = ["context_multiplier", "model_billions", "token_count"]
@@ -54,8 +55,19 @@ def generation_kudos(
     return money(pricing.job_reward(tokens, model, context, trusted=trusted, validated=validated))
 
 
+class Priced(Protocol):
+    """What of a request its reward depends on (a WaitingPrompt has it)."""
+
+    @property
+    def prompt(self) -> str: ...
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def max_context_length(self) -> int: ...
+
+
 def request_reward(
-    wp: WaitingPrompt, tokens: int, model: str, *, trusted: bool, bridge_agent: str
+    wp: Priced, tokens: int, model: str, *, trusted: bool, bridge_agent: str
 ) -> Decimal:
     """A generation's reward from its request and its worker (the owner's trust, the bridge
     agent): what every payment (submit, streamed settlement) pays."""

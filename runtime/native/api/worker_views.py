@@ -54,7 +54,6 @@ from runtime.native.queue.chat_submit import (
     REPLY_KEYS,
     ChatSubmission,
     fault_chat_job,
-    is_chat_job,
     submit_chat_job,
 )
 from runtime.native.queue.jobs import (
@@ -65,7 +64,7 @@ from runtime.native.queue.jobs import (
     register_known_worker,
     register_worker,
 )
-from runtime.native.queue.submit import Submission, submit_text_job
+from runtime.native.queue.submit import Submission, find_text_submit, submit_text_job
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.queue.webhooks import SENDER, Delivery
@@ -279,14 +278,20 @@ def text_submit() -> Response:
     checked_headers("text_submit")
     body = json_body("text_submit")
     ctx = native()
+    api_key = request.headers.get(HEADER_APIKEY)
     # A text job's kind, its worker's key and its submit in one transaction (each one costs
-    # the pool's ping, BEGIN and COMMIT); a chat job's submit is _chat_submit's.
+    # the pool's ping, BEGIN and COMMIT); the key and the job are read in one statement. A
+    # chat job's submit is _chat_submit's.
     with transaction(ctx.sessions) as session:
-        chat = is_chat_job(session, body["id"])
+        found = find_text_submit(session, hash_key(api_key or ANONYMOUS_API_KEY), body["id"])
+        chat = found.is_chat
         if not chat:
             submission = _text_submission(body)
-            user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
-            reward, webhook = submit_text_job(session, ctx.policy, user, submission, utcnow())
+            if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
+                worker_owner_for_key(session, api_key)  # refuses: no such key, or anonymous
+            assert found.owner_id is not None
+            request_context.set_user(found.owner_id)  # the access log's user id
+            reward, webhook = submit_text_job(session, ctx.policy, found, submission, utcnow())
     if chat:
         return _chat_submit(body)
     if submission.state == STATE_FAULTED:

@@ -1,10 +1,13 @@
 """The worker's submit on the text queue: a compare-and-set on the job, then payment.
 
 A submit claims its job with ``generation IS NULL AND NOT faulted AND NOT cancelled``
-(``claim_job``), so a job is paid at most once; a second submit is DuplicateGen, one on a
-job that ended (aborted, faulted, cancelled) AbortedGen. ``load_job``, ``claim_job``,
-``fault_job`` and ``pay_for_job`` serve the text submit here and the chat submit
-(``chat_submit``), which differ only in what they store and how they count tokens.
+(``claim_job``, and ``pay``'s first statement), so a job is paid at most once; a second
+submit is DuplicateGen, one on a job that ended (aborted, faulted, cancelled) AbortedGen.
+``pay`` serves the text submit here and, through ``land_job``, the chat submit
+(``chat_submit``, with ``load_job`` and ``fault_job``); they differ only in what they store
+and how they count tokens. A text submit reads its key and job in one statement
+(``find_text_submit``) and pays in three (``pay``), on the session's driver connection: no
+SQL expression is built and no entity loaded on its happy path (issue 14).
 
 Every landed generation records its worker's speed sample (upstream's worker
 performance): its output estimate (the tokens it is paid for) over its time from pop to
@@ -16,13 +19,16 @@ webhook returns the call to make after the commit (``webhooks.generation_deliver
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Table, delete, func, insert, select, union_all, update
+from psycopg.types.json import Jsonb
+from sqlalchemy import Table, select, update
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
@@ -30,17 +36,15 @@ from sqlalchemy.orm.util import identity_key
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
 from generated.wire import STATE_FAULTED, STATE_OK
 from runtime.native.accounts import kudos
-from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker, WorkerPerformance
+from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.queue.jobs import driver_cursor
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
-from runtime.native.requests.text import finish_if_complete
-from runtime.observability.context import KIND_TEXT, note_worker_fault
+from runtime.observability.context import KIND_TEXT, note_kudos, note_worker_fault
 
 FAULTED = STATE_FAULTED
-PERFORMANCES: Table = WorkerPerformance.__table__  # type: ignore[assignment]
-WORKERS: Table = Worker.__table__  # type: ignore[assignment]
 GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
 
 
@@ -62,21 +66,94 @@ class Submission:
     gen_metadata: list[Any]
 
 
+@dataclass(frozen=True)
+class Job:
+    """A handed-out job as its payment needs it: the job, its worker and its request."""
+
+    gen_id: uuid.UUID
+    model: str
+    start_time: datetime
+    worker_id: uuid.UUID
+    worker_user_id: int
+    bridge_agent: str
+    wp_id: uuid.UUID
+    prompt: str
+    max_length: int
+    max_context_length: int
+    requester_id: int
+
+
+@dataclass(frozen=True)
+class Found:
+    """A text submit's key and job, read together (``find_text_submit``)."""
+
+    owner_id: int | None
+    """The key's user (None: no such key)."""
+    trusted: bool
+    is_chat: bool | None
+    """The job's kind (None: no such job)."""
+    job: Job | None
+    """A text job (None: no such job, or a chat job)."""
+
+
+_FIND_SQL = """
+SELECT owner.id, owner.trusted, job.*
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
+    WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
+) AS owner ON true
+LEFT JOIN (
+    SELECT waiting_prompts.is_chat, processing_gens.id, processing_gens.model,
+        processing_gens.start_time, workers.id, workers.user_id, workers.bridge_agent,
+        waiting_prompts.id, waiting_prompts.prompt, waiting_prompts.max_length,
+        waiting_prompts.max_context_length, waiting_prompts.user_id
+    FROM processing_gens
+    JOIN workers ON workers.id = processing_gens.worker_id
+    JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
+    WHERE processing_gens.id = %(gen_id)s
+) AS job ON true
+"""
+
+
+def find_text_submit(session: Session, key_hash: str, generation_id: str) -> Found:
+    """A submit's key's user and its job (with its worker and request) in one statement."""
+    try:
+        gen_id: uuid.UUID | None = uuid.UUID(generation_id)
+    except ValueError:
+        gen_id = None
+    with driver_cursor(session) as cursor:
+        cursor.execute(_FIND_SQL, {"key_hash": key_hash, "gen_id": gen_id})
+        row = cursor.fetchone()
+    assert row is not None
+    owner_id, trusted, is_chat, *job = row
+    found = Job(*job) if is_chat is False else None
+    return Found(owner_id=owner_id, trusted=bool(trusted), is_chat=is_chat, job=found)
+
+
 def submit_text_job(
-    session: Session, policy: Policy, user: User, sub: Submission, now: datetime
+    session: Session, policy: Policy, found: Found, sub: Submission, now: datetime
 ) -> tuple[Decimal, Delivery | None]:
     """Store a worker's result once and pay for it; returns the worker's reward and the
-    webhook call to make after the commit."""
-    gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=False)
+    webhook call to make after the commit. ``found``: the key's user (a registered one) and
+    the job, from ``find_text_submit``."""
+    job = found.job
+    if job is None:
+        raise InvalidJobID(id=sub.generation_id)
+    if job.worker_user_id != found.owner_id:
+        raise WrongCredentials()
     if sub.state == FAULTED:
-        fault_job(session, policy, gen.id, now, {"state": FAULTED})
+        fault_job(session, policy, job.gen_id, now, {"state": FAULTED})
         return Decimal(0), None
-    tokens = kudos.token_count(sub.text, wp.max_length)
-    landed = land_job(
-        session, policy, user, worker.id, wp, gen, tokens, sub.state, now,
-        {"generation": sub.text, "seed": sub.seed, "gen_metadata": sub.gen_metadata},
-    )  # fmt: skip
-    return landed.reward, landed.webhook
+    tokens = kudos.token_count(sub.text, job.max_length)
+    stored = {"generation": sub.text, "seed": sub.seed, "gen_metadata": sub.gen_metadata}
+    paid = pay(session, policy, job, found.trusted, tokens, sub.state, now, stored)
+    webhook = None
+    if paid.webhook:
+        wp = session.get(WaitingPrompt, job.wp_id)
+        assert wp is not None
+        webhook = generation_delivery(session, wp, job.gen_id, paid.reward)
+    return paid.reward, webhook
 
 
 def load_job(
@@ -156,40 +233,32 @@ def land_job(
     stored: dict[str, Any],
     charged_tokens: int | None = None,
 ) -> Landed:
-    """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
-    text formula (the worker is paid and nothing charged when censored, as upstream) and
-    record the worker's speed sample. ``charged_tokens``: the requester is charged for no
-    more than these (what its client received of a stream that diverged)."""
-    # the worker is in the session when the caller loaded its job (load_job): no query then
-    worker = session.get(Worker, worker_id)
-    bridge_agent = worker.bridge_agent if worker is not None else None
-    reward = kudos.request_reward(
-        wp, tokens, gen.model, trusted=user.trusted, bridge_agent=bridge_agent or ""
-    )
-    censored = state != STATE_OK
-    charge = Decimal(0) if censored else reward
-    if charged_tokens is not None and charged_tokens < tokens:
-        received = kudos.request_reward(
-            wp, charged_tokens, gen.model, trusted=user.trusted, bridge_agent=bridge_agent or ""
-        )
-        charge = min(charge, received)
-    claim_job(
-        session,
-        gen.id,
-        {
-            **stored,
-            "state": state,
-            "reward": reward,
-            "charge": charge,
-            "censored": censored,
-            "completed_at": now,
-        },
-    )
-    # the speed sample first: pay_for_job locks the requester's balance row, shared by all of
-    # its requests' submits, so the less that follows it before the commit the better
-    record_speed(session, policy, worker_id, tokens, (now - gen.start_time).total_seconds())
-    locked = pay_for_job(session, user, worker_id, wp, gen.id, reward, charge, tokens)
-    return Landed(reward, locked, generation_delivery(session, locked, gen.id, reward))
+    """``pay`` for a job loaded as entities (``load_job``); ``wp`` gets what the payment
+    left of the request (n, active, faulted, cancelled) and is returned, locked."""
+    worker = session.get(Worker, worker_id)  # in the session: load_job loaded it
+    job = Job(
+        gen_id=gen.id, model=gen.model, start_time=gen.start_time, worker_id=worker_id,
+        worker_user_id=user.id, bridge_agent=worker.bridge_agent if worker is not None else "",
+        wp_id=wp.id, prompt=wp.prompt, max_length=wp.max_length,
+        max_context_length=wp.max_context_length, requester_id=wp.user_id,
+    )  # fmt: skip
+    paid = pay(session, policy, job, user.trusted, tokens, state, now, stored, charged_tokens)
+    for name in ("n", "active", "faulted", "cancelled"):
+        set_committed_value(wp, name, getattr(paid, name))
+    return Landed(paid.reward, wp, generation_delivery(session, wp, gen.id, paid.reward))
+
+
+@dataclass(frozen=True)
+class Paid:
+    """What a payment left: the worker's reward and its request's state."""
+
+    reward: Decimal
+    n: int
+    active: bool
+    faulted: bool
+    cancelled: bool
+    webhook: bool
+    """The request has a webhook."""
 
 
 def speed_sample(tokens: int, seconds: float) -> float:
@@ -197,83 +266,181 @@ def speed_sample(tokens: int, seconds: float) -> float:
     return 1.0 if seconds <= 0 else round(tokens / seconds, 1)
 
 
-def record_speed(
-    session: Session, policy: Policy, worker_id: uuid.UUID, tokens: int, seconds: float
-) -> None:
-    """Add a speed sample, keep the newest ``policy.speed_samples`` and set the worker's
-    speed to their average: one statement (the sample's INSERT and the old samples' DELETE
-    are CTEs of the worker's UPDATE; the new sample is counted from the INSERT's RETURNING,
-    as a statement's parts do not see each other's rows)."""
-    new = (
-        insert(PERFORMANCES)
-        .values(worker_id=worker_id, performance=speed_sample(tokens, seconds))
-        .returning(PERFORMANCES.c.id, PERFORMANCES.c.performance)
-        .cte("new_sample")
-    )
-    samples = union_all(
-        select(new.c.id, new.c.performance),
-        select(PERFORMANCES.c.id, PERFORMANCES.c.performance).where(
-            PERFORMANCES.c.worker_id == worker_id
-        ),
-    ).subquery()
-    newest = (
-        select(samples.c.id, samples.c.performance)
-        .order_by(samples.c.id.desc())
-        .limit(policy.speed_samples)
-        .cte("newest")
-    )
-    older = (
-        delete(PERFORMANCES)
-        .where(PERFORMANCES.c.worker_id == worker_id, PERFORMANCES.c.id.not_in(select(newest.c.id)))
-        .returning(PERFORMANCES.c.id)
-        .cte("older")
-    )
-    speed = session.execute(
-        update(WORKERS)
-        .where(WORKERS.c.id == worker_id)
-        .values(speed=select(func.avg(newest.c.performance)).scalar_subquery())
-        .returning(WORKERS.c.speed)
-        .add_cte(older)
-    ).scalar_one()
-    synchronize(session, Worker, worker_id, {"speed": speed})
-
-
-def pay_for_job(
+def pay(
     session: Session,
-    user: User,
-    worker_id: uuid.UUID,
-    wp: WaitingPrompt,
-    gen_id: uuid.UUID,
-    reward: Decimal,
-    charge: Decimal,
+    policy: Policy,
+    job: Job,
+    trusted: bool,
     tokens: int,
-) -> WaitingPrompt:
-    """Reward the worker's owner, charge the requester, count the worker's fulfilment, and
-    finish the request if nothing is left; returns the request, locked. The requester is
-    charged after the request's lock is taken: its balance row is shared by every submit of
-    its requests, so it is locked for as short a time as the transaction allows (and after
-    the request's row, the order a cancel takes them in)."""
-    kudos.apply_kudos(
-        session, user.id, reward, "reward", wp_id=wp.id, generation_id=gen_id, worker_id=worker_id
+    state: str,
+    now: datetime,
+    stored: dict[str, Any],
+    charged_tokens: int | None = None,
+) -> Paid:
+    """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
+    text formula (the worker is paid and nothing charged when censored, as upstream),
+    record the worker's speed sample, and finish the request if nothing is left.
+    ``trusted``: the worker owner's. ``charged_tokens``: the requester is charged for no
+    more than these (what its client received of a stream that diverged).
+
+    Three statements (``_claim_sql``, ``_CHARGE_SQL``, and ``_FINISH_SQL`` when the request
+    is complete), run on the driver connection:
+
+    - the claim (a compare-and-set: refused with DuplicateGen or AbortedGen), and, only when
+      it claimed, the speed sample (the newest ``Policy.speed_samples`` kept, their average
+      the worker's speed), the worker's counters, the owner's reward and its ledger row,
+      and the request's row lock;
+    - the requester's charge and its ledger row (after the request's lock: its balance row
+      is shared by every submit of its requests, so it is locked last and for as short a
+      time as the transaction allows, in the order a cancel takes them), with the
+      request's jobs still running counted in a snapshot taken after that lock;
+    - the request's deactivation and its holds' release.
+    """
+    reward = kudos.request_reward(
+        job, tokens, job.model, trusted=trusted, bridge_agent=job.bridge_agent
     )
-    counted = session.execute(
-        update(WORKERS)
-        .where(WORKERS.c.id == worker_id)
-        .values(
-            kudos=WORKERS.c.kudos + reward,
-            fulfilments=WORKERS.c.fulfilments + 1,
-            contributions=WORKERS.c.contributions + tokens,
+    censored = state != STATE_OK
+    charge = Decimal(0) if censored else reward
+    if charged_tokens is not None and charged_tokens < tokens:
+        received = kudos.request_reward(
+            job, charged_tokens, job.model, trusted=trusted, bridge_agent=job.bridge_agent
         )
-        .returning(WORKERS.c.kudos, WORKERS.c.fulfilments, WORKERS.c.contributions)
-    ).one()
-    synchronize(session, Worker, worker_id, dict(counted._mapping))
-    locked = session.scalars(
-        select(WaitingPrompt).where(WaitingPrompt.id == wp.id).with_for_update()
-    ).one()
+        charge = min(charge, received)
+    claimed = {
+        **stored, "state": state, "reward": reward, "charge": charge, "censored": censored,
+        "completed_at": now,
+    }  # fmt: skip
+    params = {
+        **{f"g_{k}": Jsonb(v) if k in JSON_COLUMNS and v is not None else v
+           for k, v in claimed.items()},
+        "gen_id": job.gen_id, "worker_id": job.worker_id, "owner_id": job.worker_user_id,
+        "wp_id": job.wp_id, "reward": reward, "tokens": tokens, "keep": policy.speed_samples,
+        "sample": speed_sample(tokens, (now - job.start_time).total_seconds()),
+    }  # fmt: skip
+    with driver_cursor(session) as cursor:
+        cursor.execute(_claim_sql(frozenset(stored)), params)
+        row = cursor.fetchone()
+        assert row is not None
+        if not row[0]:
+            refuse_claim(session, job.gen_id)
+        (_, owner_kudos, speed, worker_kudos, fulfilments, contributions,
+         n, faulted, cancelled, webhook) = row  # fmt: skip
+        cursor.execute(
+            _CHARGE_SQL,
+            {"requester_id": job.requester_id, "charge": -charge, "wp_id": job.wp_id,
+             "gen_id": job.gen_id},
+        )  # fmt: skip
+        charged = cursor.fetchone()
+        assert charged is not None
+        pending, requester_kudos = charged
+        complete = (n <= 0 and not pending) or faulted or cancelled
+        if complete:
+            cursor.execute(_FINISH_SQL, {"wp_id": job.wp_id})
+            holds = cursor.fetchall()
+    synchronize(session, Generation, job.gen_id, claimed)
+    synchronize(session, Worker, job.worker_id, {
+        "speed": speed, "kudos": worker_kudos, "fulfilments": fulfilments,
+        "contributions": contributions,
+    })  # fmt: skip
+    synchronize(session, User, job.worker_user_id, {"kudos": owner_kudos})
+    note_kudos(session.info, "reward", reward)  # /metrics counts them once committed
     if charge:
-        kudos.apply_kudos(session, wp.user_id, -charge, "charge", wp_id=wp.id, generation_id=gen_id)
-    finish_if_complete(session, locked)
-    return locked
+        synchronize(session, User, job.requester_id, {"kudos": requester_kudos})
+        note_kudos(session.info, "charge", -charge)
+    if complete:
+        for user_id, amount in holds:
+            kudos.apply_kudos(session, user_id, amount, "upfront_release", wp_id=job.wp_id)
+    return Paid(reward, n, not complete, faulted, cancelled, bool(webhook))
+
+
+JSON_COLUMNS = frozenset(c.name for c in GENERATIONS.columns if isinstance(c.type, JSONB))
+
+
+@functools.lru_cache(maxsize=16)
+def _claim_sql(stored: frozenset[str]) -> str:
+    """The claim and what follows it for a result of these columns (text, or chat's)."""
+    columns = sorted(stored | {"state", "reward", "charge", "censored", "completed_at"})
+    unknown = set(columns) - set(GENERATIONS.c.keys())
+    assert not unknown, unknown
+    sets = ", ".join(f"{c} = %(g_{c})s" for c in columns)
+    return _CLAIM_FRAME.format(sets=sets, unfinished=_UNFINISHED)
+
+
+_UNFINISHED = (
+    "processing_gens.generation IS NULL AND NOT processing_gens.faulted"
+    " AND NOT processing_gens.cancelled"
+)
+"""``rows.unfinished`` (a job handed out and still running), as SQL."""
+_CLAIM_FRAME = """
+WITH claimed AS (
+    UPDATE processing_gens SET {sets}
+    WHERE processing_gens.id = %(gen_id)s AND {unfinished}
+    RETURNING processing_gens.id
+), new_sample AS (
+    INSERT INTO worker_performances (worker_id, performance)
+    SELECT %(worker_id)s, %(sample)s FROM claimed
+    RETURNING worker_performances.id, worker_performances.performance
+), newest AS (
+    SELECT samples.id, samples.performance FROM (
+        SELECT new_sample.id, new_sample.performance FROM new_sample
+        UNION ALL
+        SELECT worker_performances.id, worker_performances.performance
+        FROM worker_performances WHERE worker_performances.worker_id = %(worker_id)s
+    ) AS samples ORDER BY samples.id DESC LIMIT %(keep)s
+), older AS (
+    DELETE FROM worker_performances
+    WHERE worker_performances.worker_id = %(worker_id)s
+        AND worker_performances.id NOT IN (SELECT newest.id FROM newest)
+        AND EXISTS (SELECT 1 FROM claimed)
+), counted AS (
+    UPDATE workers SET speed = (SELECT avg(newest.performance) FROM newest),
+        kudos = workers.kudos + %(reward)s, fulfilments = workers.fulfilments + 1,
+        contributions = workers.contributions + %(tokens)s
+    WHERE workers.id = %(worker_id)s AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING workers.speed, workers.kudos, workers.fulfilments, workers.contributions
+), moved AS (
+    UPDATE users SET kudos = users.kudos + %(reward)s
+    WHERE users.id = %(owner_id)s AND EXISTS (SELECT 1 FROM claimed)
+    RETURNING users.kudos
+), ledger AS (
+    INSERT INTO kudos_ledger (user_id, delta, reason, wp_id, generation_id, worker_id,
+        balance_after)
+    SELECT %(owner_id)s, %(reward)s, 'reward', %(wp_id)s, %(gen_id)s, %(worker_id)s,
+        moved.kudos
+    FROM moved
+), locked AS (
+    SELECT waiting_prompts.n, waiting_prompts.faulted, waiting_prompts.cancelled,
+        waiting_prompts.webhook
+    FROM waiting_prompts WHERE waiting_prompts.id = %(wp_id)s AND EXISTS (SELECT 1 FROM claimed)
+    FOR UPDATE
+)
+SELECT EXISTS (SELECT 1 FROM claimed), (SELECT moved.kudos FROM moved), counted.*, locked.*
+FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN locked ON true
+"""
+_CHARGE_SQL = f"""
+WITH moved AS (
+    UPDATE users SET kudos = users.kudos + %(charge)s
+    WHERE users.id = %(requester_id)s AND %(charge)s <> 0
+    RETURNING users.kudos
+), ledger AS (
+    INSERT INTO kudos_ledger (user_id, delta, reason, wp_id, generation_id, balance_after)
+    SELECT %(requester_id)s, %(charge)s, 'charge', %(wp_id)s, %(gen_id)s, moved.kudos
+    FROM moved
+)
+SELECT count(*), (SELECT moved.kudos FROM moved) FROM processing_gens
+WHERE processing_gens.wp_id = %(wp_id)s AND {_UNFINISHED}
+"""
+"""The requester's charge (none when it is 0) and the request's jobs still running."""
+_FINISH_SQL = """
+WITH finished AS (
+    UPDATE waiting_prompts SET active = false WHERE waiting_prompts.id = %(wp_id)s
+)
+UPDATE kudos_holds SET released = true, released_at = now()
+WHERE kudos_holds.wp_id = %(wp_id)s AND NOT kudos_holds.released
+RETURNING kudos_holds.user_id, kudos_holds.amount
+"""
+"""A request with nothing left: deactivated, its unreleased holds released (their amounts
+go back through the ledger: ``kudos.apply_kudos``)."""
 
 
 def refuse_claim(session: Session, gen_id: uuid.UUID) -> None:

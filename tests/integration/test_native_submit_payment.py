@@ -1,0 +1,80 @@
+"""A text submit's payment (three statements on the driver connection since issue 14): the
+request finishes with its last job, its upfront hold is released then and not before, and a
+worker serving its own owner's request is paid and charged in order."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import select
+
+from runtime.native.accounts.keys import ledger_balance
+from runtime.native.db.tables import Worker, WorkerPerformance
+from tests.integration.native_flow import ledger, pop, status, submit, submit_text
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_hold_is_released_when_the_last_job_lands(native_client, native_db, make_user):
+    rich = make_user("rich", kudos=1000)
+    owner = make_user("owner")
+    request_id = submit_text(native_client, rich.api_key, max_length=1024, n=2)
+    first = pop(native_client, owner.api_key, max_length=1024)
+    second = pop(native_client, owner.api_key, name="worker-2", max_length=1024)
+    assert submit(native_client, owner.api_key, first["id"]).status_code == 200
+    reasons = [reason for reason, _ in ledger(native_db, rich.id)]
+    assert reasons == ["grant", "horde_tax", "upfront_hold", "charge"]
+    assert status(native_client, request_id)["done"] is False
+    assert submit(native_client, owner.api_key, second["id"]).status_code == 200
+    reasons = [reason for reason, _ in ledger(native_db, rich.id)]
+    assert reasons == ["grant", "horde_tax", "upfront_hold", "charge", "charge", "upfront_release"]
+    done = status(native_client, request_id)
+    assert done["done"] is True
+    assert done["finished"] == 2
+    with native_db() as session:
+        assert ledger_balance(session, rich.id) == float(
+            sum(delta for _, delta in ledger(native_db, rich.id))
+        )
+    user = native_client.get(f"/users/{rich.id}").json()
+    assert Decimal(str(user["kudos"])) == sum(delta for _, delta in ledger(native_db, rich.id))
+
+
+def test_a_worker_serving_its_owner_s_request_is_paid_then_charged(
+    native_client, native_db, make_user
+):
+    both = make_user("both", kudos=100)
+    submit_text(native_client, both.api_key)
+    job = pop(native_client, both.api_key)
+    paid = submit(native_client, both.api_key, job["id"], "x" * 200)
+    assert paid.status_code == 200, paid.text
+    reward = Decimal(str(paid.json()["reward"]))
+    assert reward > 0
+    rows = ledger(native_db, both.id)
+    assert rows[-2:] == [("reward", reward), ("charge", -reward)]
+    user = native_client.get(f"/users/{both.id}").json()
+    assert Decimal(str(user["kudos"])) == sum(delta for _, delta in rows)
+    again = submit(native_client, both.api_key, job["id"], "x" * 200)
+    assert again.status_code == 400
+    assert again.json()["rc"] == "DuplicateGen"
+    assert ledger(native_db, both.id) == rows
+
+
+def test_the_worker_s_counters_and_speed_follow_its_submits(native_client, native_db, make_user):
+    requester = make_user("requester", kudos=1000)
+    owner = make_user("owner")
+    submit_text(native_client, requester.api_key, n=3)
+    rewards = []
+    for _ in range(3):
+        job = pop(native_client, owner.api_key)
+        landed = submit(native_client, owner.api_key, job["id"], "x" * 200)
+        assert landed.status_code == 200, landed.text
+        rewards.append(Decimal(str(landed.json()["reward"])))
+    with native_db() as session:
+        worker = session.scalars(select(Worker)).one()
+        samples = session.scalars(select(WorkerPerformance.performance)).all()
+    assert worker.fulfilments == 3
+    assert worker.contributions == 150  # 50 tokens each
+    assert worker.kudos == sum(rewards)
+    assert len(samples) == 3
+    assert worker.speed == pytest.approx(sum(samples) / 3)
