@@ -62,6 +62,7 @@ class ChatTestWorker:
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._paused = threading.Event()
+        self._idle = threading.Event()  # the loop saw the pause: no pop of its own in flight
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def pop_once(self) -> dict[str, Any]:
@@ -83,8 +84,10 @@ class ChatTestWorker:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self._paused.is_set():
+                self._idle.set()
                 self._stop.wait(POP_INTERVAL)
                 continue
+            self._idle.clear()
             try:
                 job = self.pop_once()
                 if not job.get("id"):
@@ -102,7 +105,11 @@ class ChatTestWorker:
                 self._stop.wait(POP_INTERVAL)
 
     def pause(self) -> None:
+        """Stop popping; returns once the loop's last pop has been answered, so no pop of
+        the loop (with the declaration it was sent with) lands after this."""
         self._paused.set()
+        if self._thread.is_alive():
+            self._idle.wait(timeout=30)
 
     def resume(self) -> None:
         self._paused.clear()
