@@ -6,7 +6,7 @@ submit is DuplicateGen, one on a job that ended (aborted, faulted, cancelled) Ab
 ``pay`` serves the text submit here and, through ``land_job``, the chat submit
 (``chat_submit``, with ``load_job`` and ``fault_job``); they differ only in what they store
 and how they count tokens. A text submit reads its key and job in one statement
-(``find_text_submit``) and pays in three (``pay``), on the session's driver connection: no
+(``find_text_submit``) and pays in two (``pay``), on the session's driver connection: no
 SQL expression is built and no entity loaded on its happy path (issue 14).
 
 Every landed generation records its worker's speed sample (upstream's worker
@@ -283,8 +283,8 @@ def pay(
     ``trusted``: the worker owner's. ``charged_tokens``: the requester is charged for no
     more than these (what its client received of a stream that diverged).
 
-    Three statements (``_claim_sql``, ``_CHARGE_SQL``, and ``_FINISH_SQL`` when the request
-    is complete), run on the driver connection:
+    Two statements (``_claim_sql``, ``_CHARGE_SQL``; a released hold's ledger move one
+    more each), run on the driver connection:
 
     - the claim (a compare-and-set: refused with DuplicateGen or AbortedGen), and, only when
       it claimed, the speed sample (the newest ``Policy.speed_samples`` kept, their average
@@ -292,9 +292,9 @@ def pay(
       and the request's row lock;
     - the requester's charge and its ledger row (after the request's lock: its balance row
       is shared by every submit of its requests, so it is locked last and for as short a
-      time as the transaction allows, in the order a cancel takes them), with the
-      request's jobs still running counted in a snapshot taken after that lock;
-    - the request's deactivation and its holds' release.
+      time as the transaction allows, in the order a cancel takes them), and the request's
+      deactivation and its holds' release when nothing is left of it (its jobs still
+      running counted in a snapshot taken after that lock).
     """
     reward = kudos.request_reward(
         job, tokens, job.model, trusted=trusted, bridge_agent=job.bridge_agent
@@ -328,15 +328,11 @@ def pay(
         cursor.execute(
             _CHARGE_SQL,
             {"requester_id": job.requester_id, "charge": -charge, "wp_id": job.wp_id,
-             "gen_id": job.gen_id},
+             "gen_id": job.gen_id, "n": n, "ended": bool(faulted or cancelled)},
         )  # fmt: skip
         charged = cursor.fetchone()
         assert charged is not None
-        pending, requester_kudos = charged
-        complete = (n <= 0 and not pending) or faulted or cancelled
-        if complete:
-            cursor.execute(_FINISH_SQL, {"wp_id": job.wp_id})
-            holds = cursor.fetchall()
+        requester_kudos, complete, held_by, held = charged
     synchronize(session, Generation, job.gen_id, claimed)
     synchronize(session, Worker, job.worker_id, {
         "speed": speed, "kudos": worker_kudos, "fulfilments": fulfilments,
@@ -347,9 +343,8 @@ def pay(
     if charge:
         synchronize(session, User, job.requester_id, {"kudos": requester_kudos})
         note_kudos(session.info, "charge", -charge)
-    if complete:
-        for user_id, amount in holds:
-            kudos.apply_kudos(session, user_id, amount, "upfront_release", wp_id=job.wp_id)
+    for user_id, amount in zip(held_by or [], held or [], strict=True):
+        kudos.apply_kudos(session, user_id, amount, "upfront_release", wp_id=job.wp_id)
     return Paid(reward, n, not complete, faulted, cancelled, bool(webhook))
 
 
@@ -426,21 +421,29 @@ WITH moved AS (
     INSERT INTO kudos_ledger (user_id, delta, reason, wp_id, generation_id, balance_after)
     SELECT %(requester_id)s, %(charge)s, 'charge', %(wp_id)s, %(gen_id)s, moved.kudos
     FROM moved
+), running AS (
+    SELECT count(*) AS jobs FROM processing_gens
+    WHERE processing_gens.wp_id = %(wp_id)s AND {_UNFINISHED}
+), finished AS (
+    UPDATE waiting_prompts SET active = false
+    WHERE waiting_prompts.id = %(wp_id)s
+        AND (%(ended)s OR (%(n)s <= 0 AND (SELECT running.jobs FROM running) = 0))
+    RETURNING waiting_prompts.id
+), released AS (
+    UPDATE kudos_holds SET released = true, released_at = now()
+    WHERE kudos_holds.wp_id = %(wp_id)s AND NOT kudos_holds.released
+        AND EXISTS (SELECT 1 FROM finished)
+    RETURNING kudos_holds.user_id, kudos_holds.amount
 )
-SELECT count(*), (SELECT moved.kudos FROM moved) FROM processing_gens
-WHERE processing_gens.wp_id = %(wp_id)s AND {_UNFINISHED}
+SELECT (SELECT moved.kudos FROM moved), EXISTS (SELECT 1 FROM finished), holds.*
+FROM (SELECT array_agg(released.user_id ORDER BY released.user_id, released.amount),
+             array_agg(released.amount ORDER BY released.user_id, released.amount)
+      FROM released) AS holds
 """
-"""The requester's charge (none when it is 0) and the request's jobs still running."""
-_FINISH_SQL = """
-WITH finished AS (
-    UPDATE waiting_prompts SET active = false WHERE waiting_prompts.id = %(wp_id)s
-)
-UPDATE kudos_holds SET released = true, released_at = now()
-WHERE kudos_holds.wp_id = %(wp_id)s AND NOT kudos_holds.released
-RETURNING kudos_holds.user_id, kudos_holds.amount
-"""
-"""A request with nothing left: deactivated, its unreleased holds released (their amounts
-go back through the ledger: ``kudos.apply_kudos``)."""
+"""The requester's charge (none when it is 0); then, when the request has nothing left
+(``ended``: faulted or cancelled; or no job left to hand out (``n``) and none running, in a
+snapshot taken after the request's lock), its deactivation and its unreleased holds'
+release (their amounts go back through the ledger: ``kudos.apply_kudos``)."""
 
 
 def refuse_claim(session: Session, gen_id: uuid.UUID) -> None:
