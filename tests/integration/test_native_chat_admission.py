@@ -13,8 +13,11 @@ from generated.chat.names import (
     HORDE_CONTEXT_FIT,
     HORDE_DRY_RUN,
     HORDE_MAX_KUDOS,
+    HORDE_WORKER_BLACKLIST,
+    HORDE_WORKERS,
     LIMIT_MAX_CONTEXT_LENGTH,
     LIMIT_MAX_LENGTH,
+    PARAM_HORDE,
     PARAM_MAX_TOKENS,
     PARAM_MODELS,
     PARAM_TOOLS,
@@ -264,3 +267,33 @@ def test_wait_time_counts_only_work_the_eligible_workers_could_take(native_clien
     behind = chat_status(native_client, second)
     assert behind["queue_position"] == 2
     assert behind["wait_time"] == 2 * alone
+
+
+@pytest.mark.raised_limits(
+    "chat_async",
+    why="five submits in a row from one address and key; the wait time is under test",
+)
+def test_wait_time_counts_a_listed_request_once_one_eligible_worker_may_take_it(
+    native_client, native_db, make_user
+):
+    """Two eligible workers of one setup are one SQL branch of the wait time; the worker
+    lists ahead still count per worker: allowed to one of them, or blocking only one, the
+    request's work counts; blocking both, it does not."""
+    requester = make_user("req", 10**6)
+    for name in ("chat-a", "chat-b"):
+        chat_pop(native_client, make_user(f"owner-{name}").api_key, name, prompt_jobs=False)
+    with native_db() as session:
+        ids = {name: id for name, id in session.execute(select(Worker.name, Worker.id))}
+    a, b = str(ids["chat-a"]), str(ids["chat-b"])
+    first = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
+    alone = chat_status(native_client, first)["wait_time"]
+    assert alone > 0
+    for workers, blacklist in (([b], False), ([a, b], True), ([a], True)):
+        horde = {HORDE_WORKERS: workers, HORDE_WORKER_BLACKLIST: blacklist}
+        submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100, PARAM_HORDE: horde})
+    last = chat_status(
+        native_client, submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
+    )
+    assert last["queue_position"] == 4
+    # ahead: the first, the one allowed to b, the one blocking a only (3 x 100), then its own
+    assert last["wait_time"] == 4 * alone

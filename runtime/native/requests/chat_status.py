@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, false, or_
+from sqlalchemy import ColumnElement, String, and_, exists, false, func, literal, or_, select
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Session
 
 from generated.chat.names import (
@@ -29,10 +31,17 @@ from generated.wire.native import ChatGeneration, ChatStatus, ExceededLimit, Rep
 from runtime.contract.requirements import pool_gap
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.queue.fit import (
+    SHARED_RULES,
+    TEXT_RULES,
+    WORKER_LIST,
+    Rule,
     chat_queue_filters,
+    chat_shape,
+    chat_values,
     chat_worker_fits,
     queue_filters,
     serving_declarations,
+    term_values,
 )
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.status import Jobs, queue_position, request_jobs, status_counts
@@ -68,14 +77,65 @@ def availability(
 
 
 def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
-    """SQL: a queued request (text or chat) one of the ``eligible`` workers could take."""
-    kinds: list[ColumnElement[bool]] = []
+    """SQL: a queued request (text or chat) one of the ``eligible`` workers could take.
+
+    Workers whose terms and declaration differ only by their id (a fleet of one setup) are
+    one branch: the worker-list rule, the only one reading the id, is tried for each of
+    their ids (``_any_id``) and every other rule once. Built per worker, 8 identical workers
+    cost the status read ~12 ms of SQL expressions with 10,000 queued."""
+    groups: dict[tuple[Any, ...], list[tuple[Worker, bool]]] = {}
     for worker, trusted in eligible:
+        terms = term_values(worker, trusted)
+        del terms["w_id"]
+        same = tuple((k, _hashable(v)) for k, v in sorted(terms.items()))
         if worker.prompt_jobs:
-            kinds.append(and_(WaitingPrompt.is_chat.is_(False), *queue_filters(worker, trusted)))
+            groups.setdefault(("text", same), []).append((worker, trusted))
         declaration = worker.chat_declaration or {}
-        kinds.append(and_(*chat_queue_filters(worker, trusted, declaration)))
+        shape = chat_shape(declaration)
+        values = tuple(
+            (k, _hashable(v)) for k, v in sorted(chat_values(declaration, shape).items())
+        )
+        groups.setdefault(("chat", shape, values, same), []).append((worker, trusted))
+    kinds: list[ColumnElement[bool]] = []
+    for key, members in groups.items():
+        worker, trusted = members[0]
+        if key[0] == "text":
+            rules = queue_filters(worker, trusted)
+            kinds.append(
+                and_(WaitingPrompt.is_chat.is_(False), *_any_id(rules, TEXT_RULES, members))
+            )
+        else:
+            declaration = worker.chat_declaration or {}
+            rules = chat_queue_filters(worker, trusted, declaration)
+            kinds.append(and_(*_any_id(rules, SHARED_RULES, members)))
     return or_(false(), *kinds)
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _any_id(
+    conditions: list[ColumnElement[bool]],
+    rules: tuple[Rule, ...],
+    members: list[tuple[Worker, bool]],
+) -> list[ColumnElement[bool]]:
+    """``conditions`` (the last ``len(rules)`` of them those ``rules``' SQL) with the
+    worker-list rule's replaced by the same rule for any of ``members``' ids: a request
+    listing workers (or blocking them) is taken if one of them may take it."""
+    if len(members) == 1:
+        return conditions
+    at = len(conditions) - len(rules) + rules.index(WORKER_LIST)
+    ids = (
+        func.unnest(literal([str(w.id) for w, _ in members], ARRAY(String)))
+        .table_valued("w_id")
+        .render_derived()
+    )
+    listed = exists(select(1).select_from(ids).where(WORKER_LIST.sql({"w_id": ids.c.w_id})))
+    unlisted = WaitingPrompt.workers == sql_cast(
+        literal("[]"), JSONB
+    )  # the rule's cheap case first
+    return [*conditions[:at], or_(unlisted, listed), *conditions[at + 1 :]]
 
 
 def generation_json(gen: Generation, worker_name: str) -> ChatGeneration:
