@@ -20,6 +20,7 @@ submit's commit (``runtime.native.queue.webhooks``), never inside it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from typing import Any
 
 from flask import Response, jsonify, request
 from redis.exceptions import RedisError
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_MODEL_ID, REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
@@ -61,7 +64,7 @@ from runtime.native.queue.jobs import (
     PoppedJob,
     job_payload,
     pop_text_job,
-    register_known_worker,
+    register_and_pop,
     register_worker,
 )
 from runtime.native.queue.submit import Submission, find_text_submit, submit_text_job
@@ -105,32 +108,42 @@ def text_pop() -> Response:
     ctx = native()
     now = utcnow()
     api_key = request.headers.get(HEADER_APIKEY)
-    # One transaction: the key, the worker's registration and the pop (each transaction
-    # costs the pool's ping, BEGIN and COMMIT); a known worker's registration and its key
-    # are one statement, the pop another.
-    with transaction(ctx.sessions) as session:
-        known = register_known_worker(
-            session, hash_key(api_key or ANONYMOUS_API_KEY), body, now, declaration
-        )
-        if known is None or known.user_id == ANONYMOUS_USER_ID:
-            worker_owner_for_key(session, api_key)  # refuses: no such key, or the anonymous one
-        assert known is not None
-        request_context.set_user(known.user_id)  # the access log's user id
-        worker, trusted = known.worker, known.trusted
-        if worker is None:  # a new name, or another user's
-            user = worker_owner_for_key(session, api_key)
+    # A known worker's pop is one statement (its key, its registration and the pick), run
+    # without a transaction (autocommit: no BEGIN and COMMIT round trips). Anything else (a
+    # new name, another user's, maintenance, a refused key) is the transaction below.
+    with Session(_autocommit(ctx.engine), expire_on_commit=False) as session:
+        key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
+        known, popped = register_and_pop(session, ctx.policy, key_hash, body, now, declaration)
+        if known is not None and known.worker is not None:
+            request_context.set_user(known.user_id)  # the access log's user id
+            answer = _popped_answer(popped, declaration)
+    if known is None or known.worker is None:
+        with transaction(ctx.sessions) as session:
+            user = worker_owner_for_key(session, api_key)  # refuses: no key, or anonymous
             worker = register_worker(session, ctx.policy, user, body, now, declaration)
-        popped = pop_text_job(
-            session, ctx.policy, worker, trusted, body["amount"], now, declaration
-        )
-        if popped.job is None:
-            return _no_job(popped.skipped)
-        if popped.job.is_chat:
-            chat_job = _chat_job(popped, declaration)
-        else:
-            note_pop(POP_TEXT)
-            return _text_job(popped.job)
-    return _send_chat_job(chat_job, declaration)
+            amount = body["amount"]
+            popped = pop_text_job(
+                session, ctx.policy, worker, user.trusted, amount, now, declaration
+            )
+            answer = _popped_answer(popped, declaration)
+    return answer if isinstance(answer, Response) else _send_chat_job(answer, declaration)
+
+
+@functools.lru_cache(maxsize=4)
+def _autocommit(engine: Engine) -> Engine:
+    """``engine`` without transactions (its pool's connections, in autocommit)."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def _popped_answer(popped: Popped, declaration: dict[str, Any] | None) -> Response | ChatJob:
+    """A pop's answer, or the chat job to send once its request's row is no longer locked."""
+    if popped.job is None:
+        return _no_job(popped.skipped)
+    if popped.job.is_chat:
+        assert declaration is not None
+        return _chat_job(popped, declaration)
+    note_pop(POP_TEXT)
+    return _text_job(popped.job)
 
 
 def declared_model(body: dict[str, Any]) -> list[str]:

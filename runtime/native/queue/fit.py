@@ -142,12 +142,26 @@ def first_model(worker: Worker) -> str | None:
     return worker.models[0] if worker.models else None
 
 
-def is_slow(worker: Worker) -> bool:
-    """Slower than upstream's threshold for the worker's model (no samples: the baseline)."""
+def slow_threshold(worker: Worker) -> float:
+    """Upstream's slow threshold for the worker's model."""
     model = first_model(worker)
-    threshold = SLOW_SPEED_NO_MODEL if model is None else slow_speed(model_billions(model))
+    return SLOW_SPEED_NO_MODEL if model is None else slow_speed(model_billions(model))
+
+
+def is_slow(worker: Worker) -> bool:
+    """Slower than upstream's threshold for the worker's model (no samples: the baseline).
+    Its SQL form, on a worker row: ``fast_sql``."""
     speed = SPEED_BASELINE if worker.speed is None else worker.speed
-    return speed < threshold
+    return speed < slow_threshold(worker)
+
+
+def fast_sql(speed: str) -> str:
+    """``not is_slow`` as SQL on the column ``speed``, with the parameters ``fast_values``."""
+    return f"coalesce({speed}, %(speed_baseline)s) >= %(slow_threshold)s"
+
+
+def fast_values(worker: Worker) -> dict[str, float]:
+    return {"speed_baseline": SPEED_BASELINE, "slow_threshold": slow_threshold(worker)}
 
 
 SLOW = Rule(

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import and_, case, false, func, or_, select
+from sqlalchemy import Boolean, String, and_, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
@@ -42,10 +42,13 @@ from runtime.native.queue.fit import (
     SKIP_REASONS,
     VALIDATED_BACKENDS_KEY,
     ChatShape,
+    Terms,
     bound_chat_values,
     chat_filters,
     chat_shape,
     chat_values,
+    fast_sql,
+    fast_values,
     queue_filters,
     term_values,
     text_filters,
@@ -114,55 +117,46 @@ class Registered:
     this user's (new, or another user's): ``register_worker`` then decides."""
 
 
-_REGISTER_SQL = """
-WITH owner AS (
-    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
-    WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
-), registered AS (
-    UPDATE workers SET models = %(models)s, max_length = %(max_length)s,
-        max_context_length = %(max_context_length)s, threads = %(threads)s, nsfw = %(nsfw)s,
-        bridge_agent = %(bridge_agent)s, extra_slow_worker = %(extra_slow_worker)s,
-        chat_declaration = %(chat_declaration)s, prompt_jobs = %(prompt_jobs)s,
-        last_check_in = %(now)s
-    FROM owner
-    WHERE workers.name = %(name)s AND workers.user_id = owner.id AND owner.id <> %(anonymous)s
-    RETURNING workers.id, workers.speed, workers.maintenance, workers.maintenance_reason
-)
-SELECT owner.id, owner.trusted, registered.id, registered.speed, registered.maintenance,
-    registered.maintenance_reason
-FROM owner LEFT JOIN registered ON true
-"""
-
-
-def register_known_worker(
+def register_and_pop(
     session: Session,
+    policy: Policy,
     key_hash: str,
     body: dict[str, Any],
     now: datetime,
     declaration: dict[str, Any] | None = None,
-) -> Registered | None:
-    """``register_worker``'s common case in one statement: the key's user and, when the name
-    is already that user's worker, its refresh from the declaration. None: no such key.
-    Refuses a worker in maintenance (WorkerMaintenance), after the refresh, as upstream."""
-    values = _declared(body, declaration)
+) -> tuple[Registered | None, Popped]:
+    """A known worker's pop in one statement (``_pop_sql`` registering): the key's user, the
+    worker's refresh from its declaration (when the name is that user's worker and not in
+    maintenance) and ``pop_text_job``'s pick. None: no such key. A Registered without a
+    worker changed nothing: the name is new or another user's, or the worker is in
+    maintenance; ``register_worker`` then decides, in a transaction."""
+    declared = _declared(body, declaration)
+    worker = Worker(name=body["name"], **declared)
     params = {
-        **values,
-        "models": Jsonb(values["models"]),
-        "chat_declaration": None if values["chat_declaration"] is None else Jsonb(declaration),
-        "key_hash": key_hash, "name": body["name"], "now": now, "anonymous": ANONYMOUS_USER_ID,
+        **term_values(worker, False),  # the body's terms (the row's: REGISTERED_TERMS)
+        **_pop_values(policy, worker, body["amount"], now, declaration),
+        **fast_values(worker),
+        **declared,
+        "models": Jsonb(declared["models"]),
+        "chat_declaration": Jsonb(declaration) if declared["chat_declaration"] else None,
+        "key_hash": key_hash, "name": body["name"], "anonymous": ANONYMOUS_USER_ID,
     }  # fmt: skip
+    sql, defaults = _pop_sql(*_pop_shape(declaration), registering=True)
     with driver_cursor(session) as cursor:
-        cursor.execute(_REGISTER_SQL, params)
+        cursor.execute(sql, {**defaults, **params})
         row = cursor.fetchone()
     if row is None:
-        return None
-    user_id, trusted, worker_id, speed, maintenance, reason = row
+        return None, Popped()
+    user_id, trusted, worker_id, speed, *popped = row
     if worker_id is None:
-        return Registered(user_id, trusted, None)
-    if maintenance:
-        raise WorkerMaintenance(name=body["name"], reason=reason or "")
-    worker = Worker(id=worker_id, name=body["name"], user_id=user_id, speed=speed, **values)
-    return Registered(user_id, trusted, worker)
+        return Registered(user_id, trusted, None), Popped()
+    worker.id, worker.user_id, worker.speed = worker_id, user_id, speed
+    registered = Registered(user_id, trusted, worker)
+    if popped[0] is None:
+        return registered, Popped(
+            skipped=skipped_counts(session, queue_filters(worker, trusted), now)
+        )
+    return registered, _popped(session, policy, popped)
 
 
 def _declared(body: dict[str, Any], declaration: dict[str, Any] | None) -> dict[str, Any]:
@@ -243,33 +237,50 @@ def pop_text_job(
     values bound): the next request, locked (SKIP LOCKED), its n lowered by what this pop
     takes, and that many jobs inserted; run on the session's driver connection (no SQL
     expression built, no entity loaded). A chat job's request is then loaded whole."""
-    prompt_jobs = declaration is None or bool(declaration[DECL_PROMPT_JOBS])
-    shape = (
-        chat_shape(declaration) if declaration is not None and declaration[DECL_CHAT_JOBS] else None
-    )
-    sql, defaults = _pop_sql(prompt_jobs, shape)
+    sql, defaults = _pop_sql(*_pop_shape(declaration))
     params = {
         **defaults,
         **term_values(worker, trusted),
-        **(chat_values(declaration, shape) if declaration is not None and shape else {}),
-        "now": now,
-        "amount": amount,
+        **_pop_values(policy, worker, amount, now, declaration),
         "worker_id": worker.id,
-        "worker_models": list(worker.models),
-        "chat_model": declaration[DECL_MODEL_ID] if declaration is not None else None,
-        "ttl": policy.generation_ttl_seconds,
     }
     with driver_cursor(session) as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return Popped(skipped=skipped_counts(session, queue_filters(worker, trusted), now))
+    return _popped(session, policy, row)
+
+
+def _pop_shape(declaration: dict[str, Any] | None) -> tuple[bool, ChatShape | None]:
+    """Whether a declaration takes text jobs, and the shape of its chat jobs' filters."""
+    prompt_jobs = declaration is None or bool(declaration[DECL_PROMPT_JOBS])
+    chat = declaration is not None and bool(declaration[DECL_CHAT_JOBS])
+    return prompt_jobs, chat_shape(declaration) if declaration is not None and chat else None
+
+
+def _pop_values(
+    policy: Policy, worker: Worker, amount: int, now: datetime, declaration: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The pop's parameters besides the worker's terms."""
+    _, shape = _pop_shape(declaration)
+    return {
+        **(chat_values(declaration, shape) if declaration is not None and shape else {}),
+        "now": now,
+        "amount": amount,
+        "worker_models": list(worker.models),
+        "chat_model": declaration[DECL_MODEL_ID] if declaration is not None else None,
+        "ttl": policy.generation_ttl_seconds,
+    }
+
+
+def _popped(session: Session, policy: Policy, row: Any) -> Popped:
+    """A pop's job from its row; a chat job's request is loaded whole for its payload."""
     wp_id, is_chat, params_, prompt, softprompt, origin_id, model, ids = row
     job = PoppedJob(
         wp_id=wp_id, is_chat=is_chat, params=params_, prompt=prompt, softprompt=softprompt,
         origin_id=origin_id, model=model, ttl=policy.generation_ttl_seconds, ids=list(ids),
     )  # fmt: skip
-    # a chat job's request, already locked by this transaction, loaded for its payload
     wp = session.get(WaitingPrompt, wp_id) if is_chat else None
     return Popped(job=job, wp=wp)
 
@@ -284,10 +295,37 @@ def driver_cursor(session: Session) -> Iterator[Any]:
 
 
 DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+_REGISTER_FRAME = """
+owner AS (
+    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
+    WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
+), registered AS (
+    UPDATE workers SET models = %(models)s, max_length = %(max_length)s,
+        max_context_length = %(max_context_length)s, threads = %(threads)s, nsfw = %(nsfw)s,
+        bridge_agent = %(bridge_agent)s, extra_slow_worker = %(extra_slow_worker)s,
+        chat_declaration = %(chat_declaration)s, prompt_jobs = %(prompt_jobs)s,
+        last_check_in = %(now)s
+    FROM owner
+    WHERE workers.name = %(name)s AND workers.user_id = owner.id
+        AND owner.id <> %(anonymous)s AND NOT workers.maintenance
+    RETURNING workers.id, workers.speed
+), worker AS (
+    SELECT registered.id, registered.id::text AS id_text,
+        {fast} AS fast
+    FROM registered
+),"""
+"""The key's user and a known worker's refresh, ahead of the pop (``register_and_pop``)."""
+REGISTERED_TERMS: Terms = {
+    **BOUND_TERMS,
+    "w_id": literal_column("(SELECT worker.id_text FROM worker)", String()),
+    "w_trusted": literal_column("(SELECT owner.trusted FROM owner)", Boolean()),
+    "w_fast": literal_column("(SELECT worker.fast FROM worker)", Boolean()),
+}
+"""The worker's terms the registration's row gives (its id, its owner's trust, its speed)."""
 _POP_FRAME = """
-WITH picked AS (
+WITH {registering} picked AS (
     SELECT waiting_prompts.id, waiting_prompts.n FROM waiting_prompts
-    WHERE {queued} AND waiting_prompts.expiry > %(now)s AND ({kinds})
+    WHERE {queued} AND waiting_prompts.expiry > %(now)s AND ({kinds}){registered}
     ORDER BY waiting_prompts.extra_priority DESC, waiting_prompts.created ASC
     LIMIT 1 FOR UPDATE SKIP LOCKED
 ), taken AS (
@@ -309,30 +347,46 @@ WITH picked AS (
     FROM taken
 ), gens AS (
     INSERT INTO processing_gens (id, wp_id, worker_id, model, start_time, ttl, gen_metadata)
-    SELECT gen_random_uuid(), taken.id, %(worker_id)s, chosen.model, %(now)s, %(ttl)s,
+    SELECT gen_random_uuid(), taken.id, {worker_id}, chosen.model, %(now)s, %(ttl)s,
         '[]'::jsonb
     FROM taken, chosen, generate_series(1, taken.took)
     RETURNING id
 )
-SELECT taken.id, taken.is_chat, taken.params, taken.prompt, taken.softprompt, taken.origin_id,
-    chosen.model, ARRAY(SELECT id FROM gens)
-FROM taken, chosen
+{select}
 """
+_POPPED = """SELECT taken.id, taken.is_chat, taken.params, taken.prompt, taken.softprompt,
+    taken.origin_id, chosen.model, ARRAY(SELECT gens.id FROM gens)
+FROM taken, chosen"""
+_REGISTERED_POPPED = f"""SELECT owner.id, owner.trusted, registered.id, registered.speed, popped.*
+FROM owner LEFT JOIN registered ON true LEFT JOIN ({_POPPED}) AS popped ON true"""
 """The pop. A text job's model is the worker's first model the request accepts (any, if it
 names none), else the worker's first, else none; a chat job's is the declaration's model_id."""
 
 
 @functools.lru_cache(maxsize=256)
-def _pop_sql(prompt_jobs: bool, shape: ChatShape | None) -> tuple[str, dict[str, Any]]:
-    """The pop's SQL for a declaration of this shape and its literal parameters."""
+def _pop_sql(
+    prompt_jobs: bool, shape: ChatShape | None, *, registering: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """The pop's SQL for a declaration of this shape and its literal parameters;
+    ``registering``: with the key's user and the worker's refresh (``register_and_pop``)."""
+    terms = REGISTERED_TERMS if registering else BOUND_TERMS
     kinds = []
     if prompt_jobs:
-        kinds.append(and_(WaitingPrompt.is_chat.is_(False), *text_filters(BOUND_TERMS)))
+        kinds.append(and_(WaitingPrompt.is_chat.is_(False), *text_filters(terms)))
     if shape is not None:
-        kinds.append(and_(*chat_filters(shape, bound_chat_values(shape), BOUND_TERMS)))
+        kinds.append(and_(*chat_filters(shape, bound_chat_values(shape), terms)))
     compiled = or_(false(), *kinds).compile(dialect=DIALECT)
     queued_sql = and_(*queued()).compile(dialect=DIALECT, compile_kwargs={"literal_binds": True})
-    sql = _POP_FRAME.format(queued=queued_sql, kinds=compiled.string)
+    sql = _POP_FRAME.format(
+        registering=_REGISTER_FRAME.format(fast=fast_sql("registered.speed"))
+        if registering
+        else "",
+        queued=queued_sql,
+        kinds=compiled.string,
+        worker_id="(SELECT worker.id FROM worker)" if registering else "%(worker_id)s",
+        registered=" AND EXISTS (SELECT 1 FROM worker)" if registering else "",
+        select=_REGISTERED_POPPED if registering else _POPPED,
+    )
     return sql, {k: v for k, v in compiled.params.items() if v is not None}
 
 
