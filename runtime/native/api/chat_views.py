@@ -69,8 +69,8 @@ def chat_async() -> tuple[Response, int]:
     chat_request = validate_chat_request(raw)
     validate_body("chat_async", raw)
     assert ctx.objects is not None
-    with transaction(ctx.sessions) as session:  # a wrong key fetches and stores nothing
-        user_for_key(session, request.headers.get(HEADER_APIKEY))
+    # A wrong key fetches and stores nothing: with images, the admission before intake
+    # checks the key first; without, intake stores nothing and the transaction checks it.
     replayed = _admitted_before_intake(chat_request)
     if replayed is not None:
         result = replayed

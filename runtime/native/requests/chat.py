@@ -135,7 +135,8 @@ def _claim_operation(
 
 
 def _unknown_model(session: Session, models: list[str]) -> str | None:
-    """The first listed model that no registered worker serves by that exact name."""
+    """The first listed model that no registered worker serves by that exact name (the
+    caller leaves out those an online worker serves)."""
     for name in models:
         known = session.scalar(
             select(Worker.id)
@@ -150,6 +151,14 @@ def _unknown_model(session: Session, models: list[str]) -> str | None:
         if known is None:
             return name
     return None
+
+
+def _online_serves(online: list[tuple[Worker, bool]], name: str) -> bool:
+    """An online worker serves ``name`` by that exact name (so it is known: no query)."""
+    return any(
+        name in (w.models or []) or (w.chat_declaration or {}).get(DECL_MODEL_ID) == name
+        for w, _ in online
+    )
 
 
 def _model_param(request: dict[str, Any], name: str) -> str:
@@ -192,10 +201,11 @@ def create_chat_request(
     full_prompt = flatten_messages(request[PARAM_MESSAGES])
     screen(moderation_patterns, full_prompt)
     models = requested_models(request)
-    unknown = _unknown_model(session, models)
+    online = online_workers(session, policy, now)
+    unknown = _unknown_model(session, [m for m in models if not _online_serves(online, m)])
     if unknown is not None:
         raise ModelNotFound(model=unknown, param=_model_param(request, unknown))
-    declarations = serving_declarations(online_workers(session, policy, now), models)
+    declarations = serving_declarations(online, models)
     if not declarations:
         raise NoEligibleWorker(reason=f"no online chat worker serves {', '.join(models)}")
     measured = objects.limit_measures() if objects is not None else None

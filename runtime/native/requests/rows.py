@@ -62,19 +62,20 @@ def unfinished() -> list[Any]:
 
 
 def queued_jobs(session: Session, user_id: int) -> int:
-    """Jobs the user has waiting or processing (upstream's concurrency count)."""
-    waiting = session.scalar(
-        select(func.coalesce(func.sum(WaitingPrompt.n), 0)).where(
-            WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True)
-        )
+    """Jobs the user has waiting or processing (upstream's concurrency count), one statement."""
+    waiting = (
+        select(func.coalesce(func.sum(WaitingPrompt.n), 0))
+        .where(WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True))
+        .scalar_subquery()
     )
-    processing = session.scalar(
+    processing = (
         select(func.count())
         .select_from(Generation)
         .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
         .where(WaitingPrompt.user_id == user_id, *unfinished())
+        .scalar_subquery()
     )
-    return int(waiting or 0) + int(processing or 0)
+    return int(session.execute(select(waiting + processing)).scalar_one())
 
 
 def admit_jobs(
