@@ -142,18 +142,21 @@ def _wait_ready(url: str) -> None:
 
 def horde_leg(backend: str, model: Path) -> list[float]:
     """Through the front, the native API and the project's long-polling worker."""
-    with native_service() as service:
+    with native_service() as service, tempfile.TemporaryFile("w+") as output:
         requester, owner = bench_users(service)
         redis_url = str(service.context.settings.redis_url)
         front, front_url = start_front(redis_url, service.url, cap=64, poll=10)
+        # llama-cpp-python's server reports its context on no route, so the worker is told
+        # (without it the worker refuses to start, as it tells a user)
         command = [
             sys.executable, "-m", "runtime.cli", "worker",
             "--horde", service.url, "--api-key", owner, "--backend", backend,
-            "--model", MODEL_NAME, "--gguf", str(model), "--chat-only",
+            "--model", MODEL_NAME, "--gguf", str(model), "--context", str(CONTEXT),
+            "--chat-only",
         ]  # fmt: skip
-        worker = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         try:
-            _wait_worker(f"{service.url}/api/v2")
+            _wait_worker(f"{service.url}/api/v2", worker, output)
             headers = {"Authorization": f"Bearer {requester}"}
             return run_leg(f"{front_url}/v1/chat/completions", headers)
         finally:
@@ -162,10 +165,14 @@ def horde_leg(backend: str, model: Path) -> list[float]:
             stop_front(front)
 
 
-def _wait_worker(native: str) -> None:
-    """Until the worker is online (its model listed with a chat worker)."""
+def _wait_worker(native: str, worker: subprocess.Popen[bytes], output: Any) -> None:
+    """Until the worker is online (its model listed with a chat worker); its output if it
+    exits first."""
     deadline = time.monotonic() + READY_TIMEOUT
     while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            output.seek(0)
+            raise RuntimeError(f"the worker exited ({worker.returncode}): {output.read()}")
         models = httpx.get(native + "/status/models", params={"type": "text"}, timeout=5).json()
         if any(m.get("name") == MODEL_NAME and m.get("chat_count") for m in models):
             return
