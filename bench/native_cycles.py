@@ -16,33 +16,64 @@ One process is ``NativeService`` in this process; two are ``horde-chat native --
 two ``horde-chat native`` processes on two ports with the workers split between them. The
 queue is topped up to 10,000 before each run.
 
-Where the time goes (py-spy on the bench, cProfile with a CPU clock on pop+submit through
-Flask's test client, one worker; 2-core machine shared with other work, load 4-9):
+Where the time goes. Measured in process with cProfile (CPU clock) on pop+submit through
+Flask's test client, one worker (no HTTP: the views, Flask, the limiter, the database and
+Redis calls); per process with /proc CPU times over a 1-process run (the server, Postgres's
+backends, Redis, the client); and py-spy (``--gil``) on the server. The 2-core machine is
+shared with other sessions' work: the load average (``uptime``) is given with each figure.
 
-Before (fc0c25a^): ~58-68 ms of server CPU a cycle, ~35 database round trips and 6 Redis
-round trips. A submit was ~60% of a cycle: two transactions (its job's kind, then the
-submit), each paying the pool's pre-ping, BEGIN and COMMIT; inside, ~19 ORM statements (the
-bridge agent read again, each kudos move an UPDATE plus a flushed ledger INSERT, the speed
-sample three statements, ORM UPDATEs synchronizing the session by evaluate/fetch), with the
-requester's balance row, shared by every submit, locked from its charge to the commit. A
-pop was two transactions (register, then pop) and its pick three round trips (SELECT FOR
-UPDATE SKIP LOCKED, the ORM's UPDATE of n, the generation's INSERT). flask-limiter spent
-three Redis round trips a limit (the hit, then GET and TTL for the X-RateLimit headers).
-Figures, same machine back to back: 9.1-14.5 cycles/s (1 process), 7.9-14.4 (2 processes).
+Earlier sessions (fc0c25a^ -> f2644ac): ~35 -> 23 database round trips a cycle and 6 -> 2
+Redis ones: one transaction each for pop and submit, the pick as one UPDATE ... FROM
+(SELECT ... FOR UPDATE SKIP LOCKED) RETURNING, Core updates, the limiter's headers from its
+hit's own script (``runtime/native/api/limit_storage.py``).
 
-After: ~45 ms of server CPU a cycle, 23 database round trips, 2 Redis round trips. One
-transaction each for pop and submit; the pop's pick is one UPDATE ... FROM (SELECT ... FOR
-UPDATE SKIP LOCKED) RETURNING; a kudos move and a speed sample are one statement each; the
-claim, the worker's counters and the hold release are Core UPDATEs; the requester's row is
-locked last; the limiter's headers come from the hit's own script
-(runtime/native/api/limit_storage.py). Figures: 16.3-21.7 cycles/s (1 process), 11.0-22.7
-(2 processes), i.e. 1.5-2x. What remains, by CPU: building SQL expressions and their cache
-keys every call (the pop's ~30 eligibility conditions are rebuilt per pop: ~15% of a pop),
-the ORM's entity loading (the key's user, the job's three rows, the popped request), ~20
-statements at ~0.5 ms of Python each, Flask and the limiter ~10%. Two processes do not add
-throughput here because the machine's two cores are already busy with other work; 500
-cycles/s needs a cycle at a few statements (a stored procedure or one statement per route)
-and an unloaded machine.
+Before this session (f2644ac, issue 14): 24.9 ms of server CPU a cycle in process; 17
+statements (ORM and Core, each SQL expression and its cache key built per call: the pop's
+~30 eligibility conditions per pop, the entities of the key's user, the job's three rows,
+the worker and the request loaded), plus the pool's pre-ping, BEGIN and COMMIT per
+transaction. Bench: 30.9 cycles/s (1 process) and 29.5 (2) at load 1.0; 42.0-46.5 and
+32.6-43.4 at load 4-5; 27.7 and 8.2 at load 6-9.
+
+This session's cuts (each its own commit):
+
+- The pop is one statement, compiled once per declaration shape (``queue.jobs._pop_sql``;
+  ``queue.fit``'s rules take the worker's terms, bound parameters here, literals for the
+  status): the key's user, a known worker's refresh (not in maintenance), the pick (SKIP
+  LOCKED), its n and its jobs' INSERT; run in autocommit (no BEGIN, no COMMIT) on the
+  driver connection: no SQL expression built, no entity loaded. A new name, another
+  user's, maintenance or a refused key take the transaction as before.
+- A text submit is three statements in its transaction (``queue.submit``): the key and the
+  job read together; the claim with the speed sample, the worker's counters, the owner's
+  reward and ledger row and the request's lock; the charge with the count of running jobs
+  (a snapshot after that lock), the request's deactivation and its holds' release. The chat
+  submit pays through the same ``pay``.
+- The workers' lane (pop, submit, progress, heartbeat) runs its views buffered
+  (``runtime/native/asgi.py``): one hop to a thread and back instead of a2wsgi's hop per
+  body, response start and chunk (a tiny view, 8 at a time: 0.77 -> 0.22-0.27 ms CPU a
+  request).
+
+After: 3.5 ms of server CPU a cycle in process (before the last two cuts, which act on the
+HTTP path); 8 database round trips a cycle (pop: pre-ping, 1 statement; submit: pre-ping,
+BEGIN, 3 statements, COMMIT) and 2 Redis ones. Per process over a 1-process run at load
+3-4: server 5.2-5.5 ms CPU a cycle, Postgres 1.6-2.0, the client 0.8-1.1, Redis 0.1.
+Bench: 127 cycles/s (1 process) and 168 (2) at load 2.4-3.0 (the submit cut alone);
+114-138 and 123-172 at load 4-7 (f2644ac beside it: 42-46 and 33-43); 37 and 77 at load
+6-9 (f2644ac: 28 and 8).
+
+What remains, by the server's GIL time (py-spy --gil, 1 process, before the buffered lane):
+the event loop ~47% (uvicorn's h11 parsing, asyncio, a2wsgi's thread hops, now cut for the
+lane), the views' thread ~52%: flask-limiter ~10% (its before_request check runs for
+every request besides the decorator's; the Redis script itself ~6%), the body's jsonschema
+validation and the chat declaration's parse ~8% (a validator built and ``best_match`` run
+per call, outside issue 14's files: ``api/validation.py``, ``contract/declaration.py``),
+the pool's pre-ping ~4% a checkout, Flask and the access log/metrics hooks ~7%, the three
+statements' driver calls ~15%. 500 cycles/s on 2 cores needs all of a cycle's CPU (server,
+Postgres, client) under ~4 ms with nothing else running; it is ~7.5 ms now. What would
+remove the rest: no pre-ping per checkout (2 round trips a cycle; ``stores/database.py``:
+ping only a connection idle for a while), validators built once, a limiter hit without
+flask-limiter's per-request machinery, and pop and submit served by an ASGI handler of
+their own (no Flask, no thread hop: ~1 ms a request of framework CPU). Two processes add
+throughput only when the machine has a core to spare.
 """
 
 from __future__ import annotations
