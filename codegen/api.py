@@ -189,6 +189,61 @@ def _check(api: Api, raw: dict[str, Any], errors: dict[str, dict[str, Any]]) -> 
     problems = _check_refs(api, raw)
     for route in api.routes:
         problems += _check_route(api, route, errors)
+        problems += _check_links(api, route)
+    return problems
+
+
+def link_parameter_place(target: Route, name: str) -> str | None:
+    """Where a link's parameter ``name`` goes in ``target``: path, query, header or None."""
+    if name in target.path_params:
+        return "path"
+    if name in target.query_params:
+        return "query"
+    if name in target.headers:
+        return "header"
+    return None
+
+
+def _check_links(api: Api, route: Route) -> list[SpecError]:
+    """Every link of a route's responses names a route of this surface and its parameters."""
+    f, problems = api.file, []
+    by_id = {r.operation_id: r for r in api.routes}
+    for status, resp in route.responses.items():
+        for name, link in resp.get("links", {}).items():
+            at = f"routes.{route.operation_id}.responses.{status}.links.{name}"
+            target = by_id.get(link["operation"])
+            if target is None:
+                problems.append(
+                    _problem(
+                        f,
+                        at,
+                        f"no route {link['operation']!r} on the {api.surface} surface",
+                        link["operation"],
+                        sorted(by_id),
+                    )
+                )
+                continue
+            for param in link.get("parameters", {}):
+                if link_parameter_place(target, param) is None:
+                    known = [*target.path_params, *target.query_params, *target.headers]
+                    problems.append(
+                        _problem(
+                            f,
+                            f"{at}.parameters",
+                            f"{target.operation_id} has no parameter {param!r}",
+                            param,
+                            known or ["(none)"],
+                        )
+                    )
+            if "request_body" in link and target.body is None:
+                problems.append(
+                    SpecError(
+                        f,
+                        f"{at}.request_body",
+                        f"{target.operation_id} takes no body",
+                        "drop request_body",
+                    )
+                )
     return problems
 
 

@@ -13,7 +13,14 @@ from typing import Any
 
 import yaml
 
-from codegen.api import Api, Route, external_schemas, load_apis, rewrite_refs
+from codegen.api import (
+    Api,
+    Route,
+    external_schemas,
+    link_parameter_place,
+    load_apis,
+    rewrite_refs,
+)
 from codegen.render import Output
 from codegen.spec import Spec
 from codegen.targets.errors import collect as collect_errors
@@ -104,7 +111,21 @@ def _error_responses(api: Api, route: Route, errors: dict[str, dict[str, Any]]) 
     return out
 
 
-def _success(resp: dict[str, Any]) -> dict[str, Any]:
+def _link(link: dict[str, Any], routes: dict[str, Route]) -> dict[str, Any]:
+    """An OpenAPI link; each parameter qualified by where the target takes it (path.id)."""
+    target = routes[link["operation"]]
+    out: dict[str, Any] = {"operationId": target.operation_id, "description": link["description"]}
+    if "parameters" in link:
+        out["parameters"] = {
+            f"{link_parameter_place(target, name)}.{name}": expression
+            for name, expression in link["parameters"].items()
+        }
+    if "request_body" in link:
+        out["requestBody"] = dict(link["request_body"])
+    return out
+
+
+def _success(resp: dict[str, Any], routes: dict[str, Route]) -> dict[str, Any]:
     content: dict[str, Any] = {}
     if "schema" in resp:
         content["application/json"] = {"schema": rewrite_refs(resp["schema"], COMPONENTS)}
@@ -119,6 +140,8 @@ def _success(resp: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"description": resp["description"]}
     if content:
         out["content"] = content
+    if "links" in resp:
+        out["links"] = {name: _link(link, routes) for name, link in resp["links"].items()}
     return out
 
 
@@ -146,7 +169,8 @@ def operation(api: Api, route: Route, errors: dict[str, dict[str, Any]]) -> dict
         }
         if route.body_description:
             op["requestBody"]["description"] = route.body_description
-    responses = {s: _success(r) for s, r in route.responses.items()}
+    routes = {r.operation_id: r for r in api.routes}
+    responses = {s: _success(r, routes) for s, r in route.responses.items()}
     responses.update(_error_responses(api, route, errors))
     op["responses"] = dict(sorted(responses.items()))
     return op

@@ -138,3 +138,39 @@ def test_an_exempt_finish_reason_must_be_a_defined_one(spec_copy: Path) -> None:
     (err,) = info.value.errors
     assert err.file == "spec/chat/verification.yaml"
     assert "content_filter" in err.suggestion
+
+
+def test_a_submits_id_links_to_its_status_and_cancel() -> None:
+    doc = yaml.safe_load((GENERATED / "native.yaml").read_text())
+    links = doc["paths"]["/api/v2/generate/chat/async"]["post"]["responses"]["202"]["links"]
+    assert links["ChatStatus"]["operationId"] == "chat_status"
+    assert links["ChatStatus"]["parameters"]["path.id"] == "$response.body#/id"
+    assert links["ChatCancel"]["operationId"] == "chat_cancel"
+    pop = doc["paths"]["/api/v2/generate/text/pop"]["post"]["responses"]["200"]["links"]
+    assert pop["Submit"]["requestBody"] == {"id": "$response.body#/id"}
+
+
+def test_a_link_to_a_route_of_the_other_surface_is_refused(spec_copy: Path) -> None:
+    replace_once(
+        spec_copy / "api" / "front.yaml", "operation: retrieve_model", "operation: chat_status"
+    )
+    with pytest.raises(SpecErrors) as info:
+        openapi.build(load_spec(spec_copy))
+    (err,) = info.value.errors
+    assert err.path == "routes.list_models.responses.200.links.RetrieveModel"
+    assert "no route 'chat_status' on the front surface" in err.problem
+    assert "retrieve_model" in err.suggestion
+
+
+def test_a_link_parameter_the_target_does_not_take_is_refused(spec_copy: Path) -> None:
+    replace_once(
+        spec_copy / "api" / "native.yaml",
+        "description: The first user listed.\n            parameters: {id:",
+        "description: The first user listed.\n            parameters: {ids:",
+    )
+    with pytest.raises(SpecErrors) as info:
+        openapi.build(load_spec(spec_copy))
+    (err,) = info.value.errors
+    assert err.path == "routes.users.responses.200.links.User.parameters"
+    assert "user has no parameter 'ids'" in err.problem
+    assert "'id'" in err.suggestion
