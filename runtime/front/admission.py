@@ -9,17 +9,32 @@ the raw bytes, after it exactly), parses it (runtime.strict_json: any depth, non
 numbers, lone surrogates and NUL are 400s), drops the front's default no-ops and runs the
 shared validator (item caps first); it returns the body to forward and the normalised
 request. ``admitted_body`` is what a request awaits: the same, with the body to forward
-encoded, run on a small thread pool for a body over ``OFF_LOOP_BYTES`` so that one client's
-large body does not hold the event loop (and every other client) while it is parsed.
+encoded, run in ``PARSER`` (two processes of their own) for a body over ``OFF_LOOP_BYTES``.
+
+Why processes: the json module holds the GIL for a whole parse, so a parse on a thread still
+held every other client of the event loop (a 1 MiB body of ``[{},{},...]``, the text
+allowance, stalled them ~100 ms; bench/front_hostile.py). A parser process answers the
+refusal or the body encoded plus the normalised request, whose unpickling is cheap (a
+legitimate large body is mostly long strings). Up to ``OFF_LOOP_BYTES`` the parse stays on
+the loop: a few milliseconds at worst, less than the trip to a process would add. The pool
+is bounded: two processes, a flood of large bodies queues for them (how many can queue is
+the admission caps'; their bytes are already read). A parser process that dies (the kernel's
+OOM killer) breaks its pool: the request answers 503 FrontAtCapacity and the next large body
+gets a new pool. Parser processes exit with the front, even when it is SIGKILLed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import os
+import select
+import threading
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,9 +59,11 @@ from runtime.contract.validator import drop_front_defaults, horde_option, valida
 
 BEARER = "bearer "
 OFF_LOOP_BYTES = 16 * 1024
-"""Bodies larger than this are parsed and validated on ``PARSE_POOL``, not the event loop."""
-PARSE_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="front-parse")
-"""Two threads: parsing holds the GIL in C, so more would only queue behind each other."""
+"""Bodies larger than this are parsed and validated in ``PARSER``, not on the event loop (the
+worst body of this size, ``[{},{},...]``, holds the loop ~2 ms)."""
+PARSER_PROCESSES = 2
+"""One per core of the machines measured; more would only share the same cores."""
+PARSER_NICENESS = 10
 
 
 class ClientGone(Exception):
@@ -152,9 +169,128 @@ def _checked_and_encoded(raw: bytes) -> tuple[bytes, dict[str, Any]]:
     return json.dumps(forward, separators=(",", ":"), ensure_ascii=False).encode(), request
 
 
+def _parsed_apart(raw: bytes) -> tuple[bytes, dict[str, Any]] | HordeError:
+    """``_checked_and_encoded`` in a parser process: the refusal is returned, not raised (its
+    traceback, which would travel with it, holds nothing the front answers)."""
+    try:
+        return _checked_and_encoded(raw)
+    except HordeError as refusal:
+        return refusal
+
+
+def _parser_started(front_pid: int) -> None:
+    """A parser process's initializer. It runs at a lower priority (niceness +10), so a
+    hostile body's parse takes CPU the front's event loop does not need, not CPU it does;
+    and a thread ends it once the front that started it is gone (a SIGKILLed front cannot
+    shut its pool down)."""
+    os.nice(PARSER_NICENESS)
+
+    def watch() -> None:
+        try:
+            fd = os.pidfd_open(front_pid)
+        except (AttributeError, OSError):  # no pidfd (not Linux 5.3+): poll instead
+            while _alive(front_pid):
+                threading.Event().wait(1.0)
+        else:
+            select.select([fd], [], [])  # readable once the front exited
+        os._exit(0)
+
+    threading.Thread(target=watch, name="front-gone", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ready() -> int:
+    return os.getpid()
+
+
+class Parser:
+    """The parser processes of this front process, started by ``open`` (or the first large body)."""
+
+    def __init__(self, processes: int = PARSER_PROCESSES) -> None:
+        self.processes = processes
+        self.pool: ProcessPoolExecutor | None = None
+        self.lock = threading.Lock()
+        self.users = 0
+
+    def _pool(self) -> ProcessPoolExecutor:
+        with self.lock:
+            if self.pool is None:
+                # forkserver: no fork of this threaded process; each parser starts from a
+                # server that imported this module once
+                context = multiprocessing.get_context("forkserver")
+                context.set_forkserver_preload([__name__])
+                self.pool = ProcessPoolExecutor(
+                    self.processes,
+                    mp_context=context,
+                    initializer=_parser_started,
+                    initargs=(os.getpid(),),
+                )
+            return self.pool
+
+    def open(self) -> None:
+        """An app starts using the parser: start every parser process now (blocking: call
+        it off the loop), so the first large body does not wait for them."""
+        with self.lock:
+            self.users += 1
+        pool = self._pool()
+        for started in [pool.submit(_ready) for _ in range(self.processes)]:
+            started.result()
+
+    def close(self) -> None:
+        """An app stops using the parser; the last one shuts the parser processes down."""
+        with self.lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def pids(self) -> list[int]:
+        """The parser processes' pids (none before the first use)."""
+        pool = self.pool
+        return sorted(getattr(pool, "_processes", None) or {}) if pool is not None else []
+
+    async def run(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
+        pool = self._pool()
+        try:
+            try:
+                future = pool.submit(_parsed_apart, raw)
+            except BrokenProcessPool:  # broken before this body: it gets a new pool
+                self._forget(pool)
+                pool = self._pool()
+                future = pool.submit(_parsed_apart, raw)
+            done = await asyncio.wrap_future(future)
+        except BrokenProcessPool:  # a parser died with this body in: the next gets a new pool
+            self._forget(pool)
+            raise FrontAtCapacity(scope="body parser restarting") from None
+        if isinstance(done, HordeError):
+            raise done
+        return done
+
+    def _forget(self, pool: ProcessPoolExecutor) -> None:
+        with self.lock:
+            if self.pool is pool:
+                self.pool = None
+        pool.shutdown(wait=False)
+
+
+PARSER = Parser()
+"""This front process's parser processes (each app's lifespan opens and closes it)."""
+
+
 async def admitted_body(raw: bytes) -> tuple[bytes, dict[str, Any]]:
-    """(the body to forward, encoded; the normalised request), or the refusal; off the
-    event loop for a body over ``OFF_LOOP_BYTES``."""
+    """(the body to forward, encoded; the normalised request), or the refusal; in a parser
+    process for a body over ``OFF_LOOP_BYTES``."""
     if len(raw) <= OFF_LOOP_BYTES:
         return _checked_and_encoded(raw)
-    return await asyncio.get_running_loop().run_in_executor(PARSE_POOL, _checked_and_encoded, raw)
+    return await PARSER.run(raw)

@@ -32,7 +32,7 @@ from generated.errors import HordeError, ModelNotFound
 from generated.routes import ROUTES
 from generated.signals import chat_channel
 from generated.wire.front import Model, ModelList
-from runtime.front.admission import Admission, api_key_of
+from runtime.front.admission import PARSER, Admission, api_key_of
 from runtime.front.chat import ChatCompletions
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain
@@ -121,6 +121,7 @@ def create_front_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         drain.bind(asyncio.get_running_loop())
         restore_signals = drain.chain_signals()  # a server process: SIGTERM begins the drain
+        await asyncio.to_thread(PARSER.open)  # large bodies are parsed in processes of their own
         limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
         hooks = {"request": [forward_request_id]}  # the native access log names our request id
         async with httpx.AsyncClient(limits=limits, event_hooks=hooks) as http:
@@ -149,6 +150,7 @@ def create_front_app(
                 await hub.stop()
                 await redis.aclose()
                 restore_signals()
+                await asyncio.to_thread(PARSER.close)
                 process_exited()
 
     routes = [
