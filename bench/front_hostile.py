@@ -19,26 +19,29 @@ Bodies: ``parts_8mb`` (one user message of ~8.5 MB of one-character text parts, 
 ``horde.dry_run`` after validation), ``tool_history_2mb`` (an assistant message with many
 tool calls answered in reverse order), ``array_30mb`` (a top-level array of ``{}``),
 ``deep_10000`` (10,000 nested arrays), ``schema_900`` (a json_schema 900 levels deep), and
-the largest bodies the allowances let through to the parse: ``array_1mb`` (1 MiB of ``{}``,
-the text allowance) and ``images_24mb`` (two inline images of 12 MiB, the inline-image
-allowance; refused for ``horde.dry_run`` after validation).
+the largest bodies the allowances let through to the parse (bodies over 16 KiB are parsed in
+the front's parser processes, runtime/front/admission.py; what stall is left for the 24-30 MB
+bodies is reading them: uvicorn's h11 protocol copies each 256 KiB the loop receives, about
+100-200 ms of loop time per 30 MB even for a body refused from its Content-Length):
+``array_1mb`` (1 MiB of ``{}``, the text allowance) and ``images_24mb`` (two inline images
+of 12 MiB, the inline-image allowance; refused for ``horde.dry_run`` after validation).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import statistics
+import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -130,28 +133,44 @@ def rss(pid: int, field: str) -> int:
     raise RuntimeError(f"no {field} for {pid}")
 
 
-class Hostile(threading.Thread):
-    """Sends one body on its own connection; records when it went and how it was answered."""
+SENDER = r"""
+import sys, time, httpx
+url, path = sys.argv[1], sys.argv[2]
+body = open(path, "rb").read()
+with httpx.Client(timeout=600) as client:
+    started = time.monotonic()
+    try:
+        response = client.post(url, content=body, headers={"content-type": "application/json"})
+        status, text = response.status_code, response.text[:160]
+    except httpx.HTTPError as exc:
+        status, text = 0, repr(exc)
+    ended = time.monotonic()
+print(started, ended, status, " ".join(text.split()), sep="\t")
+"""
+"""Sends one body (a file) on its own connection from a process of its own: from a thread of
+this one it held the GIL the other clients' loop needs (a 30 MB body the front refuses from
+its Content-Length alone then 'stalled the front' ~50 ms)."""
 
-    def __init__(self, url: str, body: bytes) -> None:
-        super().__init__(daemon=True)
-        self.url, self.body = url, body
+
+class Hostile:
+    """One send of the body in ``path``; when it went (time.monotonic, shared by the
+    processes of the machine) and how it was answered."""
+
+    def __init__(self, url: str, path: Path) -> None:
+        self.url, self.path = url, path
         self.started = self.ended = 0.0
         self.status = 0
         self.error = ""
 
     def run(self) -> None:
-        with httpx.Client(timeout=600) as client:
-            self.started = time.perf_counter()
-            try:
-                response = client.post(
-                    self.url, content=self.body, headers={"content-type": "application/json"}
-                )
-                self.status = response.status_code
-                self.error = response.text[:160]
-            except httpx.HTTPError as exc:
-                self.error = repr(exc)
-            self.ended = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-c", SENDER, self.url, str(self.path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        started, ended, status, self.error = done.stdout.rstrip("\n").split("\t", 3)
+        self.started, self.ended, self.status = float(started), float(ended), int(status)
 
 
 async def others(url: str, stop: asyncio.Event) -> list[tuple[float, float]]:
@@ -172,7 +191,7 @@ async def others(url: str, stop: asyncio.Event) -> list[tuple[float, float]]:
         await asyncio.sleep(random.uniform(0, PAUSE))
         try:
             while not stop.is_set():
-                start = time.perf_counter()
+                start = time.monotonic()
                 writer.write(request)
                 await writer.drain()
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -183,7 +202,7 @@ async def others(url: str, stop: asyncio.Event) -> list[tuple[float, float]]:
                     if line.lower().startswith(b"content-length:")
                 )
                 await reader.readexactly(length)
-                end = time.perf_counter()
+                end = time.monotonic()
                 if status != b"400":
                     raise RuntimeError(f"small request answered {status!r}")
                 timings.append((start, end))
@@ -195,22 +214,51 @@ async def others(url: str, stop: asyncio.Event) -> list[tuple[float, float]]:
     return timings
 
 
-async def measure(url: str, body: bytes, pid: int) -> tuple[float, float, int, float, str]:
-    """(stall ms: the median over REPEATS sends, RSS growth MB, status, seconds, answer)."""
+def descendants(pid: int) -> list[int]:
+    """The processes started by ``pid`` and by them (the front's parser processes)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def peak_rss(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, RuntimeError):  # gone
+            total += rss(pid, "VmHWM")
+    return total
+
+
+async def measure(url: str, body: bytes, pid: int) -> tuple[float, float, float, int, float, str]:
+    """(stall ms: the median over REPEATS sends, front RSS growth MB, the peak RSS MB of the
+    front's parser processes, status, seconds, answer)."""
     stop = asyncio.Event()
     running = asyncio.create_task(others(url, stop))
-    await asyncio.sleep(BASELINE)
-    before = rss(pid, "VmRSS")
-    sends: list[Hostile] = []
-    for _ in range(REPEATS):
-        hostile = Hostile(url, body)
-        hostile.start()
-        await asyncio.to_thread(hostile.join)
-        sends.append(hostile)
-        await asyncio.sleep(AFTER)
+    with tempfile.NamedTemporaryFile(suffix=".json") as file:
+        file.write(body)
+        file.flush()
+        await asyncio.sleep(BASELINE)
+        before = rss(pid, "VmRSS")
+        sends: list[Hostile] = []
+        for _ in range(REPEATS):
+            hostile = Hostile(url, Path(file.name))
+            await asyncio.to_thread(hostile.run)
+            sends.append(hostile)
+            await asyncio.sleep(AFTER)
     stop.set()
     timings = await running
     peak = rss(pid, "VmHWM")
+    parsers = peak_rss(descendants(pid))
     first = sends[0].started
     median = statistics.median(e - s for s, e in timings if e < first)
     stalls = []
@@ -224,7 +272,7 @@ async def measure(url: str, body: bytes, pid: int) -> tuple[float, float, int, f
     )
     took = statistics.median(h.ended - h.started for h in sends)
     stall = statistics.median(stalls)
-    return stall * 1000, (peak - before) / MB, sends[0].status, took, sends[0].error
+    return stall * 1000, (peak - before) / MB, parsers / MB, sends[0].status, took, sends[0].error
 
 
 def main() -> None:
@@ -236,7 +284,8 @@ def main() -> None:
             process, front_url = start_front(redis_url, service.url, cap=CLIENTS * 4, poll=10)
             try:
                 url = f"{front_url}/v1/chat/completions"
-                stall, growth, status, took, error = asyncio.run(measure(url, body, process.pid))
+                measured = asyncio.run(measure(url, body, process.pid))
+                stall, growth, parsers, status, took, error = measured
             finally:
                 stop_front(process)
             print(
@@ -246,6 +295,7 @@ def main() -> None:
             )
             print(f"figure: front_stall_ms_{name} = {stall:.1f} ms", flush=True)
             print(f"figure: front_rss_growth_mb_{name} = {growth:.1f} MB", flush=True)
+            print(f"figure: front_parsers_peak_rss_mb_{name} = {parsers:.1f} MB", flush=True)
 
 
 if __name__ == "__main__":
