@@ -36,6 +36,8 @@ from typing import Any
 import httpx
 import pytest
 
+from generated.errors import HordeError, InvalidJSON
+from runtime.front.admission import Parser
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import MadeUser
@@ -261,3 +263,29 @@ def test_hostile_bodies_are_refused_in_bounds_while_others_are_served(
     for pipe in (front.process.stdout, front.process.stderr):
         if pipe is not None:
             pipe.close()
+
+
+def test_a_parser_process_killed_costs_one_answer_at_most() -> None:
+    """A parser process SIGKILLed (the kernel's OOM killer) breaks its pool: the body that
+    meets the broken pool is answered 503 FrontAtCapacity at worst, and the next is parsed
+    by a new pool (the front needs no restart)."""
+    parser = Parser()
+    parser.open()
+    try:
+        body = deep(10_000)
+        with pytest.raises(InvalidJSON):
+            asyncio.run(parser.run(body))
+        victim = parser.pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        until(lambda: not alive(victim), "the parser process gone")
+        answers = []
+        for _ in range(2):
+            try:
+                asyncio.run(parser.run(body))
+            except HordeError as refused:
+                answers.append(refused.code)
+        assert answers[-1] == "InvalidJSON", answers
+        assert set(answers) <= {"InvalidJSON", "FrontAtCapacity"}, answers
+        assert victim not in parser.pids()
+    finally:
+        parser.close()
