@@ -57,8 +57,8 @@ HTTP path); 8 database round trips a cycle (pop: pre-ping, 1 statement; submit: 
 BEGIN, 3 statements, COMMIT) and 2 Redis ones. Per process over a 1-process run at load
 3-4: server 5.2-5.5 ms CPU a cycle, Postgres 1.6-2.0, the client 0.8-1.1, Redis 0.1.
 Bench: 127 cycles/s (1 process) and 168 (2) at load 2.4-3.0 (the submit cut alone);
-114-138 and 123-172 at load 4-7 (f2644ac beside it: 42-46 and 33-43); 37 and 77 at load
-6-9 (f2644ac: 28 and 8).
+114-138 and 123-172 at load 4-7 (f2644ac beside it: 42-46 and 33-43); with every cut,
+77-138 and 78-121 at load 5.5-9.4, f2644ac run alternately with it 25.6 and 11-23.
 
 What remains, by the server's GIL time (py-spy --gil, 1 process, before the buffered lane):
 the event loop ~47% (uvicorn's h11 parsing, asyncio, a2wsgi's thread hops, now cut for the
