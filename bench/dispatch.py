@@ -18,7 +18,31 @@ The worker and the requester are two threads of one client process of their own
 their clocks agree and the client never shares the server's interpreter. The server is
 ``NativeService`` (uvicorn, one process) in this process on embedded stores, rate limits as
 shipped times HORDE_RATE_LIMIT_SCALE=100 (the requester sends more than 2 chat requests a
-second).
+second). ``dispatch_server_cpu_ms_per_request``: the server process's CPU over the long-poll
+run per request (the chat submit with its first status read, the woken pop, the worker's
+reply and its next pop), a figure the machine's load moves less than the latencies.
+
+Where the time goes (2026-12-03, 2 cores shared with other work, load 4-5; server-side
+stamps of 100-150 requests, p50 from the requester's send):
+
+- send -> the submit's Flask view: 2-3 ms (uvicorn, a thread of the clients' lane);
+- its checks (passkey, headers, the chat validator, the body's schema): ~1 ms;
+- its transaction up to the commit: 6.5-12 ms (~5 ms of CPU: the key FOR UPDATE, the online
+  workers, the concurrency count, the row, the horde tax, the commit);
+- commit -> publish -> this process's subscription -> the woken pop's view: ~1 ms;
+- the woken pop's view to its answer: 10-15 ms, the submit's first status read running
+  beside it (3-4 ms of CPU, more with a deep queue: bench/native_chat.py) under one GIL.
+
+So half the dispatch is the submit's own work before its commit and half the pop's; the
+wake itself is ~1 ms. Cut this session (issue 14): the submit's key check, a transaction
+of its own before the one that checks the key anyway; the query for a model an online
+worker serves; the concurrency count's second statement; the status read's SQL expressions
+built per worker (now per worker setup, kept). Python function calls per chat submit
+(cProfile, same run): 17,162 -> 10,452 (the first status read 8,773 -> 3,839). The figures
+at load 5-18 were 31-100 ms p50 before and after alike: on this machine the load, not the
+code, decides them; dispatch_server_cpu_ms_per_request 63-66 -> 41-61 ms. Left: the pop's
+own cost (declaration parse and registration run again on a woken pop), ORM loads of the
+row and workers in the submit and status, the HTTP shell's hop to a thread.
 """
 
 from __future__ import annotations
@@ -74,7 +98,9 @@ def main() -> None:
             sweep=False,
         )
         try:
+            cpu = time.process_time()
             long_poll = _client(service, requester, worker, POP_MAX_WAIT_SECONDS, SAMPLES)
+            cpu = time.process_time() - cpu
             polled = _client(service, requester, worker, 0, POLL_SAMPLES)
         finally:
             service.stop()
@@ -88,6 +114,8 @@ def main() -> None:
     print(f"figure: dispatch_p99_ms = {_percentile(dispatch, 99):.1f} ms")
     print(f"figure: dispatch_max_ms = {max(dispatch):.1f} ms")
     print(f"figure: dispatch_submit_answer_p50_ms = {_percentile(submit, 50):.1f} ms")
+    per_request = cpu * 1000 / (len(long_poll) + WARMUP)
+    print(f"figure: dispatch_server_cpu_ms_per_request = {per_request:.1f} ms")
     print(f"samples = {len(polled)} (wait 0, a pop every {POLL_INTERVAL:g} s)")
     print(f"figure: dispatch_poll_p50_ms = {_percentile([j for j, _s in polled], 50):.1f} ms")
 
