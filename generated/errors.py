@@ -154,7 +154,8 @@ class InvalidJSON(HordeError):
 
 class InvalidPayload(HordeError):
     """The JSON body breaks the route's schema (a missing field, a wrong type, a number out of
-    bounds, an unknown key where unknown keys are refused). The message names the field."""
+    bounds, an unknown key where unknown keys are refused), or a header its schema (a Client-
+    Agent over its maxLength, a missing required apikey). The message names the field."""
 
     code = "InvalidPayload"
     template = "Input payload validation failed: {field}: {problem}"

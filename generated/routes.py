@@ -224,7 +224,7 @@ ROUTES: dict[str, Route] = {
             path="/api/v2/generate/text/status/{id}",
             headers=(HEADER_CLIENT_AGENT,),
             path_params={"id": {"type": "string", "maxLength": 64}},
-            errors=("RequestNotFound", "RateLimited", "InternalError"),
+            errors=("RequestNotFound", "InvalidPayload", "RateLimited", "InternalError"),
         ),
         Route(
             operation_id="text_cancel",
@@ -233,7 +233,7 @@ ROUTES: dict[str, Route] = {
             path="/api/v2/generate/text/status/{id}",
             headers=(HEADER_CLIENT_AGENT,),
             path_params={"id": {"type": "string", "maxLength": 64}},
-            errors=("RequestNotFound", "RateLimited", "InternalError"),
+            errors=("RequestNotFound", "InvalidPayload", "RateLimited", "InternalError"),
         ),
         Route(
             operation_id="chat_async",
@@ -289,7 +289,13 @@ ROUTES: dict[str, Route] = {
             path="/api/v2/generate/chat/status/{id}",
             headers=(HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY, HEADER_APIKEY),
             path_params={"id": {"type": "string", "maxLength": 64}},
-            errors=("RequestNotFound", "InvalidServicePasskey", "RateLimited", "InternalError"),
+            errors=(
+                "RequestNotFound",
+                "InvalidServicePasskey",
+                "InvalidPayload",
+                "RateLimited",
+                "InternalError",
+            ),
         ),
         Route(
             operation_id="chat_cancel",
@@ -298,7 +304,13 @@ ROUTES: dict[str, Route] = {
             path="/api/v2/generate/chat/status/{id}",
             headers=(HEADER_CLIENT_AGENT, HEADER_X_HORDE_SERVICE_PASSKEY),
             path_params={"id": {"type": "string", "maxLength": 64}},
-            errors=("RequestNotFound", "InvalidServicePasskey", "RateLimited", "InternalError"),
+            errors=(
+                "RequestNotFound",
+                "InvalidServicePasskey",
+                "InvalidPayload",
+                "RateLimited",
+                "InternalError",
+            ),
         ),
         Route(
             operation_id="chat_cancel_operation",
@@ -319,6 +331,7 @@ ROUTES: dict[str, Route] = {
                 "RequestNotFound",
                 "InvalidAPIKey",
                 "InvalidServicePasskey",
+                "InvalidPayload",
                 "RateLimited",
                 "InternalError",
             ),

@@ -21,6 +21,7 @@ from generated.chat.names import (
     ROLE_SYSTEM,
 )
 from generated.chat.tables import FEATURES, GUARANTEES, PARAMETERS, SAMPLING_DEFAULTS
+from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, HEADER_X_OPERATION_KEY
 from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
@@ -91,6 +92,33 @@ def test_chat_and_text_ids_are_not_found_on_each_others_routes(native_client, ma
     assert native_client.get(f"/generate/chat/status/{text_id}").json()["rc"] == "RequestNotFound"
     assert native_client.delete(f"/generate/chat/status/{text_id}").status_code == 404
     assert status(native_client, text_id)["waiting"] == 1
+    assert chat_status(native_client, chat_id)["waiting"] == 1
+
+
+def test_status_and_cancel_routes_refuse_a_header_over_its_schema(native_client, make_user):
+    """Found by schemathesis's stateful phase (issue 13): a Client-Agent over its maxLength
+    was refused on the submits but answered 200 on a status read or a cancel of a known id."""
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    submitted = chat_async(
+        native_client, requester.api_key, chat_body(), **{HEADER_X_OPERATION_KEY: "hdr-1"}
+    )
+    assert submitted.status_code == 202, submitted.text
+    chat_id = submitted.json()["id"]
+    text_id = submit_text(native_client, requester.api_key)
+    long_agent = {HEADER_CLIENT_AGENT: "a" * 1001, HEADER_APIKEY: requester.api_key}
+    for method, path in [
+        ("GET", f"/generate/text/status/{text_id}"),
+        ("DELETE", f"/generate/text/status/{text_id}"),
+        ("GET", f"/generate/chat/status/{chat_id}"),
+        ("DELETE", f"/generate/chat/status/{chat_id}"),
+        ("DELETE", "/generate/chat/operation/hdr-1"),
+    ]:
+        refused = native_client.request(method, path, headers=long_agent)
+        assert refused.status_code == 400, (method, path, refused.text)
+        assert refused.json()["rc"] == "InvalidPayload"
+        assert refused.json()["param"] == HEADER_CLIENT_AGENT
+    assert status(native_client, text_id)["waiting"] == 1  # nothing was cancelled
     assert chat_status(native_client, chat_id)["waiting"] == 1
 
 

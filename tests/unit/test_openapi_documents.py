@@ -71,15 +71,15 @@ def test_front_streams_event_stream_and_answers_x_horde() -> None:
 
 def test_a_misspelt_error_on_a_route_is_refused_with_a_suggestion(spec_copy: Path) -> None:
     replace_once(
-        spec_copy / "api" / "native.yaml", "errors: [RequestNotFound]", "errors: [RequestNotFund]"
+        spec_copy / "api" / "native.yaml", "errors: [WorkerNotFound]", "errors: [WorkerNotFund]"
     )
     with pytest.raises(SpecErrors) as info:
         load_spec(spec_copy)
     (err,) = info.value.errors
     assert err.file == "spec/api/native.yaml"
-    assert err.path == "routes.text_status.errors"
-    assert "'RequestNotFund' is not a defined error" in err.problem
-    assert "RequestNotFound" in err.suggestion
+    assert err.path == "routes.worker.errors"
+    assert "'WorkerNotFund' is not a defined error" in err.problem
+    assert "WorkerNotFound" in err.suggestion
 
 
 def test_an_error_without_a_status_on_the_surface_is_refused(spec_copy: Path) -> None:

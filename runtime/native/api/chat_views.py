@@ -151,7 +151,8 @@ def _create(
 
 def chat_status_view(id: str) -> Response:
     ctx = native()
-    trusted_service(ctx.settings)
+    trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
+    checked_headers("chat_status")
     with transaction(ctx.sessions) as session:
         wp = get_chat_request(session, id)
         body: dict[str, Any] = dict(chat_status(session, ctx.policy, wp, utcnow()))
@@ -182,7 +183,8 @@ def _end_user(session: Session, wp: WaitingPrompt) -> dict[str, str]:
 
 def chat_cancel(id: str) -> Response:
     ctx = native()
-    trusted_service(ctx.settings)
+    trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
+    checked_headers("chat_cancel")
     with transaction(ctx.sessions) as session:
         wp = get_chat_request(session, id, lock=True)
         was_active, wp_id = wp.active, wp.id
@@ -200,7 +202,8 @@ def chat_cancel_operation(key: str) -> Response:
     front whose every submit response was lost has no id to cancel it by). With none, the
     key is retired: a submit with it still on its way queues nothing (409)."""
     ctx = native()
-    trusted_service(ctx.settings)
+    trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
+    checked_headers("chat_cancel_operation")
     with transaction(ctx.sessions) as session:
         user = user_for_key(session, request.headers.get(HEADER_APIKEY))
         wp_id = retire_operation(session, user.id, key)

@@ -43,6 +43,7 @@ def text_async() -> tuple[Response, int]:
 
 
 def text_status_view(id: str) -> Response:
+    checked_headers("text_status")
     ctx = native()
     with transaction(ctx.sessions) as session:
         wp = get_text_request(session, id)
@@ -50,6 +51,7 @@ def text_status_view(id: str) -> Response:
 
 
 def text_cancel(id: str) -> Response:
+    checked_headers("text_cancel")
     ctx = native()
     with transaction(ctx.sessions) as session:
         wp = get_text_request(session, id, lock=True)
