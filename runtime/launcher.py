@@ -119,7 +119,7 @@ def run_up(
             print(join_line(stores), file=out, flush=True)
             upgrade(stores.database_url)
             print("schema: up to date", file=out, flush=True)
-            for starter in starters or SERVICE_STARTERS:
+            for starter in SERVICE_STARTERS if starters is None else starters:
                 service = starter(settings, stores)
                 services.append(service)
                 print(service.describe(), file=out, flush=True)
