@@ -121,7 +121,10 @@ def create_front_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         drain.bind(asyncio.get_running_loop())
         restore_signals = drain.chain_signals()  # a server process: SIGTERM begins the drain
-        await asyncio.to_thread(PARSER.open)  # large bodies are parsed in processes of their own
+        # Large bodies are parsed in processes of their own, started in the background: their
+        # server imports the front's modules, seconds on a busy machine, which the front's
+        # start (and small bodies) need not wait for; a large body meanwhile waits for them.
+        parsers_started = asyncio.create_task(asyncio.to_thread(PARSER.open))
         limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
         hooks = {"request": [forward_request_id]}  # the native access log names our request id
         async with httpx.AsyncClient(limits=limits, event_hooks=hooks) as http:
@@ -150,6 +153,7 @@ def create_front_app(
                 await hub.stop()
                 await redis.aclose()
                 restore_signals()
+                await parsers_started
                 await asyncio.to_thread(PARSER.close)
                 process_exited()
 
