@@ -31,8 +31,16 @@ def _refuse(key: str, problem: str) -> InvalidChatDeclaration:
     return InvalidChatDeclaration(detail=f"{key}: {problem}", param=key)
 
 
+_VALIDATORS: dict[str, Draft202012Validator] = {}
+"""One validator per declaration key: a key's schema comes from the spec's tables, so it is
+built on the first pop that sends the key, not on every pop."""
+
+
 def _check(key: str, value: Any, schema: dict[str, Any]) -> None:
-    error = best_match(Draft202012Validator(schema).iter_errors(value))
+    validator = _VALIDATORS.get(key)
+    if validator is None:
+        validator = _VALIDATORS[key] = Draft202012Validator(schema)
+    error = best_match(validator.iter_errors(value))
     if error is not None:
         where = ".".join([key, *map(str, error.absolute_path)])
         raise _refuse(where, error.message)
