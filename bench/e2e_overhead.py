@@ -2,8 +2,13 @@
 ways, side by side in one run (printed, never pass/fail):
 
 1. directly against the demo model's llama-cpp-python server (``/v1/chat/completions``);
-2. through LiteLLM's proxy in front of that server, when ``litellm[proxy]`` installs (the
-   ``bench`` extra); otherwise its figure is printed as unavailable, with the reason;
+2. through LiteLLM's proxy in front of that server, when its proxy imports: from the venv, or
+   from BENCH_LITELLM_PATH, a folder the proxy's process alone puts first on its path. The
+   venv's litellm (>= 1.110, for tests/e2e) cannot have its proxy here: 1.110's proxy extra
+   requires litellm-proxy==1.110.2, which the package index this machine reaches does not
+   hold; 1.108.7's does not, so ``pip install --target DIR 'litellm[proxy]==1.108.7'`` and
+   BENCH_LITELLM_PATH=DIR give the figure. Otherwise it is printed unavailable, with the
+   reason;
 3. through the horde: the chat front (its own process), the native API (on the embedded
    stores), and the project's worker (``horde-chat worker``, its own process, long-polling
    its pops) on that same llama-cpp-python server.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -39,11 +45,13 @@ WARMUP = 10
 CONTEXT = 1024
 MESSAGES = [{"role": "user", "content": "Who are you?"}]
 READY_TIMEOUT = 120.0
+LITELLM_PATH = os.environ.get("BENCH_LITELLM_PATH", "")
+LITELLM_KEY = "sk-bench-" + secrets.token_hex(16)
+"""The proxy's master key (it refuses to start without one), sent by the client."""
 LITELLM_UNAVAILABLE = (
-    "litellm[proxy] does not install here: litellm 1.110.2's proxy extra requires "
-    "litellm-proxy==1.110.2, which the package index this machine reaches does not hold "
-    "(pip: No matching distribution found for litellm-proxy); without it the proxy server "
-    "fails to import (backoff and the other proxy dependencies are missing)"
+    "LiteLLM's proxy does not import: the venv's litellm 1.110.2 needs litellm-proxy==1.110.2 "
+    "for its proxy extra, absent from the package index here; set BENCH_LITELLM_PATH to a "
+    "folder with pip install --target FOLDER 'litellm[proxy]==1.108.7'"
 )
 
 
@@ -85,17 +93,27 @@ def run_leg(url: str, headers: dict[str, str] | None = None) -> list[float]:
     return result
 
 
+def litellm_env() -> dict[str, str]:
+    """The proxy process's environment: BENCH_LITELLM_PATH first on its path, if set; no
+    fetch of the model cost map at import."""
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_MASTER_KEY": LITELLM_KEY,
+    }
+    if LITELLM_PATH:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [LITELLM_PATH, env.get("PYTHONPATH")]))
+    return env
+
+
 def litellm_installed() -> bool:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch at import
-    try:
-        import litellm.proxy.proxy_server  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    check = [sys.executable, "-c", "import litellm.proxy.proxy_server"]
+    found = subprocess.run(check, env=litellm_env(), capture_output=True, timeout=300)
+    return found.returncode == 0
 
 
 def litellm_leg(backend: str) -> list[float] | None:
-    """Through LiteLLM's proxy (its own process) in front of ``backend``, if it installs."""
+    """Through LiteLLM's proxy (its own process) in front of ``backend``, if it imports."""
     if not litellm_installed():
         return None
     port = _free_port()
@@ -109,12 +127,16 @@ def litellm_leg(backend: str) -> list[float] | None:
             f"      api_base: {backend}\n"
             "      api_key: none\n"
         )
-        command = [sys.executable, "-m", "litellm", "--config", str(config), "--port", str(port)]
-        proxy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        command = [sys.executable, "-m", "litellm.proxy.proxy_cli", "--config", str(config)]
+        command += ["--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+        proxy = subprocess.Popen(
+            command, env=litellm_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             url = f"http://127.0.0.1:{port}"
             _wait_ready(url + "/health/liveliness")
-            return run_leg(url + "/v1/chat/completions")
+            headers = {"Authorization": f"Bearer {LITELLM_KEY}"}
+            return run_leg(url + "/v1/chat/completions", headers)
         finally:
             proxy.terminate()
             proxy.wait(timeout=20)
@@ -203,6 +225,7 @@ def main() -> None:
         print(f"figure: e2e_litellm_p50_ms = unavailable ({LITELLM_UNAVAILABLE})")
     else:
         print(f"figure: e2e_litellm_p50_ms = {_pct(litellm, 50):.2f} ms")
+        print(f"figure: e2e_litellm_p99_ms = {_pct(litellm, 99):.2f} ms")
     print(f"figure: e2e_horde_p50_ms = {_pct(horde, 50):.2f} ms")
     print(f"figure: e2e_horde_p99_ms = {_pct(horde, 99):.2f} ms")
     overhead = _pct(horde, 50) - _pct(direct, 50)
