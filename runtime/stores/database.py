@@ -2,24 +2,68 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from runtime.stores.embedded_postgres import sqlalchemy_url
 
+PING_AFTER_IDLE_S = 1.0
+"""A pooled connection idle longer than this is pinged when checked out (``ping_if_idle``)."""
+_CHECKED_IN = "horde_checked_in"
+
 
 def make_engine(url: str, *, pool_size: int = 15, max_overflow: int = 5) -> Engine:
-    """An engine with upstream's pool (15 + 5 overflow); any Postgres URL spelling works."""
-    return create_engine(
+    """An engine with upstream's pool (15 + 5 overflow); any Postgres URL spelling works.
+
+    A connection lost to a database restart is replaced: one idle for a while is pinged when
+    checked out (``ping_if_idle``); a busy one is not (pool_pre_ping's ping was 2 of a
+    pop+submit cycle's 8 round trips, issue 14), so its request fails with SQLAlchemy's
+    OperationalError (a 503; a driver's cursor's error too: the session's rollback at its
+    end raises it) and SQLAlchemy's disconnect handling invalidates the whole
+    pool: the next request gets a new connection.
+    """
+    engine = create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
-        pool_pre_ping=True,  # a connection lost to a database restart is replaced, not used
         hide_parameters=True,  # an error's text never carries a statement's values (prompts)
     )
+    event.listen(engine, "checkin", _note_checkin)
+    event.listen(engine, "checkout", ping_if_idle(engine))
+    return engine
+
+
+def _note_checkin(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:
+    record.info[_CHECKED_IN] = time.monotonic()
+
+
+def ping_if_idle(engine: Engine) -> Any:
+    """A pool checkout hook: a connection back in the pool for over PING_AFTER_IDLE_S is
+    pinged; a failed ping invalidates the pool (connections older than now are replaced) and
+    the checkout is retried on a new connection. A new connection (no check-in noted: its
+    record's info is cleared when it is replaced) is not pinged."""
+
+    def checkout(dbapi_connection: Any, record: ConnectionPoolEntry, proxy: Any) -> None:
+        checked_in = record.info.get(_CHECKED_IN)
+        if checked_in is None or time.monotonic() - checked_in <= PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as lost:
+            if not engine.dialect.is_disconnect(lost, dbapi_connection, None):
+                raise
+            disconnected = DisconnectionError(str(lost))
+            disconnected.invalidate_pool = True  # a restart lost every pooled connection
+            raise disconnected from lost
+
+    return checkout
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

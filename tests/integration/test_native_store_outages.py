@@ -9,6 +9,7 @@ database is back the same service answers again, without a restart.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -16,18 +17,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
+from sqlalchemy import make_url
 
 from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
 from runtime.native.db.migrate import upgrade
 from runtime.native.server import NativeService
+from runtime.stores import database
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.embedded_postgres import EmbeddedPostgres
 from runtime.stores.embedded_redis import EmbeddedRedis
 from tests.conftest import reset_database
 from tests.integration.chat_flow import chat_body, chat_pop
+from tests.integration.native_flow import pop, submit, submit_text
 from tests.support.native import running_native_with_objects
 
 pytestmark = pytest.mark.integration
@@ -129,3 +134,65 @@ def test_postgres_down_is_a_503_and_the_service_reconnects(stores, service, capl
         )
         assert popped.status_code == 200, popped.text  # the same process, reconnected
     assert "Traceback" not in _logged(caplog)
+
+
+POP = {"name": "w", "models": ["test-model-7B"], "max_length": 512}
+
+
+def _end_client_connections(database_url: str) -> None:
+    """Ends every client connection to the database but its own, as a restart does."""
+    url = make_url(database_url).set(drivername="postgresql")
+    with psycopg.connect(url.render_as_string(hide_password=False)) as connection:
+        connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+
+
+def test_a_lost_busy_connection_is_a_503_and_the_next_request_reconnects(
+    stores, service, caplog, monkeypatch
+):
+    """A connection back in the pool a moment ago is not pinged (runtime.stores.database):
+    lost, its request answers 503 (the driver's cursors too: the pop and the submit) and the
+    pool is invalidated, so the next request reconnects."""
+    monkeypatch.setattr(database, "PING_AFTER_IDLE_S", 3600.0)  # every connection busy
+    api = f"{service.url}/api/v2"
+    owner, requester = _user(service, "owner"), _user(service, "requester", 1000)
+    with httpx.Client(base_url=api, timeout=30) as client:
+        submit_text(client, requester)
+        job = pop(client, owner, name="w")
+        assert job["id"], job
+        caplog.set_level(logging.INFO)
+        requests = {
+            "user": functools.partial(client.get, "/users/1"),
+            "pop": functools.partial(
+                client.post, "/generate/text/pop", headers={"apikey": owner}, json=POP
+            ),
+            "submit": functools.partial(submit, client, owner, job["id"]),
+        }
+        answers = {}
+        for name, request in requests.items():
+            _end_client_connections(stores.database_url)
+            answers[name] = (request(), request())
+    for name, (lost, reconnected) in answers.items():
+        assert lost.status_code == 503, (name, lost.text)
+        assert lost.json()["rc"] == "StoreUnavailable"
+        assert reconnected.status_code in (200, 404), (name, reconnected.text)
+    assert "Traceback" not in _logged(caplog)
+
+
+def test_a_lost_idle_connection_is_replaced_before_use(stores, service, monkeypatch):
+    """A connection idle past PING_AFTER_IDLE_S is pinged when checked out: lost, it is
+    replaced (with every older one) and the request is served."""
+    monkeypatch.setattr(database, "PING_AFTER_IDLE_S", 0.0)  # every connection idle
+    api = f"{service.url}/api/v2"
+    owner = _user(service, "owner")
+    with httpx.Client(base_url=api, timeout=30) as client:
+        pop = functools.partial(
+            client.post, "/generate/text/pop", headers={"apikey": owner}, json=POP
+        )
+        assert pop().status_code == 200
+        _end_client_connections(stores.database_url)
+        assert client.get("/users/1").status_code in (200, 404)
+        _end_client_connections(stores.database_url)
+        assert pop().status_code == 200
