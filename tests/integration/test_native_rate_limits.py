@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import flask
 import httpx
 import pytest
+from flask_limiter import Limiter
 
 from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, RateLimit
-from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY, ROUTES
 from generated.wire import ANONYMOUS_API_KEY, HEADER_FORWARDED_FOR
+from runtime.native.api.app import create_app
 from runtime.native.server import NativeService
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
@@ -142,3 +145,23 @@ def test_the_anonymous_key_has_its_own_submit_limit(
         anonymous = [text_async(native_client, ANONYMOUS_API_KEY) for _ in range(4)]
         assert codes(anonymous[:3]) == [202, 202, 202]
         assert_limited(anonymous[3])
+
+
+def test_each_request_is_checked_once_by_its_routes_limits(
+    native_service: NativeService, native_db: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """flask-limiter's before_request check (default and application limits, none here) is
+    removed: a limited route is checked once, by its decorators, and an unlimited one never."""
+    checks: list[str] = []
+    check = Limiter._check_request_limit
+
+    def counted(self: Limiter, *args: Any, **kwargs: Any) -> None:
+        checks.append(flask.request.path)
+        check(self, *args, **kwargs)
+
+    monkeypatch.setattr(Limiter, "_check_request_limit", counted)
+    app = create_app(native_service.context)  # the hooks bind the counted check
+    with app.test_client() as client:
+        assert client.get(ROUTES["models"].path).status_code == 200
+        assert client.get(ROUTES["native_healthz"].path).status_code == 200
+    assert checks == [ROUTES["models"].path]
