@@ -60,18 +60,32 @@ Bench: 127 cycles/s (1 process) and 168 (2) at load 2.4-3.0 (the submit cut alon
 114-138 and 123-172 at load 4-7 (f2644ac beside it: 42-46 and 33-43); with every cut,
 77-138 and 78-121 at load 5.5-9.4, f2644ac run alternately with it 25.6 and 11-23.
 
+Then (issue 14, 20ade00 and 7ae220b, each its own commit): the pool pings only a connection
+back in it for over a second (``stores/database.py``; a busy one lost to a restart fails its
+request with a 503 and SQLAlchemy invalidates the whole pool), so a cycle is 6 database round
+trips (pop: 1 statement; submit: BEGIN, 3 statements, COMMIT); and flask-limiter's
+before_request check is removed (this limiter has no default or application limits, so it
+counted nothing; 39-42 us of CPU a request, measured on its own in process at load 4.7,
+not the ~10% its share of py-spy's samples suggested: that was mostly the decorator's check
+and the Redis script). Bench, ee584a5 (before) and 7ae220b (after) run alternately:
+before 124 and 123 cycles/s (1 process), 103 and 121 (2) at load 5.4-6.5; after 141, 132
+and 135 (1), 145, 148 and 137 (2) at load 2.4-6.5. The bench process's CPU over the
+1-process run, divided by its cycles (the server and its threads, no client): before
+9.3 and 10.0 ms a cycle, after 6.8-7.8 at load 4.7-7.0 (noisy: the pool cut alone gave 5.1
+and 7.0 at load 5).
+
 What remains, by the server's GIL time (py-spy --gil, 1 process, before the buffered lane):
 the event loop ~47% (uvicorn's h11 parsing, asyncio, a2wsgi's thread hops, now cut for the
-lane), the views' thread ~52%: flask-limiter ~10% (its before_request check runs for
-every request besides the decorator's; the Redis script itself ~6%), the body's jsonschema
-validation and the chat declaration's parse ~8% (a validator built and ``best_match`` run
-per call, outside issue 14's files: ``api/validation.py``, ``contract/declaration.py``),
-the pool's pre-ping ~4% a checkout, Flask and the access log/metrics hooks ~7%, the three
+lane), the views' thread ~52%: flask-limiter ~10% (the Redis script itself ~6%; its
+before_request check, now removed, ~40 us a request), the body's jsonschema validation and
+the chat declaration's parse ~8% (a validator built and ``best_match`` run per call,
+outside issue 14's files: ``api/validation.py``, ``contract/declaration.py``), the pool's
+pre-ping ~4% a checkout (now gone), Flask and the access log/metrics hooks ~7%, the three
 statements' driver calls ~15%. 500 cycles/s on 2 cores needs all of a cycle's CPU (server,
 Postgres, client) under ~4 ms with nothing else running; it is ~7.5 ms now. What would
-remove the rest: no pre-ping per checkout (2 round trips a cycle; ``stores/database.py``:
-ping only a connection idle for a while), validators built once, a limiter hit without
-flask-limiter's per-request machinery, and pop and submit served by an ASGI handler of
+remove the rest: validators built once, a limiter hit without flask-limiter's per-request
+machinery (its decorator's check still resolves the limits, exemptions and meta limits and
+parses the limit's string each request), and pop and submit served by an ASGI handler of
 their own (no Flask, no thread hop: ~1 ms a request of framework CPU). Two processes add
 throughput only when the machine has a core to spare.
 """
