@@ -3,6 +3,9 @@ chat front it serves: the front's service budget covers every wait it may hold o
 
 from __future__ import annotations
 
+import pytest
+from flask import Flask
+
 from generated.rate_limits import (
     RATE_LIMITS,
     SERVICE_FRONT_OPEN_WAITS,
@@ -10,6 +13,7 @@ from generated.rate_limits import (
 )
 from runtime.front.config import FrontConfig
 from runtime.front.waiter import POLL_JITTER, QUEUE_INFO_RECHECK
+from runtime.native.api.rate_limits import make_limiter
 
 SIGNALS_PER_REQUEST = 3
 """Completion signals one request can wake its wait with (started, progress end, done)."""
@@ -38,3 +42,13 @@ def test_a_client_gets_only_its_own_limits_through_the_front() -> None:
     """A submission is the client's: no service budget on a submit route."""
     for operation in ("chat_async", "text_async"):
         assert all(limit.service is None for limit in RATE_LIMITS[operation])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_limiter_leaves_no_request_hook_enabled_or_not(enabled: bool) -> None:
+    # Its before_request check counts only default and application limits, which it has
+    # none of; a disabled limiter (HORDE_RATE_LIMITS off, the benches) registers no hook to
+    # take away, and the native API must still start.
+    app = Flask("limited")
+    make_limiter(app, "redis://127.0.0.1:1", enabled)
+    assert app.before_request_funcs.get(None, []) == []

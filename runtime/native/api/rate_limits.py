@@ -130,8 +130,10 @@ def make_limiter(app: Flask, redis_url: str, enabled: bool) -> Limiter:
         swallow_errors=True,
     )
     manager = limiter.limit_manager
-    if not manager.default_limits and not manager.application_limits:
-        app.before_request_funcs[None].remove(limiter._check_request_limit)
+    hooks = app.before_request_funcs.get(None, [])
+    registered = limiter._check_request_limit in hooks  # a disabled limiter registers none
+    if registered and not manager.default_limits and not manager.application_limits:
+        hooks.remove(limiter._check_request_limit)
     return limiter
 
 
