@@ -293,7 +293,7 @@ def text_submit() -> Response:
     ctx = native()
     api_key = request.headers.get(HEADER_APIKEY)
     # A text job's kind, its worker's key and its submit in one transaction (each one costs
-    # the pool's ping, BEGIN and COMMIT); the key and the job are read in one statement. A
+    # BEGIN and COMMIT round trips); the key and the job are read in one statement. A
     # chat job's submit is _chat_submit's.
     with transaction(ctx.sessions) as session:
         found = find_text_submit(session, hash_key(api_key or ANONYMOUS_API_KEY), body["id"])
