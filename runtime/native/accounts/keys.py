@@ -21,8 +21,13 @@ def hash_key(api_key: str) -> str:
 
 
 def new_api_key() -> str:
-    """22 URL-safe characters, like upstream's keys."""
-    return secrets.token_urlsafe(16)
+    """22 URL-safe characters, like upstream's keys, never starting with "-": a key is passed
+    on command lines (``horde-chat worker --api-key KEY``), where one in 64 keys would read
+    as an option."""
+    while True:
+        key = secrets.token_urlsafe(16)
+        if not key.startswith("-"):
+            return key
 
 
 def user_for_key(session: Session, api_key: str | None, *, for_update: bool = False) -> User:
