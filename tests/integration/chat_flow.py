@@ -42,9 +42,15 @@ def chat_status(client: httpx.Client, request_id: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def chat_pop(
-    client: httpx.Client,
-    api_key: str,
+def chat_pop(client: httpx.Client, api_key: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A chat worker's pop (``chat_pop_body``'s), answered 200; its answer."""
+    body = chat_pop_body(*args, **kwargs)
+    response = client.post("/generate/text/pop", headers={"apikey": api_key}, json=body)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def chat_pop_body(
     name: str = "chat-worker",
     *,
     model: str = MODEL,
@@ -53,7 +59,7 @@ def chat_pop(
     prompt_jobs: bool = True,
     **fields: Any,
 ) -> dict[str, Any]:
-    body = {
+    return {
         "name": name,
         "models": [model],
         "max_length": 512,
@@ -65,9 +71,6 @@ def chat_pop(
         DECL_PROMPT_JOBS: prompt_jobs,
         **fields,
     }
-    response = client.post("/generate/text/pop", headers={"apikey": api_key}, json=body)
-    assert response.status_code == 200, response.text
-    return dict(response.json())
 
 
 def submit_reply(

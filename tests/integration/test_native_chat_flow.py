@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from generated.chat.names import (
     FEATURE_REASONING,
@@ -25,11 +27,13 @@ from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, HEADER_X_OPERAT
 from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
+from runtime.native.db.tables import WaitingPrompt
 from tests.integration.chat_flow import (
     MODEL,
     chat_async,
     chat_body,
     chat_pop,
+    chat_pop_body,
     chat_status,
     submit_chat,
     submit_reply,
@@ -245,3 +249,31 @@ def test_best_effort_does_not_require_guarantees(native_client, make_user):
     assert strict.json()["rc"] == "no_worker_supports_features"
     relaxed = chat_body(horde={HORDE_CONFORMANCE: "best_effort"})
     assert chat_async(native_client, requester.api_key, relaxed).status_code == 202
+
+
+def test_a_chat_pop_that_fails_after_its_pick_leaves_the_job_queued(
+    native_client, make_user, monkeypatch
+):
+    # A chat job's request is read after the pick; the database failing there (a restart)
+    # answers 503, and the pick is rolled back with it: the job is popped again at once, not
+    # left taken by a worker that never got it until its ttl runs out.
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)  # registered: the pop below is a known worker's
+    request_id = submit_chat(native_client, requester.api_key)
+    real_get = Session.get
+    failures = []
+
+    def get_failing_once(self, entity, ident, **kwargs):
+        if entity is WaitingPrompt and not failures:
+            failures.append(ident)
+            raise OperationalError("SELECT", {}, Exception("the server closed the connection"))
+        return real_get(self, entity, ident, **kwargs)
+
+    monkeypatch.setattr(Session, "get", get_failing_once)
+    body = chat_pop_body()
+    failed = native_client.post("/generate/text/pop", headers={"apikey": worker.api_key}, json=body)
+    assert failures, "the pop read no request: the failure was not injected"
+    assert failed.status_code == 503, failed.text
+    again = chat_pop(native_client, worker.api_key)
+    assert again["id"] is not None
+    assert chat_status(native_client, request_id)["processing"] == 1

@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from generated.chat.names import DECL_MODEL_ID, REPLY_USAGE
+from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
@@ -110,8 +110,13 @@ def text_pop() -> Response:
     api_key = request.headers.get(HEADER_APIKEY)
     # A known worker's pop is one statement (its key, its registration and the pick), run
     # without a transaction (autocommit: no BEGIN and COMMIT round trips). Anything else (a
-    # new name, another user's, maintenance, a refused key) is the transaction below.
-    with Session(_autocommit(ctx.engine), expire_on_commit=False) as session:
+    # new name, another user's, maintenance, a refused key) is the transaction below. A chat
+    # worker's pop is a transaction: a chat job's request is read after the pick, and a
+    # failure there (the database gone meanwhile) must not leave the job taken but never
+    # sent (its request would wait out the job's ttl).
+    chat_worker = bool(declaration[DECL_CHAT_JOBS])
+    engine = ctx.engine if chat_worker else _autocommit(ctx.engine)
+    with Session(engine, expire_on_commit=False) as session, session.begin():
         key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
         known, popped = register_and_pop(session, ctx.policy, key_hash, body, now, declaration)
         if known is not None and known.worker is not None:
