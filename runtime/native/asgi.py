@@ -235,12 +235,9 @@ class NativeASGI:
                 return
 
     async def _pop(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (_content_length(scope) or 0) > self.max_body:  # Flask refuses it unread
-            await self.worker_lane(scope, receive, send)  # type: ignore[arg-type]
-            return
-        body = await _read_body(receive, self.max_body)
+        body = await self._lane_body(scope, receive, send)
         if body is None:
-            return  # the client left before sending its body
+            return
         gone = asyncio.Event()
         watcher = asyncio.create_task(_watch_disconnect(receive, gone))
         waiter = asyncio.Event()
@@ -285,14 +282,19 @@ class NativeASGI:
     async def _lane(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A route of the workers' lane but the pop: its body read here, the view run
         buffered (``_buffered``)."""
-        if (_content_length(scope) or 0) > self.max_body:  # Flask refuses it unread
-            await self.worker_lane(scope, receive, send)  # type: ignore[arg-type]
-            return
-        body = await _read_body(receive, self.max_body)
+        body = await self._lane_body(scope, receive, send)
         if body is None:
-            return  # the client left before sending its body
+            return
         for message in await self._buffered(scope, body):
             await send(message)
+
+    async def _lane_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        """A workers' lane request's body, read here; None when it is answered already (a
+        declared length over the cap: Flask refuses it unread) or the client left."""
+        if (_content_length(scope) or 0) > self.max_body:
+            await self.worker_lane(scope, receive, send)  # type: ignore[arg-type]
+            return None
+        return await _read_body(receive, self.max_body)
 
     async def _buffered(self, scope: Scope, body: bytes) -> list[Message]:
         """The Flask app run on the workers' lane for a request whose body was read, its
