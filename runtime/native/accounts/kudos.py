@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol
 
@@ -143,8 +144,15 @@ def release_holds(session: Session, wp_id: uuid.UUID) -> Decimal:
         .values(released=True, released_at=func.now())
         .returning(HOLDS.c.user_id, HOLDS.c.amount)
     ).all()
+    return credit_released_holds(session, wp_id, rows)
+
+
+def credit_released_holds(
+    session: Session, wp_id: uuid.UUID, released: Iterable[tuple[int, Decimal]]
+) -> Decimal:
+    """Credit each (user, amount) of a request's holds just released; returns the amount."""
     total = Decimal(0)
-    for user_id, amount in rows:
+    for user_id, amount in released:
         apply_kudos(session, user_id, amount, "upfront_release", wp_id=wp_id)
         total += amount
     return total

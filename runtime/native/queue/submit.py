@@ -318,7 +318,7 @@ def pay(
         "sample": speed_sample(tokens, (now - job.start_time).total_seconds()),
     }  # fmt: skip
     with driver_cursor(session) as cursor:
-        cursor.execute(_claim_sql(frozenset(stored)), params)
+        cursor.execute(_claim_sql(frozenset(claimed)), params)
         row = cursor.fetchone()
         assert row is not None
         if not row[0]:
@@ -343,8 +343,7 @@ def pay(
     if charge:
         synchronize(session, User, job.requester_id, {"kudos": requester_kudos})
         note_kudos(session.info, "charge", -charge)
-    for user_id, amount in zip(held_by or [], held or [], strict=True):
-        kudos.apply_kudos(session, user_id, amount, "upfront_release", wp_id=job.wp_id)
+    kudos.credit_released_holds(session, job.wp_id, zip(held_by or [], held or [], strict=True))
     return Paid(reward, n, not complete, faulted, cancelled, bool(webhook))
 
 
@@ -352,9 +351,10 @@ JSON_COLUMNS = frozenset(c.name for c in GENERATIONS.columns if isinstance(c.typ
 
 
 @functools.lru_cache(maxsize=16)
-def _claim_sql(stored: frozenset[str]) -> str:
-    """The claim and what follows it for a result of these columns (text, or chat's)."""
-    columns = sorted(stored | {"state", "reward", "charge", "censored", "completed_at"})
+def _claim_sql(claimed: frozenset[str]) -> str:
+    """The claim and what follows it, setting these generation columns (a text result's,
+    or a chat one's, and the payment's)."""
+    columns = sorted(claimed)
     unknown = set(columns) - set(GENERATIONS.c.keys())
     assert not unknown, unknown
     sets = ", ".join(f"{c} = %(g_{c})s" for c in columns)
