@@ -132,16 +132,17 @@ def register_and_pop(
     maintenance; ``register_worker`` then decides, in a transaction."""
     declared = _declared(body, declaration)
     worker = Worker(name=body["name"], **declared)
+    prompt_jobs, shape = _pop_shape(declaration)
     params = {
         **term_values(worker, False),  # the body's terms (the row's: REGISTERED_TERMS)
-        **_pop_values(policy, worker, body["amount"], now, declaration),
+        **_pop_values(policy, worker, body["amount"], now, declaration, shape),
         **fast_values(worker),
         **declared,
         "models": Jsonb(declared["models"]),
         "chat_declaration": Jsonb(declaration) if declared["chat_declaration"] else None,
         "key_hash": key_hash, "name": body["name"], "anonymous": ANONYMOUS_USER_ID,
     }  # fmt: skip
-    sql, defaults = _pop_sql(*_pop_shape(declaration), registering=True)
+    sql, defaults = _pop_sql(prompt_jobs, shape, registering=True)
     with driver_cursor(session) as cursor:
         cursor.execute(sql, {**defaults, **params})
         row = cursor.fetchone()
@@ -237,11 +238,12 @@ def pop_text_job(
     values bound): the next request, locked (SKIP LOCKED), its n lowered by what this pop
     takes, and that many jobs inserted; run on the session's driver connection (no SQL
     expression built, no entity loaded). A chat job's request is then loaded whole."""
-    sql, defaults = _pop_sql(*_pop_shape(declaration))
+    prompt_jobs, shape = _pop_shape(declaration)
+    sql, defaults = _pop_sql(prompt_jobs, shape)
     params = {
         **defaults,
         **term_values(worker, trusted),
-        **_pop_values(policy, worker, amount, now, declaration),
+        **_pop_values(policy, worker, amount, now, declaration, shape),
         "worker_id": worker.id,
     }
     with driver_cursor(session) as cursor:
@@ -260,10 +262,14 @@ def _pop_shape(declaration: dict[str, Any] | None) -> tuple[bool, ChatShape | No
 
 
 def _pop_values(
-    policy: Policy, worker: Worker, amount: int, now: datetime, declaration: dict[str, Any] | None
+    policy: Policy,
+    worker: Worker,
+    amount: int,
+    now: datetime,
+    declaration: dict[str, Any] | None,
+    shape: ChatShape | None,
 ) -> dict[str, Any]:
-    """The pop's parameters besides the worker's terms."""
-    _, shape = _pop_shape(declaration)
+    """The pop's parameters besides the worker's terms (``shape``: ``_pop_shape``'s)."""
     return {
         **(chat_values(declaration, shape) if declaration is not None and shape else {}),
         "now": now,
