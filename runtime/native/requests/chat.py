@@ -62,7 +62,7 @@ from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
-from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, serving_declarations
+from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.moderation import screen
@@ -155,10 +155,7 @@ def _unknown_model(session: Session, models: list[str]) -> str | None:
 
 def _online_serves(online: list[tuple[Worker, bool]], name: str) -> bool:
     """An online worker serves ``name`` by that exact name (so it is known: no query)."""
-    return any(
-        name in (w.models or []) or (w.chat_declaration or {}).get(DECL_MODEL_ID) == name
-        for w, _ in online
-    )
+    return any(name in (w.models or []) or chat_model(w) == name for w, _ in online)
 
 
 def _model_param(request: dict[str, Any], name: str) -> str:
