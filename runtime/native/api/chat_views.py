@@ -10,15 +10,20 @@ refusal, a dry run, an operation-key replay). A caller with
 the service passkey (the front) has its forwarded source address trusted; a wrong passkey
 (malformed included) is 403 on every chat route. A cancel publishes the completion signal
 after its commit. A queued request (and an operation-key replay) is answered with its status
-read after the commit (``ChatAccepted.status``): what a client's first status read would
-give, so the front decides gaps and fail_fast without one.
+(``ChatAccepted.status``): what a client's first status read would give, so the front
+decides gaps and fail_fast without one. A new request's is its status as of the commit that
+queued it, from what its submit had in hand (the row, no job yet; the online workers it was
+admitted against), its queue position counted after the commit in one statement; a
+replay's is read.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from flask import Response, jsonify, request
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from generated.chat.names import PARAM_MESSAGES, PARAM_SAFETY_IDENTIFIER, PARAM_USER
@@ -94,17 +99,31 @@ def chat_async() -> tuple[Response, int]:
     accepted: ChatAccepted = {
         "id": str(result.id),
         "kudos": float(result.kudos),
-        "status": _first_status(str(result.id)),
+        "status": _first_status(result),
     }
     return jsonify(accepted), code
 
 
-def _first_status(request_id: str) -> ChatStatus:
-    """The status read right after the commit that queued (or found) the request."""
+def _first_status(result: ChatSubmitted) -> ChatStatus:
+    """The status right after the commit that queued (or found) the request. A new one's
+    is what its submit had in hand and its queue position, one statement outside any
+    transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read."""
     ctx = native()
+    if result.first is not None:
+        with _autocommit(ctx.engine).connect() as connection:
+            driver = connection.connection.driver_connection
+            assert driver is not None
+            with driver.cursor() as cursor:
+                return result.first.read(cursor)
     with transaction(ctx.sessions) as session:
-        wp = get_chat_request(session, request_id)
+        wp = get_chat_request(session, str(result.id))
         return chat_status(session, ctx.policy, wp, utcnow())
+
+
+@functools.lru_cache(maxsize=4)
+def _autocommit(engine: Engine) -> Engine:
+    """``engine`` without transactions (its pool's connections, in autocommit)."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def _admitted_before_intake(chat_request: dict[str, Any]) -> ChatSubmitted | None:

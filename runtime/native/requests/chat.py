@@ -65,6 +65,7 @@ from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
+from runtime.native.requests.chat_status import FirstStatus, first_status
 from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import admit_jobs, charge_queued, find_request, queue_priority
 from runtime.native.requests.text import online_workers
@@ -80,6 +81,8 @@ class ChatSubmitted:
     existing: bool = False
     object_keys: tuple[str, ...] = ()
     """The objects the new row owns (none for a dry run or a recovered request)."""
+    first: FirstStatus | None = None
+    """A newly queued request's status as of its commit (``FirstStatus.read`` after it)."""
 
 
 class OperationKeyRace(Exception):
@@ -226,7 +229,12 @@ def create_chat_request(
     charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
     if operation_key:
         _claim_operation(session, user.id, operation_key, fingerprint, wp)
-    return ChatSubmitted(id=wp.id, kudos=cost, object_keys=tuple(wp.object_keys or ()))
+    return ChatSubmitted(
+        id=wp.id,
+        kudos=cost,
+        object_keys=tuple(wp.object_keys or ()),
+        first=first_status(policy, wp, online),
+    )
 
 
 def _row(

@@ -43,8 +43,17 @@ from runtime.native.queue.fit import (
     serving_declarations,
     term_values,
 )
+from runtime.native.queue.jobs import DIALECT, driver_cursor
 from runtime.native.queue.policy import Policy
-from runtime.native.requests.status import Jobs, queue_position, request_jobs, status_counts
+from runtime.native.requests.status import (
+    POSITION_PARAMS,
+    Jobs,
+    position_of,
+    position_query,
+    position_values,
+    request_jobs,
+    status_counts,
+)
 from runtime.native.requests.text import online_workers
 
 
@@ -62,7 +71,11 @@ class Availability:
 def availability(
     session: Session, policy: Policy, wp: WaitingPrompt, now: datetime
 ) -> Availability:
-    online = online_workers(session, policy, now)
+    return pool_availability(online_workers(session, policy, now), wp)
+
+
+def pool_availability(online: list[tuple[Worker, bool]], wp: WaitingPrompt) -> Availability:
+    """``availability`` against the ``online`` workers (``online_workers``' list)."""
     eligible = [(w, t) for w, t in online if chat_worker_fits(w, t, wp)]
     serving = serving_declarations(online, list(wp.models))
     gap = pool_gap(serving, list(wp.required_features), dict(wp.required_limits))
@@ -83,6 +96,14 @@ def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
     one branch: the worker-list rule, the only one reading the id, is tried for each of
     their ids (``_any_id``) and every other rule once. Built per worker, 8 identical workers
     cost the status read ~12 ms of SQL expressions with 10,000 queued."""
+    return _takes(_setups(eligible))
+
+
+def _setups(
+    eligible: list[tuple[Worker, bool]],
+) -> dict[tuple[Any, ...], list[tuple[Worker, bool]]]:
+    """The ``eligible`` workers by setup (kind, terms and declaration): ``takes_any``'s
+    branches."""
     groups: dict[tuple[Any, ...], list[tuple[Worker, bool]]] = {}
     for worker, trusted in eligible:
         terms = term_values(worker, trusted)
@@ -96,7 +117,32 @@ def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
             (k, _hashable(v)) for k, v in sorted(chat_values(declaration, shape).items())
         )
         groups.setdefault(("chat", shape, values, same), []).append((worker, trusted))
+    return groups
+
+
+def _takes(groups: dict[tuple[Any, ...], list[tuple[Worker, bool]]]) -> ColumnElement[bool]:
     return or_(false(), *(_branch(key, members) for key, members in groups.items()))
+
+
+def position_sql(eligible: list[tuple[Worker, bool]]) -> tuple[str, dict[str, Any]]:
+    """``position_query`` over the work ``takes_any(eligible)`` selects, compiled: its SQL
+    and its literal parameters (a request's own are ``position_values``). Compiled once per
+    pool (its setups and ids) and kept: a status read neither builds the expression nor
+    walks it for SQLAlchemy's cache key (~1 ms of CPU a read)."""
+    groups = _setups(eligible)
+    key = tuple((setup, tuple(str(w.id) for w, _ in members)) for setup, members in groups.items())
+    found = _positions.get(key)
+    if found is None:
+        compiled = position_query(_takes(groups)).compile(dialect=DIALECT)
+        literals = {k: v for k, v in compiled.params.items() if k not in POSITION_PARAMS}
+        found = (compiled.string, literals)
+        if len(_positions) >= BRANCHES_KEPT:
+            _positions.clear()
+        _positions[key] = found
+    return found
+
+
+_positions: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
 
 
 BRANCHES_KEPT = 512
@@ -200,10 +246,16 @@ def fault_reasons(jobs: Jobs) -> list[str]:
 
 def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: datetime) -> ChatStatus:
     jobs = request_jobs(session, wp)
-    restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
     pool = availability(session, policy, wp, now)
-    takes = takes_any(pool.eligible) if wp.n > 0 else None
-    position = queue_position(session, policy, wp, [w for w, _ in pool.eligible], takes)
+    with driver_cursor(session) as cursor:
+        position = _position(cursor, policy, wp, pool)
+    return _status(policy, wp, jobs, pool, position)
+
+
+def _status(
+    policy: Policy, wp: WaitingPrompt, jobs: Jobs, pool: Availability, position: tuple[int, int]
+) -> ChatStatus:
+    restarted = sum(1 for g, _ in jobs.rows if g.aborted or g.faulted)
     # end_user is left out: the view adds it to the owner's read (mypy wants every key here)
     return {
         **status_counts(  # type: ignore[typeddict-item]
@@ -217,3 +269,47 @@ def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: dateti
         "max_tokens_lowered_to": wp.max_tokens_lowered_to,
         "fault_reasons": fault_reasons(jobs),
     }
+
+
+@dataclass(frozen=True)
+class FirstStatus:
+    """A new request's status as of the commit that queued it, from what its submit had in
+    hand (the row it added, which no job has yet; the online workers it admitted it
+    against): no reload of either. Only the queue position needs the database: its one
+    statement runs after the commit, in ``read``."""
+
+    policy: Policy
+    wp: WaitingPrompt
+    pool: Availability
+
+    def read(self, cursor: Any) -> ChatStatus:
+        """The status, its queue position counted now (``cursor``: the driver's, in
+        autocommit or a transaction)."""
+        return _status(
+            self.policy,
+            self.wp,
+            Jobs([]),
+            self.pool,
+            _position(cursor, self.policy, self.wp, self.pool),
+        )
+
+
+def first_status(
+    policy: Policy, wp: WaitingPrompt, online: list[tuple[Worker, bool]]
+) -> FirstStatus:
+    """``FirstStatus`` of ``wp``, just added (flushed) in the caller's transaction, whose
+    admission read ``online`` (``online_workers``)."""
+    return FirstStatus(policy, wp, pool_availability(online, wp))
+
+
+def _position(
+    cursor: Any, policy: Policy, wp: WaitingPrompt, pool: Availability
+) -> tuple[int, int]:
+    """``queue_position`` over the work ``pool``'s eligible workers could take, its SQL
+    compiled once per pool (``position_sql``), run on the driver's ``cursor``."""
+    if wp.n <= 0:
+        return 0, 0
+    sql, literals = position_sql(pool.eligible)
+    cursor.execute(sql, {**literals, **position_values(wp)})
+    count, tokens = cursor.fetchone()
+    return position_of(policy, wp, [w for w, _ in pool.eligible], count, tokens)

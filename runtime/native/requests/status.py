@@ -15,8 +15,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import (
+    UUID,
+    ColumnElement,
+    DateTime,
+    Numeric,
+    Select,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from generated.wire.native import RequestStatus
@@ -97,21 +109,45 @@ def queue_position(
     the work ``takes`` selects, when given); (0, 0) once nothing is left to hand out."""
     if wp.n <= 0:
         return 0, 0
+    count, tokens = session.execute(position_query(takes), position_values(wp)).one()
+    return position_of(policy, wp, workers, count, tokens)
+
+
+def position_query(takes: ColumnElement[bool] | None = None) -> Select[int, int]:
+    """The statement counting the requests ahead of a request and their work (tokens;
+    only the work ``takes`` selects, when given); the request's values are its parameters
+    (``position_values``), so one statement serves every request."""
     ahead = and_(
         *queued(),
-        WaitingPrompt.id != wp.id,
+        WaitingPrompt.id != bindparam("wp_id", type_=UUID(as_uuid=True)),
         or_(
-            WaitingPrompt.extra_priority > wp.extra_priority,
-            and_(
-                WaitingPrompt.extra_priority == wp.extra_priority,
-                WaitingPrompt.created < wp.created,
-            ),
+            WaitingPrompt.extra_priority > _PRIORITY,
+            and_(WaitingPrompt.extra_priority == _PRIORITY, WaitingPrompt.created < _CREATED),
         ),
     )
     work: ColumnElement[int] = func.sum(WaitingPrompt.max_length * WaitingPrompt.n)
     if takes is not None:
         work = work.filter(takes)
-    count, tokens = session.execute(select(func.count(), func.coalesce(work, 0)).where(ahead)).one()
+    return select(func.count(), func.coalesce(work, 0)).where(ahead)
+
+
+_PRIORITY = bindparam("wp_priority", type_=Numeric())
+_CREATED = bindparam("wp_created", type_=DateTime(timezone=True))
+
+
+POSITION_PARAMS = ("wp_id", "wp_priority", "wp_created")
+"""``position_query``'s parameters for the request (``position_values``)."""
+
+
+def position_values(wp: WaitingPrompt) -> dict[str, Any]:
+    """``position_query``'s parameters for ``wp``."""
+    return {"wp_id": wp.id, "wp_priority": wp.extra_priority, "wp_created": wp.created}
+
+
+def position_of(
+    policy: Policy, wp: WaitingPrompt, workers: list[Worker], count: int, tokens: int
+) -> tuple[int, int]:
+    """(requests ahead, estimated seconds) from ``position_query``'s count and tokens."""
     rate = throughput(policy, workers)
     if rate <= 0:
         return int(count), 0
