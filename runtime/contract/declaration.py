@@ -10,6 +10,7 @@ max_context_length / max_length or the limit's when_absent value.
 from __future__ import annotations
 
 import difflib
+import json
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -70,10 +71,33 @@ def _limits(declared: dict[str, Any], pop_body: dict[str, Any]) -> dict[str, Any
     return out
 
 
+DECLARATIONS_KEPT = 1024
+"""Parsed declarations kept (``parse_worker_declaration``): a worker sends the same one on
+every pop, and a fleet has few."""
+_parsed: dict[str, dict[str, Any]] = {}
+_READ = (*DECLARATION, *sorted({r["pop_fallback"] for r in LIMITS.values() if r["pop_fallback"]}))
+"""What of a pop body its declaration is made of: the declaration keys and the pop's own
+fields a limit falls back to."""
+
+
 def parse_worker_declaration(pop_body: Any) -> dict[str, Any]:
-    """The complete chat declaration of a pop body (every key present), or the refusal."""
+    """The complete chat declaration of a pop body (every key present), or the refusal.
+
+    Parsed once per declaration (the JSON of what of the body it reads) and kept: a pop
+    gets its own copy of the kept one. A refused declaration is parsed again each time."""
     if not isinstance(pop_body, dict):
         raise _refuse("(body)", "the pop body must be a JSON object")
+    key = json.dumps([pop_body.get(name) for name in _READ], sort_keys=True)
+    parsed = _parsed.get(key)
+    if parsed is None:
+        parsed = _parse(pop_body)
+        if len(_parsed) >= DECLARATIONS_KEPT:
+            _parsed.clear()
+        _parsed[key] = parsed
+    return {k: v.copy() if isinstance(v, list | dict) else v for k, v in parsed.items()}
+
+
+def _parse(pop_body: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, rule in DECLARATION.items():
         value = pop_body.get(key)
