@@ -128,10 +128,14 @@ def front_request(front: httpx.Client) -> dict[str, object]:
 
 
 def added_latency(
-    native: httpx.Client, front: httpx.Client, worker: BenchWorker
-) -> tuple[list[float], list[float]]:
+    native: httpx.Client, front: httpx.Client, worker: BenchWorker, front_pid: int
+) -> tuple[list[float], list[float], float]:
+    """The direct and the front leg's latencies, and the front process's CPU seconds per
+    front request after the warm-up (the front serves nothing during the direct legs)."""
     direct: list[float] = []
     through: list[float] = []
+    front_process = psutil.Process(front_pid)
+    cpu_before = front_process.cpu_times()
     for i in range(WARMUP + SAMPLES):
         t0 = time.perf_counter()
         worker.want()
@@ -144,18 +148,78 @@ def added_latency(
         if i >= WARMUP:
             direct.append(t1 - t0)
             through.append(t2 - t1)
-    return direct, through
+        if i == WARMUP - 1:
+            cpu_before = front_process.cpu_times()
+    cpu_after = front_process.cpu_times()
+    cpu = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
+    return direct, through, cpu / SAMPLES
 
 
-def submit_to_reply(front: httpx.Client, worker: BenchWorker, redis: Redis) -> list[float]:
-    delays: list[float] = []
-    for _ in range(SAMPLES):
-        until(lambda: not redis.pubsub_channels(ALL_CHANNELS), TIMEOUT, "the last wait's end")
-        worker.want()
-        front_request(front)
-        arrived = time.perf_counter()
-        delays.append(arrived - worker.submit_started[-1])
-    return delays
+class Delivery(NamedTuple):
+    """One delivery sample's moments (time.perf_counter): the worker sent its submit, the
+    bench's own pattern subscriber saw the first event published, the worker had the submit's
+    response, the client had the reply."""
+
+    sent: float
+    published: float
+    returned: float
+    arrived: float
+
+    @property
+    def total(self) -> float:
+        return self.arrived - self.sent
+
+
+class Published(threading.Thread):
+    """Notes when each chat event reaches a pattern subscriber of the bench's own (PUBSUB
+    CHANNELS, which the legs count the front's waits by, lists no pattern subscription)."""
+
+    def __init__(self, redis: Redis) -> None:
+        super().__init__(name="bench-published", daemon=True)
+        self.pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        self.pubsub.psubscribe(ALL_CHANNELS)
+        self.seen: list[float] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            if self.pubsub.get_message(timeout=0.1) is not None:
+                self.seen.append(time.perf_counter())
+
+    def first_after(self, moment: float) -> float:
+        """When the first event after ``moment`` arrived (waiting for it: on a loaded machine
+        this thread may read it after the front answered)."""
+        until(lambda: any(t >= moment for t in self.seen), TIMEOUT, "the published event")
+        return next(t for t in self.seen if t >= moment)
+
+    def __enter__(self) -> Published:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.join(timeout=5)
+        self.pubsub.close()
+
+
+def submit_to_reply(front: httpx.Client, worker: BenchWorker, redis: Redis) -> list[Delivery]:
+    samples: list[Delivery] = []
+    with Published(redis) as published:
+        for _ in range(SAMPLES):
+            until(lambda: not redis.pubsub_channels(ALL_CHANNELS), TIMEOUT, "the last wait's end")
+            worker.want()
+            front_request(front)
+            arrived = time.perf_counter()
+            sent = worker.submit_started[-1]
+            until(
+                lambda: len(worker.submit_returned) == len(worker.submit_started),
+                TIMEOUT,
+                "the submit's response",
+            )
+            samples.append(
+                Delivery(sent, published.first_after(sent), worker.submit_returned[-1], arrived)
+            )
+    return samples
 
 
 def hold_until_waiting(redis: Redis) -> Callable[[dict[str, Any]], None]:
@@ -236,7 +300,10 @@ def settled_rss(process: psutil.Process) -> int:
     return rss
 
 
-def print_latency(direct: list[float], through: list[float], delays: list[float]) -> None:
+def print_latency(
+    direct: list[float], through: list[float], cpu: float, samples: list[Delivery]
+) -> None:
+    delays = [d.total for d in samples]
     cpus = os.cpu_count()
     print(f"chat front on the real stack ({SAMPLES} samples per leg, loopback, {cpus} CPUs)")
     print(f"{'':48} {'p50 ms':>9} {'p99 ms':>9}")
@@ -252,7 +319,32 @@ def print_latency(direct: list[float], through: list[float], delays: list[float]
     print(f"figure: front_added_p50_ms = {added[0]:.2f} ms")
     print(f"figure: front_added_p99_ms = {added[1]:.2f} ms")
     print(f"figure: delivery_p50_ms = {pct(delays, 50):.2f} ms")
-    print(f"figure: delivery_p99_ms = {pct(delays, 99):.2f} ms", flush=True)
+    print(f"figure: delivery_p99_ms = {pct(delays, 99):.2f} ms")
+    print(f"figure: front_cpu_per_request_ms = {cpu * 1000:.2f} ms", flush=True)
+    print_delivery_breakdown(samples)
+
+
+def print_delivery_breakdown(samples: list[Delivery]) -> None:
+    """Where a delivery's time went: the native API's submit until its event reached a
+    subscriber, from there to the client holding the reply (the front's wake, outcome read
+    and answer), and the submit's own response; for the slowest samples and the median."""
+    parts = [
+        ("submit sent -> event published", lambda d: d.published - d.sent),
+        ("event published -> client has reply", lambda d: d.arrived - d.published),
+        ("submit sent -> submit answered", lambda d: d.returned - d.sent),
+    ]
+    print(f"{'delivery, by part':48} {'p50 ms':>9} {'p99 ms':>9}")
+    for label, part in parts:
+        values = [part(d) for d in samples]
+        print(f"{label:48} {pct(values, 50):9.2f} {pct(values, 99):9.2f}")
+    slowest = sorted(samples, key=lambda d: d.total)[-5:]
+    print("slowest deliveries (ms): total = submit->published + published->reply; submit answered")
+    for d in slowest:
+        print(
+            f"  {d.total * 1000:8.2f} = {(d.published - d.sent) * 1000:8.2f}"
+            f" + {(d.arrived - d.published) * 1000:8.2f}; {(d.returned - d.sent) * 1000:8.2f}"
+        )
+    sys.stdout.flush()
 
 
 def print_memory_figure(idle: int, waiting: int) -> None:
@@ -290,11 +382,11 @@ def main() -> None:
                 timeout=TIMEOUT,
             )
             with native, front, BenchWorker(service.url, owner, MODEL) as worker:
-                direct, through = added_latency(native, front, worker)
+                direct, through, cpu = added_latency(native, front, worker, process.pid)
                 worker.hold = hold_until_waiting(redis)
                 delays = submit_to_reply(front, worker, redis)
                 worker.hold = None
-                print_latency(direct, through, delays)
+                print_latency(direct, through, cpu, delays)
                 with KeepOnline(service):
                     memory = open_waits(front_url, requester, worker, redis, process.pid)
                 print_memory(memory)

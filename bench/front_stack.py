@@ -6,7 +6,8 @@ FrontService) on a free loopback port, with the bench's caps and budgets. ``Benc
 only when the bench asked for that many answers (``want(n)``), popping back to back until it
 finds a job, so its polling never sleeps through a request; ``hold`` may delay a popped job's
 submit, and ``submit_started`` records when each submit was sent (time.perf_counter, in
-order; a pop names the generation, not the request). ``hold_open_waits`` is the entry of the
+order; a pop names the generation, not the request), ``submit_returned`` when its response
+arrived. ``hold_open_waits`` is the entry of the
 child process that holds thousands of requests open: their sockets stay out of the bench
 process, where the native API's waitress select()s and cannot take descriptors above 1024.
 """
@@ -115,6 +116,8 @@ class BenchWorker:
         }
         self.hold = hold
         self.submit_started: list[float] = []
+        self.submit_returned: list[float] = []
+        """When each accepted submit's response arrived (same order as submit_started)."""
         self.answered = threading.Semaphore(0)
         """Released once per submit the native API accepted (after its response)."""
         self.errors: list[BaseException] = []
@@ -142,6 +145,7 @@ class BenchWorker:
         self.submit_started.append(time.perf_counter())
         submitted = self.client.post("/generate/text/submit", json={"id": job["id"], **REPLY})
         submitted.raise_for_status()
+        self.submit_returned.append(time.perf_counter())
         self.answered.release()
 
     def _run(self) -> None:

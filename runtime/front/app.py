@@ -1,10 +1,11 @@
 """The front's Starlette application: routes, shared state, lifespan.
 
 ``create_front_app(config, channel_of)`` builds the app; its lifespan opens one
-``httpx.AsyncClient`` to the native API, one Redis connection pool (signals and the relay
-of progress streams) and the signal hub, and closes them. ``FrontState`` is what every
-handler shares (it is ``app.state.front``). Native cancels run as background tasks the
-state keeps until they finish, so a cancel outlives the request task that asked for it.
+``aiohttp.ClientSession`` to the native API (``native_session``), one Redis connection pool
+(signals and the relay of progress streams) and the signal hub, and closes them.
+``FrontState`` is what every handler shares (it is ``app.state.front``). Native cancels run
+as background tasks the state keeps until they finish, so a cancel outlives the request task
+that asked for it.
 
 Every response carries ``x-request-id`` (OpenAI's header, the SDKs' ``_request_id``): the
 horde request id once the request was submitted (``RequestId.submitted``), else an id the
@@ -20,7 +21,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -37,8 +37,8 @@ from runtime.front.chat import ChatCompletions
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
-from runtime.front.native_client import NativeClient
-from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, forward_request_id
+from runtime.front.native_client import NativeClient, native_session
+from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, current_request_id
 from runtime.front.reference import REFERENCE_ROUTES
 from runtime.front.request_id import RequestIdMiddleware
 from runtime.front.signals import SignalHub
@@ -125,9 +125,7 @@ def create_front_app(
         # server imports the front's modules, seconds on a busy machine, which the front's
         # start (and small bodies) need not wait for; a large body meanwhile waits for them.
         parsers_started = asyncio.create_task(asyncio.to_thread(PARSER.open))
-        limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
-        hooks = {"request": [forward_request_id]}  # the native access log names our request id
-        async with httpx.AsyncClient(limits=limits, event_hooks=hooks) as http:
+        async with native_session(IN_FLIGHT) as http:
             redis = Redis.from_url(config.redis_url, decode_responses=True)
             hub = SignalHub(redis, channel_of)
             await hub.start()
@@ -141,6 +139,7 @@ def create_front_app(
                 submit_timeout=config.submit_timeout,
                 read_timeout=config.read_timeout,
                 max_in_flight=IN_FLIGHT,
+                request_id=current_request_id,  # the native access log names our request id
             )
             admission = Admission(config.per_source_cap, config.global_cap)
             state = FrontState(config, native, hub, admission, redis, drain)

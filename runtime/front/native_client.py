@@ -14,18 +14,26 @@ A submit lost on every attempt may have queued an orphan the front has no id for
 ``cancel_operation`` cancels it by its operation key.
 A status read or cancel answered 429 or 5xx raises ``Transient`` (with the native API's
 Retry-After), which the waiter backs off from and retries.
+
+The calls go over one ``aiohttp.ClientSession`` (``native_session``): through httpx,
+httpcore and anyio the submit was about 30% of the front's CPU for a plain request (issue
+14). Each call's timeout bounds the connection (with the wait for a pooled one) and each
+read of the answer, as httpx's did; redirects are not followed; every call carries the id
+the front made for its client request (``x-request-id``), so the native access log names it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import secrets
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-import httpx
+import aiohttp
 
 from generated.errors import HordeError, HordeUnavailable, RateLimited
 from generated.routes import (
@@ -38,6 +46,7 @@ from generated.routes import (
 from generated.wire import HEADER_FORWARDED_FOR
 from generated.wire.native import ActiveModel, ChatAccepted, ChatStatus
 from runtime.front.errors import from_native
+from runtime.observability.context import REQUEST_ID_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +54,48 @@ JSON = "application/json"
 NOT_FOUND = 404
 
 
-NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-"""Failures that prove the request never reached the native API."""
+LOST = (aiohttp.ClientError, TimeoutError)
+"""A call that got no whole answer: refused, reset, timed out, or a malformed response."""
+NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+"""Failures that prove the request never reached the native API: no connection was made, or
+none came free in time (aiohttp's connect timeout covers the wait for a pooled one)."""
+KEEPALIVE_SECONDS = 4.0
+"""An idle pooled connection is closed after this long: before the native API's uvicorn
+closes it (its keep-alive is 5 s), so a call rarely goes out on a connection being closed."""
+
+
+def native_session(max_in_flight: int = 100) -> aiohttp.ClientSession:
+    """The session the front's native calls share (its pool: ``max_in_flight`` connections);
+    create it on the running loop and close it (``async with``) when the front stops."""
+    connector = aiohttp.TCPConnector(
+        limit=max_in_flight, limit_per_host=0, keepalive_timeout=KEEPALIVE_SECONDS
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),  # the native API's answers set none we use
+        auto_decompress=True,
+    )
+
+
+def _timeout(seconds: float) -> aiohttp.ClientTimeout:
+    """``seconds`` for the connection (and the wait for a pooled one) and for each read of
+    the answer, as httpx's timeout was; the whole call within three times that (connect,
+    send, answer), which also bounds a body the native API stopped reading."""
+    return aiohttp.ClientTimeout(
+        total=3 * seconds, connect=seconds, sock_connect=seconds, sock_read=seconds
+    )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A native API response, read whole (its connection already back in the pool)."""
+
+    status_code: int
+    content: bytes
+    headers: Mapping[str, str]
+
+    def json(self) -> Any:
+        return json.loads(self.content)
 
 
 class SubmitLost(HordeUnavailable):
@@ -74,7 +123,7 @@ ORPHAN_CANCEL_BACKOFF = 0.5
 times, the pauses doubling from this many seconds (at most 5): about 7.5 s in all."""
 
 
-def _transient(response: httpx.Response) -> bool:
+def _transient(response: Answer) -> bool:
     return response.status_code == TRANSIENT_STATUS or response.status_code >= 500
 
 
@@ -99,7 +148,7 @@ def new_operation_key() -> str:
     return secrets.token_urlsafe(24)
 
 
-def _retry_after(response: httpx.Response) -> float | None:
+def _retry_after(response: Answer) -> float | None:
     raw = response.headers.get("retry-after")
     try:
         return float(raw) if raw is not None else None
@@ -107,7 +156,7 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
-def _is_native_refusal(response: httpx.Response) -> bool:
+def _is_native_refusal(response: Answer) -> bool:
     try:
         body = response.json()
     except ValueError:
@@ -115,12 +164,18 @@ def _is_native_refusal(response: httpx.Response) -> bool:
     return isinstance(body, dict) and "rc" in body and "message" in body
 
 
+def _no_request_id() -> str | None:
+    return None
+
+
 class NativeClient:
-    """HTTP to the native API roots, in turn, from one ``httpx.AsyncClient``."""
+    """HTTP to the native API roots, in turn, from one ``aiohttp.ClientSession``
+    (``native_session``); ``request_id`` gives the id of the client request being served,
+    sent as ``x-request-id`` on each call (None: none is sent)."""
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: aiohttp.ClientSession,
         roots: tuple[str, ...],
         *,
         passkey: str | None,
@@ -130,10 +185,12 @@ class NativeClient:
         submit_patience: float = 10.0,
         read_timeout: float = 10.0,
         max_in_flight: int = 100,
+        request_id: Callable[[], str | None] = _no_request_id,
     ) -> None:
         if not roots:
             raise ValueError("at least one native API root is required")
         self.http = http
+        self.request_id = request_id
         self.roots = roots
         self.passkey = passkey
         self.client_agent = client_agent
@@ -141,9 +198,12 @@ class NativeClient:
         self.submit_timeout = submit_timeout
         self.submit_patience = submit_patience
         self.read_timeout = read_timeout
+        self._submit_timeout = _timeout(submit_timeout)
+        self._read_timeout = _timeout(read_timeout)
         self._next = 0
-        # httpcore's pool scans its waiting requests on every release, so thousands queued
-        # on it crawl; the semaphore queues them in O(1) and keeps the pool's queue short.
+        # thousands of calls queued on the pool itself would each hold a waiter there (and
+        # time out waiting for a connection); the semaphore queues them in O(1) and keeps
+        # the pool's queue short.
         self._slots = asyncio.Semaphore(max_in_flight)
 
     def _root(self, attempt: int) -> str:
@@ -151,6 +211,9 @@ class NativeClient:
 
     def _headers(self, source: str | None = None) -> dict[str, str]:
         headers = {HEADER_CLIENT_AGENT: self.client_agent}
+        request_id = self.request_id()
+        if request_id is not None:
+            headers[REQUEST_ID_HEADER] = request_id
         if self.passkey:
             headers[HEADER_X_HORDE_SERVICE_PASSKEY] = self.passkey
             if source:
@@ -178,11 +241,8 @@ class NativeClient:
             attempt += 1
             url = self._root(attempt - 1) + route.path
             try:
-                async with self._slots:
-                    response = await self.http.post(
-                        url, content=body, headers=headers, timeout=self.submit_timeout
-                    )
-            except httpx.TransportError as exc:
+                response = await self._call("POST", url, headers, self._submit_timeout, body)
+            except LOST as exc:
                 maybe_queued = maybe_queued or not isinstance(exc, NOT_SENT)
                 last = f"{type(exc).__name__} ({exc}) from {url}"
                 log.warning("submit attempt %d lost (%s); repeating", attempt, last)
@@ -228,6 +288,28 @@ class NativeClient:
         await asyncio.sleep(pause)
         return True
 
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        limits: aiohttp.ClientTimeout,
+        body: bytes | None = None,
+    ) -> Answer:
+        """One call, its answer read whole; raises one of ``LOST`` when none came."""
+        async with (
+            self._slots,
+            self.http.request(
+                method,
+                url,
+                data=body,
+                headers=headers,
+                timeout=limits,
+                allow_redirects=False,
+            ) as response,
+        ):
+            return Answer(response.status, await response.read(), response.headers)
+
     async def _read(
         self,
         method: str,
@@ -235,18 +317,14 @@ class NativeClient:
         source: str | None = None,
         *,
         extra: dict[str, str] | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
+    ) -> Answer:
         last = "no attempt"
         headers = {**self._headers(source), **(extra or {})}
         for attempt in range(len(self.roots)):
             url = self._root(attempt) + path
             try:
-                async with self._slots:
-                    response = await self.http.request(
-                        method, url, headers=headers, timeout=self.read_timeout, **kwargs
-                    )
-            except httpx.TransportError as exc:
+                response = await self._call(method, url, headers, self._read_timeout)
+            except LOST as exc:
                 last = f"{type(exc).__name__} from {url}"
                 continue
             if response.status_code >= 500 and not _is_native_refusal(response):
@@ -255,8 +333,8 @@ class NativeClient:
             return response
         raise HordeUnavailable(detail=last)
 
-    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self._read(method, path, **kwargs)
+    async def _json(self, method: str, path: str) -> Any:
+        response = await self._read(method, path)
         if response.status_code >= 400:
             raise from_native(response.status_code, response.content)
         return response.json()

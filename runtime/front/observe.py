@@ -3,9 +3,9 @@
 ``ObserveMiddleware`` (inside ``RequestIdMiddleware``) times each request to the end of its
 response (a stream: to its last chunk), counts it by route and status, writes its access-log
 line with the ``x-request-id`` the response named (and, once that is the horde request id,
-the front's own id as ``origin_id``), and keeps the front's own id in ``CURRENT`` so
-``forward_request_id`` (an httpx hook on the client to the native API) sends it as
-``x-request-id``: the native API's access lines for that request's calls name it. The front
+the front's own id as ``origin_id``), and keeps the front's own id in ``CURRENT`` so the
+native client sends it as ``x-request-id`` (``current_request_id``): the native API's access
+lines for that request's calls name it. The front
 resolves no users (keys go to the native API), so its lines name none.
 
 Counters live in one registry per process (``REGISTRY``): requests by route and status with
@@ -20,7 +20,6 @@ import time
 from contextvars import ContextVar
 from typing import Any
 
-import httpx
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from redis.exceptions import RedisError
 from starlette.requests import Request
@@ -33,7 +32,6 @@ from generated.routes import ROUTES
 from runtime.front.errors import error_response
 from runtime.front.request_id import RequestId
 from runtime.observability.access_log import AccessLog
-from runtime.observability.context import REQUEST_ID_HEADER
 from runtime.observability.metrics import CONTENT_TYPE, UNMATCHED, HttpMetrics, exposition
 
 REGISTRY = CollectorRegistry()
@@ -63,13 +61,11 @@ CURRENT: ContextVar[str | None] = ContextVar("horde_front_request_id", default=N
 """The id the front made for the request being served (before any horde request id)."""
 
 
-async def forward_request_id(request: httpx.Request) -> None:
-    """httpx request hook: every native call of a front request carries the id the front
-    made for it (its access line names it as ``origin_id`` once the response names the horde
-    request id instead)."""
-    found = CURRENT.get()
-    if found is not None:
-        request.headers[REQUEST_ID_HEADER] = found
+def current_request_id() -> str | None:
+    """The id the front made for the request being served: every native call of a front
+    request carries it (its access line names it as ``origin_id`` once the response names
+    the horde request id instead)."""
+    return CURRENT.get()
 
 
 async def healthz(request: Request) -> Response:

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from generated.errors import NoWorkerSupportsFeatures
 from generated.signals import chat_channel, chat_outcome_key
 from generated.wire.native import ChatStatus
-from runtime.front.native_client import NativeClient
+from runtime.front.native_client import NativeClient, native_session
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import ReplyWait, WaitBudget
 from runtime.native.db.tables import WaitingPrompt
@@ -156,7 +156,7 @@ async def _open_wait(
     hub = SignalHub(AsyncRedis.from_url(redis_url, decode_responses=True), chat_channel)
     await hub.start()
     try:
-        async with httpx.AsyncClient() as http:
+        async with native_session() as http:
             native = NativeClient(
                 http, (native_root,), passkey=SERVICE_PASSKEY, client_agent="test:0:test"
             )
