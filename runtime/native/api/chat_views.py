@@ -26,8 +26,8 @@ from flask import Response, jsonify, request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from generated.chat.names import PARAM_MESSAGES, PARAM_SAFETY_IDENTIFIER, PARAM_USER
-from generated.errors import InvalidAPIKey, RequestNotFound
+from generated.chat.names import PARAM_MESSAGES
+from generated.errors import RequestNotFound
 from generated.routes import (
     HEADER_APIKEY,
     HEADER_CLIENT_AGENT,
@@ -43,23 +43,26 @@ from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address, trusted_service
 from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.native.api.validation import validate_body
-from runtime.native.db.tables import WaitingPrompt
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.chat import (
+    END_USER_FIELDS,
     REQUEST_TYPE,
     ChatSubmitted,
     OperationKeyRace,
+    StatusRead,
     create_chat_request,
     get_chat_request,
+    read_chat_request,
     retire_operation,
 )
 from runtime.native.requests.chat_status import chat_status
 from runtime.native.requests.signals import publish_chat_event
 from runtime.native.requests.text import cancel_text_request
+from runtime.observability import context as request_context
 from runtime.stores.database import transaction
 
 OPERATION_KEY_ATTEMPTS = 2
@@ -169,35 +172,31 @@ def _create(
 
 
 def chat_status_view(id: str) -> Response:
+    """One request's status, read outside any transaction (autocommit: no BEGIN, no COMMIT;
+    each statement sees what was committed when it ran, as in a READ COMMITTED
+    transaction): the request with its reader's user id and end-user fields, its jobs, the
+    online workers, its queue position."""
     ctx = native()
     trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
     checked_headers("chat_status")
-    with transaction(ctx.sessions) as session:
-        wp = get_chat_request(session, id)
-        body: dict[str, Any] = dict(chat_status(session, ctx.policy, wp, utcnow()))
-        end_user = _end_user(session, wp)
-        if end_user:
-            body["end_user"] = end_user
-        return jsonify(body)
+    with Session(_autocommit(ctx.engine), expire_on_commit=False) as session:
+        read = read_chat_request(session, id, request.headers.get(HEADER_APIKEY))
+        body: dict[str, Any] = dict(chat_status(session, ctx.policy, read.wp, utcnow()))
+    if read.reader_id is not None:
+        request_context.set_user(read.reader_id)  # the access log's user id
+    end_user = _end_user(read)
+    if end_user:
+        body["end_user"] = end_user
+    return jsonify(body)
 
 
-END_USER_FIELDS = (PARAM_USER, PARAM_SAFETY_IDENTIFIER)
-
-
-def _end_user(session: Session, wp: WaitingPrompt) -> dict[str, str]:
+def _end_user(read: StatusRead) -> dict[str, str]:
     """The request's end-user identifiers, for a read with the apikey of the registered user
     who submitted it (there is no moderator role); {} for any other read."""
-    key = request.headers.get(HEADER_APIKEY)
-    if not key:
+    reader = read.reader_id
+    if reader is None or reader == ANONYMOUS_USER_ID or reader != read.wp.user_id:
         return {}
-    try:
-        reader = user_for_key(session, key)
-    except InvalidAPIKey:
-        return {}
-    if reader.id == ANONYMOUS_USER_ID or reader.id != wp.user_id:
-        return {}
-    stored = wp.chat_request or {}
-    return {name: str(stored[name]) for name in END_USER_FIELDS if stored.get(name) is not None}
+    return {name: str(read.end_user[name]) for name in END_USER_FIELDS if name in read.end_user}
 
 
 def chat_cancel(id: str) -> Response:

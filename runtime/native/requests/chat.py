@@ -29,9 +29,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from generated.chat.names import (
     DECL_MODEL_ID,
@@ -48,6 +48,8 @@ from generated.chat.names import (
     PARAM_MESSAGES,
     PARAM_MODEL,
     PARAM_MODELS,
+    PARAM_SAFETY_IDENTIFIER,
+    PARAM_USER,
 )
 from generated.errors import (
     KudosCapExceeded,
@@ -55,19 +57,27 @@ from generated.errors import (
     NoEligibleWorker,
     OperationCancelled,
     OperationKeyMismatch,
+    RequestNotFound,
 )
 from runtime.contract.conversation import flatten_messages
 from runtime.contract.dispatch import operation_fingerprint
 from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos
-from runtime.native.db.tables import OperationKey, User, WaitingPrompt, Worker
+from runtime.native.accounts.keys import hash_key
+from runtime.native.db.tables import ApiKey, OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.chat_status import FirstStatus, first_status
 from runtime.native.requests.moderation import screen
-from runtime.native.requests.rows import admit_jobs, charge_queued, find_request, queue_priority
+from runtime.native.requests.rows import (
+    admit_jobs,
+    charge_queued,
+    find_request,
+    queue_priority,
+    request_uuid,
+)
 from runtime.native.requests.text import online_workers
 from runtime.observability import context
 
@@ -283,6 +293,44 @@ def _row(
 def get_chat_request(session: Session, request_id: str, *, lock: bool = False) -> WaitingPrompt:
     """A chat request by id; a text request's id is not found here (and the reverse)."""
     return find_request(session, request_id, is_chat=True, request_type=REQUEST_TYPE, lock=lock)
+
+
+END_USER_FIELDS = (PARAM_USER, PARAM_SAFETY_IDENTIFIER)
+"""The request's fields naming its end user, which only its owner's status read shows."""
+_STATUS_READ = (
+    select(
+        WaitingPrompt,
+        select(ApiKey.user_id).where(ApiKey.key_hash == bindparam("key_hash")).scalar_subquery(),
+        *(WaitingPrompt.chat_request[name] for name in END_USER_FIELDS),
+    )
+    .options(defer(WaitingPrompt.prompt))
+    .where(WaitingPrompt.id == bindparam("wp_id"), WaitingPrompt.is_chat.is_(True))
+)
+"""A chat request for its status (the flattened prompt left unread), the user id of the
+reader's key and the request's end-user fields as stored: one statement, built once."""
+
+
+@dataclass(frozen=True)
+class StatusRead:
+    wp: WaitingPrompt
+    reader_id: int | None
+    """The user whose apikey reads (None: no key, or one no user has)."""
+    end_user: dict[str, Any]
+    """The request's stored end-user fields (``user``, ``safety_identifier``) that are set."""
+
+
+def read_chat_request(session: Session, request_id: str, api_key: str | None) -> StatusRead:
+    """``get_chat_request`` for a status read, with the reader's user id and the request's
+    end-user fields (``StatusRead``) in the same statement."""
+    wp_id = request_uuid(request_id, REQUEST_TYPE)
+    key_hash = hash_key(api_key) if api_key else ""  # no key's digest is empty: no reader
+    row = session.execute(_STATUS_READ, {"wp_id": wp_id, "key_hash": key_hash}).first()
+    if row is None:
+        raise RequestNotFound(request_type=REQUEST_TYPE, id=request_id)
+    wp, reader_id, *fields = row
+    given = zip(END_USER_FIELDS, fields, strict=True)
+    end_user = {name: value for name, value in given if value is not None}
+    return StatusRead(wp, reader_id, end_user)
 
 
 def stored_request(wp: WaitingPrompt) -> dict[str, Any]:

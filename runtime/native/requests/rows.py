@@ -28,10 +28,7 @@ def find_request(
     session: Session, request_id: str, *, is_chat: bool, request_type: str, lock: bool = False
 ) -> WaitingPrompt:
     """The request of that kind with ``request_id``, or RequestNotFound naming the kind."""
-    try:
-        wp_id = uuid.UUID(request_id)
-    except ValueError:
-        raise RequestNotFound(request_type=request_type, id=request_id) from None
+    wp_id = request_uuid(request_id, request_type)
     query = select(WaitingPrompt).where(
         WaitingPrompt.id == wp_id, WaitingPrompt.is_chat.is_(is_chat)
     )
@@ -39,6 +36,14 @@ def find_request(
     if wp is None:
         raise RequestNotFound(request_type=request_type, id=request_id)
     return wp
+
+
+def request_uuid(request_id: str, request_type: str) -> uuid.UUID:
+    """``request_id`` as a UUID; any other spelling is RequestNotFound naming the kind."""
+    try:
+        return uuid.UUID(request_id)
+    except ValueError:
+        raise RequestNotFound(request_type=request_type, id=request_id) from None
 
 
 def queued() -> list[ColumnElement[bool]]:
