@@ -1,17 +1,21 @@
-"""The native API as an ASGI application: the Flask app behind a2wsgi, the long-poll pop
-served asynchronously.
+"""The native API as an ASGI application: the Flask app behind a2wsgi, the workers' lane
+served without Flask, the long-poll pop served asynchronously.
 
-Every request runs the Flask app on one of two bounded thread pools: the workers' lane
-(``WORKER_LANE``: pop, submit, progress, heartbeat) and the clients' (``THREADS``, what
-waitress had), so no burst of client requests holds up a worker or the liveness probe. The
-text pop is served by the shell: its body is read first, the Flask view pops as usual
-(validation, rate limits, the access log), and when it answers "no job" to a pop that asked
-to ``wait`` (spec/api/native.yaml PopInput.wait), the request waits on the event loop (no
-thread, no database connection, no row lock) until a wake (``WakeHub``) or its deadline. A
-woken pop runs the view again, marked as a retry: neither rate limited nor logged a second
-time, so a waiting pop counts as one pop; one that still finds nothing goes back to waiting.
-At the deadline the answer is the last empty pop's. The lane's routes are run buffered: the
-body read on the event loop, the view's whole answer handed back at once (``_buffered``).
+Every request runs on one of two bounded thread pools: the workers' lane (pop, submit,
+progress, heartbeat: ``WORKER_LANE_THREADS``) and the clients' (``THREADS``, what waitress
+had), so no burst of client requests holds up a worker or the liveness probe. The clients'
+routes run the Flask app through a2wsgi. The lane's routes are not Flask's: their body is
+read here, on the event loop, and ``runtime.native.api.lane`` (the app's
+``extensions[LANE]``) answers them whole on a lane thread, one hop there and back
+(``_lane_answer``; issue 14: Flask, werkzeug's request and flask-limiter's per-request
+resolution cost ~1 ms of CPU a request there). The text pop is served by the shell: its
+body is read first, the view pops as usual (validation, rate limits, the access log), and
+when it answers "no job" to a pop that asked to ``wait`` (spec/api/native.yaml
+PopInput.wait), the request waits on the event loop (no thread, no database connection, no
+row lock) until a wake (``WakeHub``) or its deadline. A woken pop runs the view again,
+marked as a retry: neither rate limited nor logged a second time, so a waiting pop counts as
+one pop; one that still finds nothing goes back to waiting. At the deadline the answer is
+the last empty pop's.
 
 ``WakeHub`` is this process's one Redis subscription to ``generated.signals.WAKE_CHANNEL``
 (``runtime.native.queue.wake.wake_workers`` publishes it). While the subscription is down,
@@ -27,26 +31,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
-import io
 import json
 import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 from a2wsgi import WSGIMiddleware
-from a2wsgi.wsgi import build_environ
 from flask import Flask
 from redis.exceptions import RedisError
 
 from generated.routes import ROUTES
 from generated.signals import WAKE_CHANNEL
 from runtime.observability.metrics import process_exited
+
+if TYPE_CHECKING:
+    from runtime.native.api.lane import Lane
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +70,14 @@ WORKER_LANE_THREADS = 16
 """Threads of the workers' lane: pop, submit, progress and heartbeat run there, so a burst of
 client requests (their cheap checks, their image fetches waited on) queues behind the
 clients' threads instead of in front of the workers and the liveness probe."""
-WORKER_LANE = frozenset(
-    (ROUTES[operation].method.upper(), ROUTES[operation].path)
-    for operation in ("text_pop", "text_submit", "text_progress", "heartbeat")
-)
-LONG_POLL_ENVIRON = "horde.long_poll"
-"""The WSGI environ key of a pop's ``PopAttempt`` (the view reads and fills it)."""
+LANE = "horde_lane"
+"""The Flask app's extension holding its workers' lane (``runtime.native.api.lane.Lane``)."""
 FALLBACK_REPOP_SECONDS = 1.0
 """How often a waiting pop pops again while the wake subscription is down."""
 RESUBSCRIBE_SECONDS = 1.0
 SUBSCRIBE_TIMEOUT = 5.0
-POP_PATH = ROUTES["text_pop"].path
+POP_OPERATION = "text_pop"
+POP_PATH = ROUTES[POP_OPERATION].path
 
 
 @dataclass
@@ -88,12 +90,6 @@ class PopAttempt:
     no_job: bool = False
     models: frozenset[str] | None = None
     """The worker's models and chat model (the view's): wakes for other models pass it by."""
-
-
-def pop_attempt(environ: MutableMapping[str, Any]) -> PopAttempt | None:
-    """The shell's record of this pop run, if the shell serves it (not under a test client)."""
-    found = environ.get(LONG_POLL_ENVIRON)
-    return found if isinstance(found, PopAttempt) else None
 
 
 class HubMetrics:
@@ -190,16 +186,10 @@ class NativeASGI:
     def __init__(self, flask_app: Flask, redis_url: str, *, threads: int = THREADS) -> None:
         self.flask_app = flask_app
         self.max_body = int(flask_app.config["MAX_CONTENT_LENGTH"])
-        self.wsgi = WSGIMiddleware(self._wsgi, workers=threads)  # type: ignore[arg-type]
-        self.worker_lane = WSGIMiddleware(self._wsgi, workers=WORKER_LANE_THREADS)  # type: ignore[arg-type]
+        self.wsgi = WSGIMiddleware(flask_app.wsgi_app, workers=threads)  # type: ignore[arg-type]
+        self.lane: Lane = flask_app.extensions[LANE]
+        self.lane_threads = ThreadPoolExecutor(WORKER_LANE_THREADS, "horde-lane")
         self.hub = WakeHub(redis_url)
-
-    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Any:
-        scope = environ.get("asgi.scope") or {}
-        attempt = scope.get(LONG_POLL_ENVIRON)
-        if attempt is not None:
-            environ[LONG_POLL_ENVIRON] = attempt
-        return self.flask_app.wsgi_app(environ, start_response)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -214,8 +204,8 @@ class NativeASGI:
             await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
         elif scope["method"] == "POST" and scope["path"] == POP_PATH:
             await self._pop(scope, receive, send)
-        elif (scope["method"], scope["path"]) in WORKER_LANE:
-            await self._lane(scope, receive, send)
+        elif (operation_id := self.lane.routes.get((scope["method"], scope["path"]))) is not None:
+            await self._lane(operation_id, scope, receive, send)
         else:
             await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
 
@@ -229,13 +219,13 @@ class NativeASGI:
             elif message["type"] == "lifespan.shutdown":
                 await self.hub.stop()
                 self.wsgi.executor.shutdown(wait=False)
-                self.worker_lane.executor.shutdown(wait=False)
+                self.lane_threads.shutdown(wait=False)
                 process_exited()  # several processes: its live gauges leave /metrics' sums
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
     async def _pop(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await self._lane_body(scope, receive, send)
+        body = await self._lane_body(scope, receive)
         if body is None:
             return
         gone = asyncio.Event()
@@ -249,7 +239,7 @@ class NativeASGI:
             while True:
                 waiter.clear()  # a wake from here on (during this pop) is not lost
                 attempt = PopAttempt(retry=retry)
-                messages = await self._run_view(scope, body, attempt)
+                answer = await self._lane_answer(POP_OPERATION, scope, body, attempt)
                 if attempt.models is not None and waiter in self.hub.waiters:
                     self.hub.waiters[waiter] = attempt.models
                 if not attempt.no_job or attempt.wait <= 0 or self.hub.closing or gone.is_set():
@@ -276,66 +266,38 @@ class NativeASGI:
             self.hub.waiters.pop(waiter, None)
             watcher.cancel()
         if not gone.is_set():
-            for message in messages:
-                await send(message)
+            await _send_answer(send, answer)
 
-    async def _lane(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A route of the workers' lane but the pop: its body read here, the view run
-        buffered (``_buffered``)."""
-        body = await self._lane_body(scope, receive, send)
+    async def _lane(self, operation_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """A route of the workers' lane but the pop: its body read here, its answer whole."""
+        body = await self._lane_body(scope, receive)
         if body is None:
             return
-        for message in await self._buffered(scope, body):
-            await send(message)
+        await _send_answer(send, await self._lane_answer(operation_id, scope, body, None))
 
-    async def _lane_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
-        """A workers' lane request's body, read here; None when it is answered already (a
-        declared length over the cap: Flask refuses it unread) or the client left."""
+    async def _lane_body(self, scope: Scope, receive: Receive) -> tuple[bytes, bool] | None:
+        """A workers' lane request's body, read here, and whether it is over the cap (then
+        only its first bytes, or none: a declared length over the cap is not read); None
+        when the client left. The view refuses one over the cap 413 where it reads the body
+        (``LaneRequest.data``), as Flask did."""
         if (_content_length(scope) or 0) > self.max_body:
-            await self.worker_lane(scope, receive, send)  # type: ignore[arg-type]
-            return None
-        return await _read_body(receive, self.max_body)
+            return b"", True
+        body = await _read_body(receive, self.max_body)
+        return None if body is None else (body, len(body) > self.max_body)
 
-    async def _buffered(self, scope: Scope, body: bytes) -> list[Message]:
-        """The Flask app run on the workers' lane for a request whose body was read, its
-        response held whole: one hand-off to a thread and back, where a2wsgi hands over the
-        body, the response's start and each of its chunks one by one (each a wake of the
-        event loop and a wait of the thread; issue 14: a tiny view, 8 requests at a time,
-        took 0.77 ms of CPU a request through a2wsgi, 0.22-0.27 ms so). For small answers
-        only: the lane's routes."""
-        environ: dict[str, Any] = build_environ(scope, io.BytesIO(body))  # type: ignore[arg-type,assignment]
-        context = contextvars.copy_context()  # each request's own context variables
+    async def _lane_answer(
+        self,
+        operation_id: str,
+        scope: Scope,
+        body: tuple[bytes, bool],
+        attempt: PopAttempt | None,
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        """The lane's whole answer to a request whose body was read, on a lane thread (each
+        request's own context variables)."""
+        request = self.lane.request(operation_id, scope, *body, attempt)
+        context = contextvars.copy_context()
         loop = asyncio.get_running_loop()
-        respond = functools.partial(context.run, self._respond, environ)
-        lane = self.worker_lane.executor
-        status, headers, content = await loop.run_in_executor(lane, respond)
-        return [
-            {"type": "http.response.start", "status": status, "headers": headers},
-            {"type": "http.response.body", "body": content},
-        ]
-
-    def _respond(self, environ: dict[str, Any]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        """The app's whole response to ``environ`` (on a thread of the pool)."""
-        started: list[Any] = []
-        chunks: list[bytes] = []
-
-        def start_response(status: str, headers: list[tuple[str, str]], _exc: Any = None) -> Any:
-            started[:] = [status, headers]
-            return chunks.append
-
-        iterable = self._wsgi(environ, start_response)
-        try:
-            chunks.extend(iterable)
-        finally:
-            close = getattr(iterable, "close", None)
-            if close is not None:
-                close()
-        status, headers = started
-        encoded = [
-            (name.strip().encode("latin1").lower(), value.strip().encode("latin1"))
-            for name, value in headers
-        ]
-        return int(status.split(" ", 1)[0]), encoded, b"".join(chunks)
+        return await loop.run_in_executor(self.lane_threads, self.lane.respond_in, context, request)
 
     async def _dechunked(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive] | None:
         """A chunked body read here (as waitress did) up to the cap and handed on with its
@@ -351,10 +313,6 @@ class NativeASGI:
         ]
         headers.append((b"content-length", length.encode()))
         return {**scope, "headers": headers}, _replay(body, receive)
-
-    async def _run_view(self, scope: Scope, body: bytes, attempt: PopAttempt) -> list[Message]:
-        """One run of the Flask pop view on the thread pool; its response, held."""
-        return await self._buffered({**scope, LONG_POLL_ENVIRON: attempt}, body)
 
 
 def wake_models(data: Any) -> frozenset[str]:
@@ -399,6 +357,12 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         if not message.get("more_body", False):
             break
     return b"".join(chunks)
+
+
+async def _send_answer(send: Send, answer: tuple[int, list[tuple[bytes, bytes]], bytes]) -> None:
+    status, headers, body = answer
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _replay(body: bytes, then: Receive | None = None) -> Receive:

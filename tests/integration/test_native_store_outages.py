@@ -196,3 +196,37 @@ def test_a_lost_idle_connection_is_replaced_before_use(stores, service, monkeypa
         assert client.get("/users/1").status_code in (200, 404)
         _end_client_connections(stores.database_url)
         assert pop().status_code == 200
+
+
+def test_redis_down_met_first_by_the_workers_lane_falls_back_once_for_every_route(
+    stores, service, caplog
+):
+    """The workers' lane counts its limits without flask-limiter's decorators
+    (runtime.native.api.lane) but on the same limiter's state: an outage met first by pops
+    and submits is the process's one fallback line, and a client route after them counts in
+    memory too, with no second line and no 500."""
+    owner = _user(service, "owner")
+    api = f"{service.url}/api/v2"
+    assert stores.redis is not None
+    with httpx.Client(base_url=api, timeout=30) as client:
+        assert client.get("/status/models").status_code == 200  # the limiter's script loaded
+        caplog.set_level(logging.INFO)
+        stores.redis.stop()
+        try:
+            pops = [
+                client.post("/generate/text/pop", headers={"apikey": owner}, json=POP)
+                for _ in range(3)
+            ]
+            submitted = submit(client, owner, "00000000-0000-0000-0000-000000000000")
+            models = [client.get("/status/models") for _ in range(3)]
+        finally:
+            restarted = EmbeddedRedis.start(stores.redis.data_dir)
+        assert restarted.url == stores.redis_url
+        stores.redis = restarted
+    assert [p.status_code for p in pops] == [200] * 3, pops[-1].text
+    assert all("X-RateLimit-Remaining" in p.headers for p in pops)  # counted in memory
+    assert submitted.status_code == 404, submitted.text
+    assert [m.status_code for m in models] == [200] * 3, models[-1].text
+    logged = _logged(caplog)
+    assert logged.count(FALLBACK) == 1
+    assert "Traceback" not in logged

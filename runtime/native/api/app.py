@@ -2,7 +2,10 @@
 
 Routes come from ``generated.routes.ROUTES`` (surface ``native``); each implemented
 operation id has a view in ``VIEWS``; an operation without one is not registered and
-answers 404 RouteNotFound.
+answers 404 RouteNotFound. The workers' lane's views (``LANE_VIEWS``) are served without
+Flask by ``runtime.native.api.lane`` (``app.extensions[LANE]``, which the ASGI shell
+dispatches to); the app registers the same functions too (``flask_view``), so its routing
+answers a wrong method 405 and a test client reaches them.
 """
 
 from __future__ import annotations
@@ -22,11 +25,19 @@ from runtime.native.api import text_views as views_text
 from runtime.native.api import worker_views as views_workers
 from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.api.errors import register_error_handlers
+from runtime.native.api.lane import LANE, Lane, LaneView, flask_view
 from runtime.native.api.observe import OPERATOR_VIEWS
 from runtime.native.api.observe import install as install_observability
-from runtime.native.api.rate_limits import is_retry, make_limiter, route_limits
+from runtime.native.api.rate_limits import make_limiter, route_limits
 from runtime.native.api.reference import REFERENCE_VIEWS
 
+LANE_VIEWS: dict[str, LaneView] = {
+    "text_pop": views_workers.text_pop,
+    "text_submit": views_workers.text_submit,
+    "text_progress": views_progress.text_progress,
+    "heartbeat": views_status.heartbeat,
+}
+"""The workers' lane: pop, submit, progress and heartbeat (runtime.native.asgi)."""
 VIEWS: dict[str, Callable[..., Any]] = {
     "text_async": views_text.text_async,
     "text_status": views_text.text_status_view,
@@ -35,10 +46,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "chat_status": views_chat.chat_status_view,
     "chat_cancel": views_chat.chat_cancel,
     "chat_cancel_operation": views_chat.chat_cancel_operation,
-    "text_pop": views_workers.text_pop,
-    "text_submit": views_workers.text_submit,
-    "text_progress": views_progress.text_progress,
-    "heartbeat": views_status.heartbeat,
+    **{operation_id: flask_view(view) for operation_id, view in LANE_VIEWS.items()},
     "models": views_status.models,
     "workers": views_status.workers,
     "worker": views_status.worker,
@@ -66,8 +74,11 @@ def create_app(ctx: NativeContext) -> Flask:
         if route.surface != "native" or view is None:
             continue
         for limit, key_func in limits.get(operation_id, []):
-            view = limiter.limit(limit, key_func=key_func, exempt_when=is_retry)(view)
+            view = limiter.limit(limit, key_func=key_func)(view)
         app.add_url_rule(
             route.flask_rule, endpoint=operation_id, view_func=view, methods=[route.method]
         )
+    access_log = app.extensions["horde_access_log"]
+    max_body = int(app.config["MAX_CONTENT_LENGTH"])
+    app.extensions[LANE] = Lane(ctx, LANE_VIEWS, limiter, access_log, max_body)
     return app

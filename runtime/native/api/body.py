@@ -4,6 +4,7 @@ filled from the route's schema) and the headers, all by ``generated.routes`` (ch
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flask import request
@@ -62,9 +63,9 @@ def _refusal(bad: strict_json.Malformed) -> HordeError:
     return InvalidJSON(detail=str(bad)[:200])
 
 
-def json_body(operation_id: str) -> dict[str, Any]:
-    """The route's body, valid against its schema, with its defaults filled in."""
-    body = parse_json(request.get_data(cache=True))
+def parsed_body(operation_id: str, raw: bytes) -> dict[str, Any]:
+    """The route's body ``raw``, valid against its schema, with its defaults filled in."""
+    body = parse_json(raw)
     validate_body(operation_id, body)
     route = ROUTES[operation_id]
     assert route.body is not None
@@ -72,12 +73,24 @@ def json_body(operation_id: str) -> dict[str, Any]:
     return filled
 
 
-def checked_headers(operation_id: str) -> None:
-    # werkzeug's Headers has the items() validate_headers reads but is not a typing.Mapping
-    validate_headers(operation_id, request.headers)  # type: ignore[arg-type]
-    for value in request.headers.values():
+def json_body(operation_id: str) -> dict[str, Any]:
+    """Flask's request body, as ``parsed_body``."""
+    return parsed_body(operation_id, request.get_data(cache=True))
+
+
+def check_headers(operation_id: str, headers: Mapping[str, str], values: Iterable[str]) -> None:
+    """The route's headers (``headers``: by name) valid, and no header value (``values``:
+    every one) holding a NUL."""
+    validate_headers(operation_id, headers)
+    for value in values:
         if "\x00" in value:
             raise NulByteInPayload()
+
+
+def checked_headers(operation_id: str) -> None:
+    """Flask's request headers, as ``check_headers``."""
+    # werkzeug's Headers has the items() validate_headers reads but is not a typing.Mapping
+    check_headers(operation_id, request.headers, request.headers.values())  # type: ignore[arg-type]
 
 
 def int64(value: Any, field: str) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from flask import Flask, Response, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
@@ -26,11 +27,21 @@ from generated.errors import MethodNotAllowed as MethodNotAllowedError
 log = logging.getLogger(__name__)
 
 
-def horde_response(error: HordeError) -> Response:
-    response = jsonify(error.native_body())
-    response.status_code = error.native_status or 500
+def error_parts(error: HordeError) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
+    """An error's status, native body and headers (Retry-After), framework-free (the
+    workers' lane, ``runtime.native.api.lane``, answers them without Flask)."""
+    headers = []
     if error.retry_after is not None:
-        response.headers["Retry-After"] = str(max(1, round(error.retry_after)))
+        headers.append(("Retry-After", str(max(1, round(error.retry_after)))))
+    return error.native_status or 500, error.native_body(), headers
+
+
+def horde_response(error: HordeError) -> Response:
+    status, body, headers = error_parts(error)
+    response = jsonify(body)
+    response.status_code = status
+    for name, value in headers:
+        response.headers[name] = value
     return response
 
 
@@ -55,19 +66,26 @@ def _http(exc: HTTPException) -> Response:
     return _unexpected(exc)
 
 
-def _store_down(exc: Exception) -> Response:
+def store_unavailable(exc: Exception, method: str, path: str) -> StoreUnavailable:
     """A store outage met by a request: its transaction was rolled back; a 503 the client
     may retry, one log line without a traceback or the statement's parameters."""
     store = "Redis" if isinstance(exc, RedisError) else "database"
-    log.warning(
-        "%s unavailable on %s %s: %s", store, request.method, request.path, type(exc).__name__
-    )
-    return horde_response(StoreUnavailable(store=store))
+    log.warning("%s unavailable on %s %s: %s", store, method, path, type(exc).__name__)
+    return StoreUnavailable(store=store)
+
+
+def internal_error(exc: Exception, method: str, path: str) -> InternalError:
+    """Anything unforeseen: a 500, its traceback logged."""
+    log.exception("unexpected error on %s %s", method, path, exc_info=exc)
+    return InternalError()
+
+
+def _store_down(exc: Exception) -> Response:
+    return horde_response(store_unavailable(exc, request.method, request.path))
 
 
 def _unexpected(exc: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.path, exc_info=exc)
-    return horde_response(InternalError())
+    return horde_response(internal_error(exc, request.method, request.path))
 
 
 def register_error_handlers(app: Flask) -> None:

@@ -5,7 +5,8 @@ the hit (``limits``' incr script), then a GET and a TTL for the X-RateLimit head
 ``CountingRedisStorage`` answers all three with one script that increments and returns the
 count and the time to live together; the headers' reads of a key this request just hit are
 answered from what the script returned (kept on ``flask.g``, so only for that request). Any
-other read goes to Redis as before. The service selects it with the ``horde+`` prefix on
+other read goes to Redis as before. The workers' lane, served without Flask, takes both
+from ``incr_ttl``. The service selects it with the ``horde+`` prefix on
 the storage URI (``storage_uri``).
 """
 
@@ -53,12 +54,18 @@ class CountingRedisStorage(RedisStorage):
         super().initialize_storage(uri)
         self.lua_incr_ttl = self.get_connection().register_script(INCR_TTL)
 
-    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+    def incr_ttl(self, key: str, expiry: int, amount: int = 1) -> tuple[int, float]:
+        """Count ``amount`` on ``key``: its count and the time its window ends, in one
+        script call (the workers' lane reads both without flask's ``g``)."""
         count, ttl = self.lua_incr_ttl([self.prefixed_key(key)], [expiry, amount])
+        return int(count), max(int(ttl), 0) + time.time()
+
+    def incr(self, key: str, expiry: int, amount: int = 1) -> int:
+        count, reset = self.incr_ttl(key, expiry, amount)
         seen = _seen()
         if seen is not None:
-            seen[key] = (int(count), max(int(ttl), 0) + time.time())
-        return int(count)
+            seen[key] = (count, reset)
+        return count
 
     def get(self, key: str) -> int:
         seen = _seen()

@@ -24,7 +24,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated.errors import NotReady
 from runtime.native.api.context import EXTENSION, NativeContext
-from runtime.native.asgi import pop_attempt
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.fit import chat_model
 from runtime.native.queue.sweep import utcnow
@@ -167,37 +166,63 @@ def metrics() -> Response:
     return Response(body, mimetype=None, content_type=CONTENT_TYPE)
 
 
-def _begin() -> None:
-    g.horde_started = time.perf_counter()
-    g.horde_request_id = context.accepted_request_id(
-        request.headers.get(context.REQUEST_ID_HEADER), REQUEST_ID_PREFIX
-    )
-    context.begin(g.horde_request_id)
+def begin_request(header: str | None) -> tuple[float, str]:
+    """A request starts: its start time and its id (the caller's ``x-request-id`` when it
+    is a plain token, else a new one), set as the request's context."""
+    request_id = context.accepted_request_id(header, REQUEST_ID_PREFIX)
+    context.begin(request_id)
+    return time.perf_counter(), request_id
 
 
-def _finish(response: Response) -> Response:
-    started = g.get("horde_started")
+def finish_request(
+    access_log: AccessLog,
+    *,
+    method: str,
+    route: str,
+    status: int,
+    started: float | None,
+    request_id: str | None,
+    pop_kind: str | None,
+    logged: bool = True,
+) -> None:
+    """A response goes out: a pop's job counted (horde_pops); unless ``logged`` is False
+    (a waiting pop, woken: logged when it came in), the request counted and its
+    access-log line written."""
     seconds = time.perf_counter() - started if started is not None else 0.0
-    rule = request.url_rule
-    route = rule.rule if rule is not None else UNMATCHED
-    kind = g.get("horde_pop_kind")
-    if kind is not None and response.status_code == 200:
-        POPS.labels(kind).inc()
-    request_id = g.get("horde_request_id")
-    if request_id:
-        response.headers[context.REQUEST_ID_HEADER] = request_id
-    attempt = pop_attempt(request.environ)
-    if attempt is not None and attempt.retry:  # a waiting pop, woken: logged when it came in
-        return response
-    HTTP.observe(request.method, route, response.status_code, seconds)
-    app_log: AccessLog = _log_of()
-    app_log.emit(
-        method=request.method,
+    if pop_kind is not None and status == 200:
+        POPS.labels(pop_kind).inc()
+    if not logged:
+        return
+    HTTP.observe(method, route, status, seconds)
+    access_log.emit(
+        method=method,
         route=route,
-        status=response.status_code,
+        status=status,
         latency_ms=seconds * 1000,
         request_id=request_id,
         user_id=context.user_id.get(),
+    )
+
+
+def _begin() -> None:
+    g.horde_started, g.horde_request_id = begin_request(
+        request.headers.get(context.REQUEST_ID_HEADER)
+    )
+
+
+def _finish(response: Response) -> Response:
+    rule = request.url_rule
+    request_id = g.get("horde_request_id")
+    if request_id:
+        response.headers[context.REQUEST_ID_HEADER] = request_id
+    finish_request(
+        _log_of(),
+        method=request.method,
+        route=rule.rule if rule is not None else UNMATCHED,
+        status=response.status_code,
+        started=g.get("horde_started"),
+        request_id=request_id,
+        pop_kind=g.get("horde_pop_kind"),
     )
     return response
 

@@ -6,20 +6,19 @@ reasoning model, the reasoning (``reasoning``). A 409 body adds ``last_seq``,
 ``posted_chars`` and ``posted_reasoning_chars`` beside ``{message, rc}``: the worker resumes
 with seq ``last_seq + 1``, its content after the first ``posted_chars`` characters and its
 reasoning after the first ``posted_reasoning_chars`` (``runtime.worker.progress_poster``).
+Served on the workers' lane without Flask (``runtime.native.api.lane``).
 """
 
 from __future__ import annotations
 
 import uuid
 
-from flask import Response, jsonify, request
-
 from generated.errors import AnonForbiddenWorker, InvalidJobID, ProgressOutOfOrder
 from generated.routes import HEADER_APIKEY
 from generated.wire import ANONYMOUS_API_KEY
 from runtime.native.accounts.keys import hash_key
-from runtime.native.api.body import checked_headers, json_body
-from runtime.native.api.context import native
+from runtime.native.api.body import check_headers, parsed_body
+from runtime.native.api.lane import LaneRequest, Reply
 from runtime.native.progress.protocol import post_progress
 
 OPERATION = "text_progress"
@@ -33,16 +32,16 @@ def _generation_id(raw: str) -> str:
         raise InvalidJobID(id=raw[:100]) from None
 
 
-def text_progress() -> Response:
-    checked_headers(OPERATION)
-    body = json_body(OPERATION)
-    api_key = request.headers.get(HEADER_APIKEY) or ANONYMOUS_API_KEY
+def text_progress(req: LaneRequest) -> Reply:
+    check_headers(OPERATION, req.headers, req.header_values)
+    body = parsed_body(OPERATION, req.data())
+    api_key = req.header(HEADER_APIKEY) or ANONYMOUS_API_KEY
     if api_key == ANONYMOUS_API_KEY:
         raise AnonForbiddenWorker()
     generation_id = _generation_id(body["id"])
     try:
         ack = post_progress(
-            native().redis,
+            req.ctx.redis,
             generation_id,
             hash_key(api_key),
             body["seq"],
@@ -50,7 +49,5 @@ def text_progress() -> Response:
             body.get("reasoning") or "",
         )
     except ProgressOutOfOrder as gap:
-        response = jsonify({**gap.native_body(), **(gap.metadata or {})})
-        response.status_code = gap.native_status or 409
-        return response
-    return jsonify(last_seq=ack.last_seq, cancelled=ack.cancelled)
+        return Reply({**gap.native_body(), **(gap.metadata or {})}, gap.native_status or 409)
+    return Reply(dict(last_seq=ack.last_seq, cancelled=ack.cancelled))

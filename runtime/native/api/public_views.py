@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from generated.chat.names import DECL_CHAT_JOBS
 from generated.errors import InvalidPayload, UserNotFound, WorkerNotFound
 from runtime.native.api.context import native
+from runtime.native.api.lane import LaneRequest, Reply
 from runtime.native.db.tables import User, WaitingPrompt, Worker
 from runtime.native.queue.fit import chat_model, serves_chat
 from runtime.native.queue.sweep import utcnow
@@ -24,8 +25,9 @@ VERSION = "2.0.0"
 MODEL_TYPE = "text"
 
 
-def heartbeat() -> Response:
-    return jsonify(message="OK", version=VERSION)
+def heartbeat(_req: LaneRequest) -> Reply:
+    """Served on the workers' lane without Flask (``runtime.native.api.lane``)."""
+    return Reply(dict(message="OK", version=VERSION))
 
 
 def models() -> Response:

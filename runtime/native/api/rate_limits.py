@@ -9,67 +9,122 @@ the front's own traffic: it is counted on the front (its connection's address) a
 that budget instead of on the client. The values are read from the service's policy
 (``Policy.rate_limits``, the generated table) on every call, so a test that needs more of
 one route's limit raises that one in the running service.
+
+The workers' lane (``runtime.native.api.lane``) is served without Flask, so without
+flask-limiter's decorators: ``HordeLimiter.lane_hit`` counts its routes' limits the same
+way (the same keys, windows and order, one Redis script call a limit through
+``limit_storage``, the same X-RateLimit headers and Retry-After from ``limit_headers``) and
+shares the limiter's state, so a Redis outage falls back to in-memory counting once for the
+whole process (one warning) and is noticed ending by either path. The limit strings are
+parsed once each (``_parsed``). flask-limiter's own check costs ~206 us of CPU a pop (issue
+14), about half of it resolving the limits and the request through werkzeug's proxies.
 """
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from flask import Flask, request
 from flask_limiter import Limiter
+from limits import RateLimitItem, parse_many
 
 from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, KEY_PEER, RateLimit
 from generated.routes import HEADER_APIKEY
 from generated.wire import ANONYMOUS_API_KEY
+from runtime.config import Settings
 from runtime.native.accounts.keys import hash_key
 from runtime.native.api.context import native
-from runtime.native.api.limit_storage import storage_uri
-from runtime.native.api.service_passkey import presents_passkey, source_address
-from runtime.native.asgi import pop_attempt
+from runtime.native.api.limit_storage import CountingRedisStorage, storage_uri
+from runtime.native.api.service_passkey import passkey_in, source_of
 from runtime.stores.redis_client import limiter_storage_uri
+
+if TYPE_CHECKING:
+    from runtime.native.api.context import NativeContext
 
 KeyFunction = Callable[[], str]
 LimitValue = Callable[[], str]
 
 
-def remote_address() -> str:
+class Caller(Protocol):
+    """What a limit reads of a request (flask's, through ``FLASK_CALLER``, or the lane's)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def remote_addr(self) -> str | None: ...
+
+    def header(self, name: str) -> str | None: ...
+
+
+class _FlaskCaller:
+    """flask's current request as a ``Caller``."""
+
+    @property
+    def method(self) -> str:
+        return request.method
+
+    @property
+    def path(self) -> str:
+        return request.path
+
+    @property
+    def remote_addr(self) -> str | None:
+        return request.remote_addr
+
+    def header(self, name: str) -> str | None:
+        return request.headers.get(name)
+
+
+FLASK_CALLER = _FlaskCaller()
+
+
+def _peer(caller: Caller, settings: Settings) -> str:
     """The connection's address (``peer``)."""
-    return request.remote_addr or "unknown"
+    return caller.remote_addr or "unknown"
 
 
-def _route() -> str:
-    return f"{request.method}@{request.path}"
+def remote_address() -> str:
+    """The connection's address of flask's request (flask-limiter's default key)."""
+    return _peer(FLASK_CALLER, native().settings)
 
 
-def client_route() -> str:
+def _route(caller: Caller) -> str:
+    return f"{caller.method}@{caller.path}"
+
+
+def _client_route(caller: Caller, settings: Settings) -> str:
     """The client's address, the method and the path (upstream's get_request_path)."""
-    return f"{source_address(native().settings)}@{_route()}"
+    return f"{source_of(caller.remote_addr, caller.header, settings)}@{_route(caller)}"
 
 
-def _api_key() -> str:
-    return request.headers.get(HEADER_APIKEY) or ANONYMOUS_API_KEY
+def _api_key(caller: Caller) -> str:
+    return caller.header(HEADER_APIKEY) or ANONYMOUS_API_KEY
 
 
-def key_route() -> str:
+def _key_route(caller: Caller, settings: Settings) -> str:
     """The API key's digest (never the key), the method and the path (upstream's
     get_request_api_key; no key counts as the anonymous one)."""
-    return f"key:{hash_key(_api_key())}@{_route()}"
+    return f"key:{hash_key(_api_key(caller))}@{_route(caller)}"
 
 
-KEY_FUNCTIONS: dict[str, KeyFunction] = {
-    KEY_CLIENT_ROUTE: client_route,
-    KEY_KEY_ROUTE: key_route,
-    KEY_PEER: remote_address,
+KEY_FUNCTIONS: dict[str, Callable[[Caller, Settings], str]] = {
+    KEY_CLIENT_ROUTE: _client_route,
+    KEY_KEY_ROUTE: _key_route,
+    KEY_PEER: _peer,
 }
 
 
-def _front_service() -> bool:
-    return presents_passkey(native().settings)
-
-
-def service_key() -> str:
+def _service_key(caller: Caller) -> str:
     """The chat front's service budget: its connection's address (the route is the scope)."""
-    return f"service:{remote_address()}"
+    return f"service:{caller.remote_addr or 'unknown'}"
 
 
 def current_limit(operation_id: str, index: int) -> RateLimit:
@@ -77,37 +132,157 @@ def current_limit(operation_id: str, index: int) -> RateLimit:
     return native().policy.rate_limits[operation_id][index]
 
 
+def choose(limit: RateLimit, caller: Caller, settings: Settings) -> tuple[str, str]:
+    """One limit's (value, key) for ``caller``: the service budget for the chat front, the
+    anonymous value for the anonymous key, else the limit on its key."""
+    if limit.service is not None and passkey_in(caller.header, settings):
+        return _times(limit.service, settings.rate_limit_scale), _service_key(caller)
+    if limit.anonymous is not None and _api_key(caller) == ANONYMOUS_API_KEY:
+        chosen = limit.anonymous
+    else:
+        chosen = limit.limit
+    return _times(chosen, settings.rate_limit_scale), KEY_FUNCTIONS[limit.key](caller, settings)
+
+
+def lane_limit_choices(
+    operation_id: str, caller: Caller, ctx: NativeContext
+) -> list[tuple[str, str]]:
+    """Each limit's (value, key) of ``operation_id`` for ``caller``, read from the policy
+    now (a test may raise one)."""
+    return [choose(limit, caller, ctx.settings) for limit in ctx.policy.rate_limits[operation_id]]
+
+
 def limit_functions(operation_id: str, index: int) -> tuple[LimitValue, KeyFunction]:
     """flask-limiter's (limit value, key function) for one limit of the table, read from the
     policy on every call."""
 
     def value() -> str:
-        limit = current_limit(operation_id, index)
-        if limit.service is not None and _front_service():
-            chosen = limit.service
-        elif limit.anonymous is not None and _api_key() == ANONYMOUS_API_KEY:
-            chosen = limit.anonymous
-        else:
-            chosen = limit.limit
-        return _times(chosen, native().settings.rate_limit_scale)
+        return choose(current_limit(operation_id, index), FLASK_CALLER, native().settings)[0]
 
     def key() -> str:
-        limit = current_limit(operation_id, index)
-        if limit.service is not None and _front_service():
-            return service_key()
-        return KEY_FUNCTIONS[limit.key]()
+        return choose(current_limit(operation_id, index), FLASK_CALLER, native().settings)[1]
 
     return value, key
 
 
-def is_retry() -> bool:
-    """A waiting pop popping again after a wake (runtime.native.asgi): the pop that waits
-    was counted once, when it came in."""
-    attempt = pop_attempt(request.environ)
-    return attempt is not None and attempt.retry
+@functools.cache
+def _parsed(value: str) -> tuple[RateLimitItem, ...]:
+    """A limit string parsed once (flask-limiter parses it on every request)."""
+    return tuple(parse_many(value))
 
 
-def make_limiter(app: Flask, redis_url: str, enabled: bool) -> Limiter:
+@dataclass
+class LaneHit:
+    """The limit a lane request's headers describe: the one it breached, else the first
+    (shortest window) it was counted on."""
+
+    item: RateLimitItem
+    args: tuple[str, ...]
+    breached: bool
+    count: int | None = None
+    """The window's count after the hit, with ``reset`` (the script's answer); None when
+    counted in memory (Redis down: the fallback limiter's window is read instead)."""
+    reset: float = 0.0
+
+
+class HordeLimiter(Limiter):
+    """flask-limiter with the workers' lane's check (``lane_hit``) beside its decorators.
+
+    ``lane_hit`` is flask-limiter's decorator check for a route without default,
+    application or meta limits, minus its per-request resolution: the limits are counted in
+    the same order (shortest window first, stopping at the first breach) on the same keys
+    (``LIMITER/<prefix>/<key>/<operation id>/<amount>/<multiples>/<granularity>``), on
+    Redis through ``CountingRedisStorage.incr_ttl`` (one script call a limit), or, while
+    the storage is marked dead, on the in-memory fallback limiter. The dead flag, its
+    recovery check and their log lines are flask-limiter's own (the same attributes), so
+    both paths fall back and recover together. Written against flask-limiter 4.1.
+    """
+
+    def lane_hit(self, operation_id: str, choices: list[tuple[str, str]]) -> LaneHit | None:
+        """Count a lane request on its limits ((value, key) each); the hit its headers
+        describe (``breached`` when refused), or None (no limits, disabled, or the storage
+        failing without a fallback: fail open, logged)."""
+        if not (self.enabled and self.initialized) or not choices:
+            return None
+        try:
+            return self._lane_hits(operation_id, choices)
+        except Exception:
+            if self._in_memory_fallback_enabled and not self._storage_dead:
+                self.logger.warning(
+                    "Rate limit storage unreachable - falling back to in-memory storage"
+                )
+                self._storage_dead = True
+                return self.lane_hit(operation_id, choices)
+            if not self._swallow_errors:
+                raise
+            self.logger.exception("Failed to rate limit. Swallowing error")
+            return None
+
+    def _lane_hits(self, operation_id: str, choices: list[tuple[str, str]]) -> LaneHit | None:
+        if self._storage_dead and self._fallback_limiter is not None:
+            check_backend = self._Limiter__should_check_backend  # type: ignore[attr-defined]
+            if check_backend() and self.storage.check():
+                self.logger.info("Rate limit storage recovered")
+                self._storage_dead = False
+                self._Limiter__check_backend_count = 0
+        items = [(item, key) for value, key in choices for item in _parsed(value)]
+        items.sort(key=lambda pair: pair[0].GRANULARITY.seconds)  # flask-limiter's order
+        first: LaneHit | None = None
+        storage = self.storage
+        for item, key in items:
+            if not key:
+                self.logger.error(f"Skipping limit: {item}. Empty value found in parameters.")
+                continue
+            args = (*([self._key_prefix] if self._key_prefix else []), key, operation_id)
+            if self._storage_dead or not isinstance(storage, CountingRedisStorage):
+                hit = LaneHit(item, args, not self.limiter.hit(item, *args))
+            else:
+                count, reset = storage.incr_ttl(item.key_for(*args), item.get_expiry())
+                hit = LaneHit(item, args, count > item.amount, count, reset)
+            if hit.breached:
+                self.logger.info(
+                    "ratelimit %s (%s) exceeded at endpoint: %s", item, key, operation_id
+                )
+                return hit  # fail on the first breach (flask-limiter's default)
+            first = first or hit
+        return first
+
+    def lane_window(self, hit: LaneHit) -> tuple[int, float]:
+        """(remaining, reset time) of ``hit``'s window."""
+        if hit.count is not None:
+            return max(0, hit.item.amount - hit.count), hit.reset
+        reset, remaining = self.limiter.get_window_stats(hit.item, *hit.args)
+        return remaining, reset
+
+
+def limit_headers(
+    hit: LaneHit, headers: list[tuple[str, str]], limiter: HordeLimiter
+) -> list[tuple[str, str]]:
+    """``headers`` with flask-limiter's X-RateLimit-Limit, -Remaining and -Reset added and
+    its Retry-After set (the window's end, or an error's own Retry-After if later)."""
+    remaining, reset = limiter.lane_window(hit)
+    reset_at = int(reset + 1)
+    out = [
+        *headers,
+        ("X-RateLimit-Limit", str(hit.item.amount)),
+        ("X-RateLimit-Remaining", str(remaining)),
+        ("X-RateLimit-Reset", str(reset_at)),
+    ]
+    now = time.time()
+    existing = [value for name, value in out if name.lower() == "retry-after"]
+    if existing and existing[0].isdigit():  # the lane's errors give seconds
+        reset_at = max(int(now + int(existing[0])), reset_at)
+    retry_after = str(int(reset_at - now))
+    at = next((i for i, (name, _) in enumerate(out) if name.lower() == "retry-after"), None)
+    if at is None:
+        out.append(("Retry-After", retry_after))
+    else:  # werkzeug's Headers.set: the first in place, any other removed
+        out = [pair for i, pair in enumerate(out) if i == at or pair[0].lower() != "retry-after"]
+        out[at] = ("Retry-After", retry_after)
+    return out
+
+
+def make_limiter(app: Flask, redis_url: str, enabled: bool) -> HordeLimiter:
     """flask-limiter on ``app``, its limits only the routes' decorators (``route_limits``).
 
     flask-limiter checks every request twice: in a before_request hook (the default and
@@ -115,7 +290,7 @@ def make_limiter(app: Flask, redis_url: str, enabled: bool) -> Limiter:
     decorator. This limiter has no default or application limits, so the hook counted
     nothing and found nothing (~10% of the workers' lane's server time, issue 14): it is
     removed. The decorators' check is the same (it also notices Redis coming back)."""
-    limiter = Limiter(
+    limiter = HordeLimiter(
         remote_address,
         app=app,
         # one Redis round trip per limit, the headers' reads included (limit_storage)

@@ -10,6 +10,7 @@ refused with 403 InvalidServicePasskey.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
 
 from flask import request
 
@@ -38,11 +39,30 @@ def trusted_service(settings: Settings) -> bool:
     return True
 
 
+HeaderGet = Callable[[str], "str | None"]
+"""A request's header by name (flask's ``request.headers.get``, or the workers' lane's)."""
+
+
+def passkey_in(get: HeaderGet, settings: Settings) -> bool:
+    """True when the headers ``get`` reads carry the right passkey; never raises."""
+    sent = get(HEADER_X_HORDE_SERVICE_PASSKEY)
+    return sent is not None and _matches(sent, settings.service_passkey)
+
+
+def source_of(peer: str | None, get: HeaderGet, settings: Settings) -> str:
+    """The client's address of a request from ``peer`` whose headers ``get`` reads: the
+    forwarded one behind a trusted front, else the peer's. Never raises."""
+    address = peer or "unknown"
+    if not passkey_in(get, settings):
+        return address
+    forwarded = (get(FORWARDED_FOR) or "").split(",")[0].strip()
+    return forwarded[:MAX_ADDRESS_CHARS] or address
+
+
 def presents_passkey(settings: Settings) -> bool:
     """True when the call carries the right passkey (the chat front); never raises
     (flask-limiter calls it before the view, which refuses a wrong passkey)."""
-    sent = request.headers.get(HEADER_X_HORDE_SERVICE_PASSKEY)
-    return sent is not None and _matches(sent, settings.service_passkey)
+    return passkey_in(request.headers.get, settings)
 
 
 def source_address(settings: Settings) -> str:
@@ -50,8 +70,4 @@ def source_address(settings: Settings) -> str:
 
     Never raises (flask-limiter calls it before the view, which refuses a wrong passkey).
     """
-    peer = request.remote_addr or "unknown"
-    if not presents_passkey(settings):
-        return peer
-    forwarded = request.headers.get(FORWARDED_FOR, "").split(",")[0].strip()
-    return forwarded[:MAX_ADDRESS_CHARS] or peer
+    return source_of(request.remote_addr, request.headers.get, settings)

@@ -1,5 +1,9 @@
 """Worker views: pop a job (text, or chat with a chat declaration), submit its result.
 
+Served on the workers' lane without Flask (``runtime.native.api.lane``): each view is a
+function of a ``LaneRequest`` (its headers, body, the client's address, the app's context,
+the long poll's ``PopAttempt``) answering a ``Reply``; errors are raised as ``HordeError``.
+
 A chat job's payload is the narrowed chat payload (``runtime.contract.dispatch.chat_job_payload``),
 never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
 landed generation or an ended request publishes the completion signal after the commit (an
@@ -26,7 +30,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from flask import Response, jsonify, request
 from redis.exceptions import RedisError
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
@@ -40,10 +43,10 @@ from generated.wire import ANONYMOUS_API_KEY, STATE_FAULTED
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.contract.dispatch import chat_job_payload
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID, hash_key, worker_owner_for_key
-from runtime.native.api.body import checked_headers, int64, json_body
-from runtime.native.api.context import native
-from runtime.native.api.observe import POP_CHAT, POP_TEXT, note_pop
-from runtime.native.asgi import pop_attempt
+from runtime.native.api.body import check_headers, int64, parsed_body
+from runtime.native.api.context import NativeContext
+from runtime.native.api.lane import LaneRequest, Reply
+from runtime.native.api.observe import POP_CHAT, POP_TEXT
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
 from runtime.native.progress.protocol import (
     Posted,
@@ -94,20 +97,25 @@ class ChatJob:
     origin_id: str | None
 
 
-def text_pop() -> Response:
-    checked_headers("text_pop")
-    body = json_body("text_pop")
+def _checked(req: LaneRequest) -> dict[str, Any]:
+    """The request's headers checked, then its body parsed and checked (Flask's order)."""
+    check_headers(req.operation_id, req.headers, req.header_values)
+    return parsed_body(req.operation_id, req.data())
+
+
+def text_pop(req: LaneRequest) -> Reply:
+    body = _checked(req)
     # The worker table stores lengths as INTEGER; a larger declaration means "any".
     body["max_length"] = min(body["max_length"], INT32)
     body["max_context_length"] = min(body["max_context_length"], INT32)
     declaration = parse_worker_declaration(body)
-    attempt = pop_attempt(request.environ)
+    attempt = req.attempt
     if attempt is not None:  # served by runtime.native.asgi: it waits when there is no job
         attempt.wait = body["wait"]
         attempt.models = frozenset([*body.get("models", []), *declared_model(body)])
-    ctx = native()
+    ctx = req.ctx
     now = utcnow()
-    api_key = request.headers.get(HEADER_APIKEY)
+    api_key = req.header(HEADER_APIKEY)
     # A known worker's pop is one statement (its key, its registration and the pick), run
     # without a transaction (autocommit: no BEGIN and COMMIT round trips). Anything else (a
     # new name, another user's, maintenance, a refused key) is the transaction below. A chat
@@ -121,7 +129,7 @@ def text_pop() -> Response:
         known, popped = register_and_pop(session, ctx.policy, key_hash, body, now, declaration)
         if known is not None and known.worker is not None:
             request_context.set_user(known.user_id)  # the access log's user id
-            answer = _popped_answer(popped, declaration)
+            answer = _popped_answer(req, popped, declaration)
     if known is None or known.worker is None:
         with transaction(ctx.sessions) as session:
             user = worker_owner_for_key(session, api_key)  # refuses: no key, or anonymous
@@ -130,8 +138,8 @@ def text_pop() -> Response:
             popped = pop_text_job(
                 session, ctx.policy, worker, user.trusted, amount, now, declaration
             )
-            answer = _popped_answer(popped, declaration)
-    return answer if isinstance(answer, Response) else _send_chat_job(answer, declaration)
+            answer = _popped_answer(req, popped, declaration)
+    return answer if isinstance(answer, Reply) else _send_chat_job(req, answer, declaration)
 
 
 @functools.lru_cache(maxsize=4)
@@ -140,14 +148,16 @@ def _autocommit(engine: Engine) -> Engine:
     return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
-def _popped_answer(popped: Popped, declaration: dict[str, Any] | None) -> Response | ChatJob:
+def _popped_answer(
+    req: LaneRequest, popped: Popped, declaration: dict[str, Any] | None
+) -> Reply | ChatJob:
     """A pop's answer, or the chat job to send once its request's row is no longer locked."""
     if popped.job is None:
-        return _no_job(popped.skipped)
+        return _no_job(req, popped.skipped)
     if popped.job.is_chat:
         assert declaration is not None
         return _chat_job(popped, declaration)
-    note_pop(POP_TEXT)
+    req.pop_kind = POP_TEXT
     return _text_job(popped.job)
 
 
@@ -157,25 +167,26 @@ def declared_model(body: dict[str, Any]) -> list[str]:
     return [model] if isinstance(model, str) else []
 
 
-def _no_job(skipped: dict[str, int]) -> Response:
-    attempt = pop_attempt(request.environ)
-    if attempt is not None:
-        attempt.no_job = True
-    return jsonify(payload={}, id=None, ids=[], model=None, ttl=None, skipped=skipped)
+def _no_job(req: LaneRequest, skipped: dict[str, int]) -> Reply:
+    if req.attempt is not None:
+        req.attempt.no_job = True
+    return Reply(dict(payload={}, id=None, ids=[], model=None, ttl=None, skipped=skipped))
 
 
-def _text_job(job: PoppedJob) -> Response:
+def _text_job(job: PoppedJob) -> Reply:
     ids = [str(i) for i in job.ids]
-    return jsonify(
-        payload=job_payload(job),
-        id=ids[0],
-        ids=ids,
-        model=job.model,
-        ttl=job.ttl,
-        softprompt=job.softprompt,
-        is_chat=False,
-        origin_id=job.origin_id,
-        skipped={},
+    return Reply(
+        dict(
+            payload=job_payload(job),
+            id=ids[0],
+            ids=ids,
+            model=job.model,
+            ttl=job.ttl,
+            softprompt=job.softprompt,
+            is_chat=False,
+            origin_id=job.origin_id,
+            skipped={},
+        )
     )
 
 
@@ -198,34 +209,36 @@ def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
     )
 
 
-def _send_chat_job(job: ChatJob, declaration: dict[str, Any]) -> Response:
-    ctx = native()
+def _send_chat_job(req: LaneRequest, job: ChatJob, declaration: dict[str, Any]) -> Reply:
+    ctx = req.ctx
     assert ctx.objects is not None
     try:
         payload = dispatch_messages(job.payload, job.messages_object, ctx.objects, declaration)
     except Exception as exc:  # a missing object or an unreachable store: fault, no job
         log.exception("chat job %s: its objects could not be sent", job.generation_id)
-        _fault_unsendable(job, UnservableJob(detail=f"the horde could not send it ({exc})"))
-        return _no_job({})
+        reason = UnservableJob(detail=f"the horde could not send it ({exc})")
+        _fault_unsendable(ctx, job, reason)
+        return _no_job(req, {})
     if job.stream:
-        owner = hash_key(request.headers.get(HEADER_APIKEY) or "")
+        owner = hash_key(req.header(HEADER_APIKEY) or "")
         write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl)
-    note_pop(POP_CHAT)
-    return jsonify(
-        payload=payload,
-        id=str(job.generation_id),
-        ids=[str(job.generation_id)],
-        model=job.model,
-        ttl=job.ttl,
-        is_chat=True,
-        stream=job.stream,
-        origin_id=job.origin_id,
-        skipped={},
+    req.pop_kind = POP_CHAT
+    return Reply(
+        dict(
+            payload=payload,
+            id=str(job.generation_id),
+            ids=[str(job.generation_id)],
+            model=job.model,
+            ttl=job.ttl,
+            is_chat=True,
+            stream=job.stream,
+            origin_id=job.origin_id,
+            skipped={},
+        )
     )
 
 
-def _fault_unsendable(job: ChatJob, reason: UnservableJob) -> None:
-    ctx = native()
+def _fault_unsendable(ctx: NativeContext, job: ChatJob, reason: UnservableJob) -> None:
     note = [{"type": reason.code, "value": reason.message}]
     with transaction(ctx.sessions) as session:
         outcome = fault_chat_job(session, ctx.policy, job.generation_id, job.wp_id, note, utcnow())
@@ -236,10 +249,10 @@ def _fault_unsendable(job: ChatJob, reason: UnservableJob) -> None:
         release_ended(ctx.sessions, ctx.objects, [job.wp_id])
 
 
-def _relayed_before_fault(generation_id: str) -> Posted | None:
+def _relayed_before_fault(ctx: NativeContext, generation_id: str) -> Posted | None:
     """A streamed job's text its client received before an earlier worker died (None when
     not streamed, nothing so, or Redis does not answer: the reply is charged whole)."""
-    redis = native().redis
+    redis = ctx.redis
     try:
         lease = read_lease(redis, generation_id)
         if lease is None:
@@ -250,7 +263,8 @@ def _relayed_before_fault(generation_id: str) -> Posted | None:
         return None
 
 
-def _chat_submit(body: dict[str, Any]) -> Response:
+def _chat_submit(req: LaneRequest, body: dict[str, Any]) -> Reply:
+    ctx = req.ctx
     submission = ChatSubmission(
         generation_id=body["id"],
         state=body["state"],
@@ -258,11 +272,10 @@ def _chat_submit(body: dict[str, Any]) -> Response:
         usage=body.get(REPLY_USAGE),
         seed=int64(body.get("seed"), "seed"),
         gen_metadata=body.get("gen_metadata") or [],
-        relayed=_relayed_before_fault(str(body["id"])),
+        relayed=_relayed_before_fault(ctx, str(body["id"])),
     )
-    ctx = native()
     with transaction(ctx.sessions) as session:
-        user = worker_owner_for_key(session, request.headers.get(HEADER_APIKEY))
+        user = worker_owner_for_key(session, req.header(HEADER_APIKEY))
         outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
     # the status a woken front reads, stored under the outcome key before the events
     final = (
@@ -281,22 +294,21 @@ def _chat_submit(body: dict[str, Any]) -> Response:
     publish_chat_events(ctx.redis, outcome.wp_id, events, final)  # the final status first
     if outcome.ended:
         release_ended(ctx.sessions, ctx.objects, [outcome.wp_id])
-    _send_webhook(outcome.webhook)
+    _send_webhook(ctx, outcome.webhook)
     if outcome.refusal is not None:
         raise outcome.refusal
-    return jsonify(reward=float(outcome.reward))
+    return Reply(dict(reward=float(outcome.reward)))
 
 
-def _send_webhook(delivery: Delivery | None) -> None:
+def _send_webhook(ctx: NativeContext, delivery: Delivery | None) -> None:
     if delivery is not None:
-        SENDER.send(delivery, allow_loopback=native().settings.image_fetch_allow_loopback)
+        SENDER.send(delivery, allow_loopback=ctx.settings.image_fetch_allow_loopback)
 
 
-def text_submit() -> Response:
-    checked_headers("text_submit")
-    body = json_body("text_submit")
-    ctx = native()
-    api_key = request.headers.get(HEADER_APIKEY)
+def text_submit(req: LaneRequest) -> Reply:
+    body = _checked(req)
+    ctx = req.ctx
+    api_key = req.header(HEADER_APIKEY)
     # A text job's kind, its worker's key and its submit in one transaction (each one costs
     # BEGIN and COMMIT round trips); the key and the job are read in one statement. A
     # chat job's submit is _chat_submit's.
@@ -311,11 +323,11 @@ def text_submit() -> Response:
             request_context.set_user(found.owner_id)  # the access log's user id
             reward, webhook = submit_text_job(session, ctx.policy, found, submission, utcnow())
     if chat:
-        return _chat_submit(body)
+        return _chat_submit(req, body)
     if submission.state == STATE_FAULTED:
         wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
-    _send_webhook(webhook)
-    return jsonify(reward=float(reward))
+    _send_webhook(ctx, webhook)
+    return Reply(dict(reward=float(reward)))
 
 
 def _text_submission(body: dict[str, Any]) -> Submission:
