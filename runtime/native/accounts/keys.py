@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from sqlalchemy import select
+from sqlalchemy import String, bindparam, select
 from sqlalchemy.orm import Session
 
 from generated.errors import AnonForbiddenWorker, InvalidAPIKey
@@ -33,15 +33,21 @@ def new_api_key() -> str:
 def user_for_key(session: Session, api_key: str | None, *, for_update: bool = False) -> User:
     """The user owning ``api_key``; a missing header means the anonymous key, as upstream."""
     key = api_key if api_key else ANONYMOUS_API_KEY
-    query = select(User).join(ApiKey, ApiKey.user_id == User.id)
-    query = query.where(ApiKey.key_hash == hash_key(key))
-    if for_update:
-        query = query.with_for_update(of=User)
-    user = session.scalars(query).first()
+    query = _USER_FOR_UPDATE if for_update else _USER
+    user = session.scalars(query, {"key_hash": hash_key(key)}).first()
     if user is None:
         raise InvalidAPIKey()
     request_context.set_user(user.id)  # the access log's user id
     return user
+
+
+_USER = (
+    select(User)
+    .join(ApiKey, ApiKey.user_id == User.id)
+    .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
+)
+_USER_FOR_UPDATE = _USER.with_for_update(of=User)
+"""``user_for_key``'s statements, built once (each chat submit and status built one)."""
 
 
 def worker_owner_for_key(session: Session, api_key: str | None) -> User:

@@ -13,9 +13,9 @@ import math
 import uuid
 from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import Table, func, literal, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -101,24 +101,36 @@ def apply_kudos(
     kudos twice while the requester's row is locked, so each move is one round trip. The
     user's row in the session, if loaded, gets the new balance (as an ORM update would)."""
     amount = money(delta)
-    moved = (
-        update(USERS).where(USERS.c.id == user_id)
-        .values(kudos=USERS.c.kudos + amount).returning(USERS.c.kudos).cte("moved")
-    )  # fmt: skip
     given = {
         "user_id": user_id, "delta": amount, "reason": reason, "wp_id": wp_id,
         "generation_id": generation_id, "worker_id": worker_id,
     }  # fmt: skip
-    columns = [*given, "balance_after"]
-    row = select(*(literal(v, LEDGER.c[c].type) for c, v in given.items()), moved.c.kudos)
-    balance: Decimal = session.execute(
-        insert(LEDGER).from_select(columns, row).returning(LEDGER.c.balance_after)
-    ).scalar_one()
+    balance: Decimal = session.execute(_APPLY_KUDOS, given).scalar_one()
     loaded = session.identity_map.get(identity_key(User, user_id))
     if loaded is not None:
         set_committed_value(loaded, "kudos", balance)
     note_kudos(session.info, reason, amount)  # /metrics counts it once the transaction commits
     return balance
+
+
+def _apply_kudos() -> Any:
+    given = {
+        name: bindparam(name, type_=LEDGER.c[name].type)
+        for name in ("user_id", "delta", "reason", "wp_id", "generation_id", "worker_id")
+    }
+    moved = (
+        update(USERS).where(USERS.c.id == given["user_id"])
+        .values(kudos=USERS.c.kudos + given["delta"]).returning(USERS.c.kudos).cte("moved")
+    )  # fmt: skip
+    row = select(*given.values(), moved.c.kudos)
+    return (
+        insert(LEDGER).from_select([*given, "balance_after"], row).returning(LEDGER.c.balance_after)
+    )
+
+
+_APPLY_KUDOS = _apply_kudos()
+"""``apply_kudos``' statement, built once (its values are parameters): a chat submit moved
+kudos with a statement built anew, ~0.2 ms of CPU."""
 
 
 def hold_upfront(session: Session, user_id: int, wp_id: uuid.UUID, amount: Decimal) -> bool:

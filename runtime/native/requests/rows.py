@@ -11,7 +11,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal_column, select
+from sqlalchemy import ColumnElement, Integer, Select, bindparam, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from generated.errors import KudosUpfront, RequestNotFound, TooManyPrompts
@@ -68,6 +68,11 @@ def unfinished() -> list[Any]:
 
 def queued_jobs(session: Session, user_id: int) -> int:
     """Jobs the user has waiting or processing (upstream's concurrency count), one statement."""
+    return int(session.execute(_QUEUED_JOBS, {"user_id": user_id}).scalar_one())
+
+
+def _queued_jobs() -> Select[Any]:
+    user_id = bindparam("user_id", type_=Integer())
     waiting = (
         select(func.coalesce(func.sum(WaitingPrompt.n), 0))
         .where(WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True))
@@ -80,7 +85,12 @@ def queued_jobs(session: Session, user_id: int) -> int:
         .where(WaitingPrompt.user_id == user_id, *unfinished())
         .scalar_subquery()
     )
-    return int(session.execute(select(waiting + processing)).scalar_one())
+    return select(waiting + processing)
+
+
+_QUEUED_JOBS = _queued_jobs()
+"""``queued_jobs``' statement, built once (building it cost each submit ~0.4 ms of CPU;
+SQLAlchemy keeps a statement's cache key on it, so a kept one is not walked again)."""
 
 
 def admit_jobs(

@@ -53,13 +53,17 @@ class Jobs:
 
 
 def request_jobs(session: Session, wp: WaitingPrompt) -> Jobs:
-    rows = session.execute(
-        select(Generation, Worker.name)
-        .join(Worker, Worker.id == Generation.worker_id)
-        .where(Generation.wp_id == wp.id)
-        .order_by(Generation.start_time)
-    ).all()
+    rows = session.execute(_REQUEST_JOBS, {"wp_id": wp.id}).all()
     return Jobs([(g, name) for g, name in rows])
+
+
+_REQUEST_JOBS = (
+    select(Generation, Worker.name)
+    .join(Worker, Worker.id == Generation.worker_id)
+    .where(Generation.wp_id == bindparam("wp_id", type_=UUID(as_uuid=True)))
+    .order_by(Generation.start_time)
+)
+"""``request_jobs``' statement, built once."""
 
 
 def status_counts(

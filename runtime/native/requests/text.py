@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import DateTime, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from generated.errors import (
@@ -194,9 +194,16 @@ def text_generation_json(g: Generation, worker_name: str) -> dict[str, Any]:
 
 def online_workers(session: Session, policy: Policy, now: datetime) -> list[tuple[Worker, bool]]:
     since = now - timedelta(seconds=policy.worker_stale_seconds)
-    rows = session.execute(
-        select(Worker, User.trusted)
-        .join(User, User.id == Worker.user_id)
-        .where(Worker.last_check_in > since, Worker.maintenance.is_(False))
-    ).all()
+    rows = session.execute(_ONLINE_WORKERS, {"since": since}).all()
     return [(w, bool(t)) for w, t in rows]
+
+
+_ONLINE_WORKERS = (
+    select(Worker, User.trusted)
+    .join(User, User.id == Worker.user_id)
+    .where(
+        Worker.last_check_in > bindparam("since", type_=DateTime(timezone=True)),
+        Worker.maintenance.is_(False),
+    )
+)
+"""``online_workers``' statement, built once (the chat submit and status each read it)."""
