@@ -1,7 +1,11 @@
 """Pop+submit cycles per second on the native API, 10,000 text requests queued, 8 workers.
 
 Prints figures, never passes or fails on time:
-``pop_submit_cycles_per_s`` (one native process) and ``pop_submit_cycles_per_s_2proc`` (two).
+``pop_submit_cycles_per_s`` (one native process) and ``pop_submit_cycles_per_s_2proc`` (two),
+and ``pop_submit_server_cpu_ms``: this process's CPU (the one native process and its
+threads; the client is another process) over the 1-process run, divided by its cycles (the
+measured ones, counted as the rate times ``SECONDS``, and the warm-up's), the robust figure
+on a shared machine.
 
 The workers are a separate process (``bench/support/cycle_client.py``: stdlib HTTP, one
 forked process per worker, one keep-alive connection each), so the client never shares the
@@ -74,27 +78,44 @@ and 135 (1), 145, 148 and 137 (2) at load 2.4-6.5. The bench process's CPU over 
 9.3 and 10.0 ms a cycle, after 6.8-7.8 at load 4.7-7.0 (noisy: the pool cut alone gave 5.1
 and 7.0 at load 5).
 
-What remains, by the server's GIL time (py-spy --gil, 1 process, before the buffered lane):
-the event loop ~47% (uvicorn's h11 parsing, asyncio, a2wsgi's thread hops, now cut for the
-lane), the views' thread ~52%: flask-limiter ~10% (the Redis script itself ~6%; its
-before_request check, now removed, ~40 us a request), the body's jsonschema validation and
-the chat declaration's parse ~8% (a validator built and ``best_match`` run per call,
-outside issue 14's files: ``api/validation.py``, ``contract/declaration.py``), the pool's
-pre-ping ~4% a checkout (now gone), Flask and the access log/metrics hooks ~7%, the three
-statements' driver calls ~15%. 500 cycles/s on 2 cores needs all of a cycle's CPU (server,
-Postgres, client) under ~4 ms with nothing else running; it is ~7.5 ms now. What would
-remove the rest: validators built once, a limiter hit without flask-limiter's per-request
-machinery (its decorator's check, ~206 us of CPU a pop in process at load 3.4, about half
-of it the Redis call, still resolves the limits, exemptions and meta limits through ~22
-werkzeug proxy reads and parses the limit's string each request), and pop and submit
-served by an ASGI handler of their own (no Flask, no thread hop: ~1 ms a request of
-framework CPU). Two processes add
+Then (issue 14, 44057fe): the workers' lane (pop, submit, progress, heartbeat) is served
+without Flask (``runtime/native/api/lane.py``): the ASGI shell reads the body and hands a
+framework-free request to the same view functions on the lane's thread pool (one hop there
+and back); the limiter's check for these routes is ``HordeLimiter.lane_hit`` (the limit
+strings parsed once, one Redis script call a limit, flask-limiter's keys, headers and
+fallback state), the error envelope, access log and metrics are framework-free functions
+the Flask hooks share. The bench process's CPU over the 1-process run divided by its
+cycles (the server and its threads), that commit's parent and it from clean copies run
+alternately (A B A B): before 4.50 and 4.48 ms a cycle, after 3.61 and 3.49, at load
+2.8-6.5; cycles/s before 155.9 and 163.6 (1 process), 163.0 and 147.7 (2); after 169.6 and
+173.6 (1), 149.6 and 181.3 (2). An earlier pair at load 5-14: 4.89-5.54 -> 3.31-4.16 ms.
+
+What remains, by the server's GIL time (py-spy --gil, 1 process, after 44057fe, load ~6):
+the database driver and SQLAlchemy under the views ~29% (psycopg's execute and parameter
+dumping for the pop's one statement and the submit's three, the ORM Session, its
+connection checkout and commit around them: ``queue/jobs.py``, ``queue/submit.py``,
+``stores/database.py``), the event loop ~20% (uvicorn's httptools parsing, asyncio, the hop
+to the lane's threads: ``run_in_executor`` is ~20 us of CPU a request, a bare queue and
+``call_soon_threadsafe`` would be ~6), the header and body checks with the declaration's
+parse ~10% (jsonschema: ``api/validation.py``, ``contract/declaration.py``), the views' own
+Python ~11%, the limiter ~7% (nearly all redis-py's script call: ~61 us of CPU a call,
+~49 with hiredis, not installed), the access log and metrics ~6%, the lane's request and
+response framing ~4% (before, Flask and werkzeug were 16.4% of the server's GIL time as
+self time). In process
+(Lane.respond called in a loop, no HTTP): ~3.2 ms of CPU a cycle. 500 cycles/s on 2 cores
+needs all of a cycle's CPU (server, Postgres, client) under ~4 ms with nothing else
+running; the server alone is ~3.5 ms now. What would remove more: the pop's and the
+submit's statements run on a pooled driver connection without an ORM Session (its
+begin/commit/checkout machinery is most of SQLAlchemy's share), a compiled validator for
+the lane's bodies (fastjsonschema or jsonschema-rs, both in the package index), and fewer
+round trips per submit. Two processes add
 throughput only when the machine has a core to spare.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -146,10 +167,14 @@ def main() -> None:
             sweep=False,
         )
         try:
+            cpu_before = _cpu_seconds()
             one = _measure([f"{service.url}/api/v2"], keys)
+            cpu = _cpu_seconds() - cpu_before
         finally:
             service.stop()
         print(f"figure: pop_submit_cycles_per_s = {one:.1f} cycles/s", flush=True)
+        cycles = one * SECONDS + WARMUP * WORKERS
+        print(f"figure: pop_submit_server_cpu_ms = {cpu / cycles * 1000:.2f} ms", flush=True)
         _top_up(stores.database_url, requester_id)
         with _two_processes(stores, data_dir) as (urls, how):
             two = _measure(urls, keys)
@@ -197,6 +222,12 @@ def _top_up(database_url: str, requester_id: int) -> None:
             connection.commit()
     finally:
         engine.dispose()
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time so far (user and system, every thread)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _measure(urls: list[str], keys: list[str]) -> float:
