@@ -176,6 +176,7 @@ def _cases(api_key: str, cap: int) -> list[tuple[str, str, dict[str, str], bytes
         ("POST", POP, key, b'{"name": "lane-worker", "max_length": -1}'),
         ("POST", POP, key, b'{"name": '),
         ("POST", POP, key, b'{"name": "' + b"x" * cap + b'"}'),
+        ("POST", POP, json_type, b'{"name": "' + b"x" * cap + b'"}'),  # headers first
         ("POST", SUBMIT, key, b'{"id": "00000000-0000-0000-0000-000000000000"}'),
         ("POST", SUBMIT, key, b'{"id": "00000000-0000-0000-0000-000000000000", "gen": 1}'),
         ("POST", SUBMIT, {"apikey": "0000000000", **json_type}, b'{"id": "x"}'),

@@ -95,13 +95,19 @@ class LaneRequest:
     """The long poll's record of this pop run (the ASGI shell's), else None."""
     pop_kind: str | None = field(default=None)
     """The kind of job the pop handed out (horde_pops), once it did."""
+    reader: Callable[[], bytes] | None = None
+    """Reads the body when the view first asks (Flask's request: werkzeug's 413 then)."""
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
 
     def data(self) -> bytes:
+        """The body; 413 PayloadTooLarge over the cap, raised where the view reads it (after
+        its header checks, as Flask's ``get_data`` did)."""
         if self.too_large:
             raise PayloadTooLarge(limit=self.max_body)
+        if self.reader is not None:
+            self.body, self.reader = self.reader(), None
         return self.body
 
 
@@ -135,8 +141,8 @@ def flask_view(view: LaneView) -> Callable[[], Response]:
             max_body=max_body,
             remote_addr=flask_request.remote_addr,
             ctx=native(),
+            reader=functools.partial(flask_request.get_data, cache=True),
         )
-        req.body = flask_request.get_data(cache=True)  # werkzeug's 413 past the cap
         reply = view(req)
         if req.pop_kind is not None:
             note_pop(req.pop_kind)
