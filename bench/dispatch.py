@@ -40,9 +40,28 @@ worker serves; the concurrency count's second statement; the status read's SQL e
 built per worker (now per worker setup, kept). Python function calls per chat submit
 (cProfile, same run): 17,162 -> 10,452 (the first status read 8,773 -> 3,839). The figures
 at load 5-18 were 31-100 ms p50 before and after alike: on this machine the load, not the
-code, decides them; dispatch_server_cpu_ms_per_request 63-66 -> 41-61 ms. Left: the pop's
-own cost (declaration parse and registration run again on a woken pop), ORM loads of the
-row and workers in the submit and status, the HTTP shell's hop to a thread.
+code, decides them; dispatch_server_cpu_ms_per_request 63-66 -> 41-61 ms.
+
+Then (helper C, issue 14; cProfile and thread CPU in process through Flask's test client,
+one worker, this bench's chat; the benches A B A B against the tree without these commits):
+the submit answers with its new request's status as of its commit, computed from what it
+had in hand (the row, no job yet; the online workers it was admitted against), its queue
+position one statement after the commit in autocommit, compiled once per pool (was: a
+transaction of its own reloading the row, its jobs and the workers, 5 statements, the
+wait-time filter built and walked per read); the submit's statements (the key's user FOR
+UPDATE, the online workers, the concurrency count, the kudos move) are built once with
+bound parameters (building them cost ~0.2-0.8 ms of CPU each at load 6); a worker's
+declaration is parsed once and kept (53 -> 9 us a pop). A chat submit with its first status
+12.2-12.7 -> 4.7-5.7 ms of CPU, 10,984 -> 6,008 Python calls; 8 database round trips
+(BEGIN, the key's user FOR UPDATE, the online workers, the concurrency count, the row's
+INSERT, the horde tax, COMMIT, the position) instead of 13. This bench at load 3-7:
+dispatch_server_cpu_ms_per_request 34.7/36.4 -> 31.6/31.3 ms; dispatch_p50_ms 27.2/28.4 ->
+28.7/20.5 ms and dispatch_submit_answer_p50_ms 27.9/30.6 -> 23.0/16.6 ms (p99 42-181 ms
+either way: the load decides it). What is left of the submit is mostly waiting on those
+round trips; of the server's ~31 ms per request the largest shares are now the worker's
+reply (the chat job's submit and payment, ~7-9 ms of CPU in process, 9,185 calls), the
+HTTP shell and the woken pop; the body's JSON Schema check is ~0.2 ms (its messages'
+oneOf).
 """
 
 from __future__ import annotations
