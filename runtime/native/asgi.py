@@ -86,6 +86,10 @@ class PopAttempt:
     again), ``wait`` and ``no_job`` the view's (the validated wait; the answer is empty)."""
 
     retry: bool = False
+    last: bool = False
+    """The shell's: the wait is over, so an empty answer is sent; only this run (or a pop
+    that does not wait) counts what the worker skipped (upstream's ``skipped``, a count over
+    the queue), not a run that goes on waiting (issue 14)."""
     wait: float = 0.0
     no_job: bool = False
     models: frozenset[str] | None = None
@@ -235,33 +239,34 @@ class NativeASGI:
         deadline: float | None = None
         loop = asyncio.get_running_loop()
         try:
-            retry = False
+            retry = last = False
             while True:
                 waiter.clear()  # a wake from here on (during this pop) is not lost
-                attempt = PopAttempt(retry=retry)
+                attempt = PopAttempt(retry=retry, last=last)
                 answer = await self._lane_answer(POP_OPERATION, scope, body, attempt)
                 if attempt.models is not None and waiter in self.hub.waiters:
                     self.hub.waiters[waiter] = attempt.models
-                if not attempt.no_job or attempt.wait <= 0 or self.hub.closing or gone.is_set():
+                done = not attempt.no_job or attempt.wait <= 0 or last
+                if done or self.hub.closing or gone.is_set():
                     break
                 if deadline is None:
                     deadline = loop.time() + attempt.wait
                 remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                self.hub.waiting += 1
-                self.hub.metrics.waiting.inc()
-                try:
-                    await _first(self.hub.wait(waiter, remaining), gone.wait())
-                finally:
-                    self.hub.waiting -= 1
-                    self.hub.metrics.waiting.dec()
-                if gone.is_set() or self.hub.closing:
-                    break  # shutting down: the last empty answer, at once
-                if not waiter.is_set() and loop.time() >= deadline:
-                    break
+                if remaining > 0:
+                    self.hub.waiting += 1
+                    self.hub.metrics.waiting.inc()
+                    try:
+                        await _first(self.hub.wait(waiter, remaining), gone.wait())
+                    finally:
+                        self.hub.waiting -= 1
+                        self.hub.metrics.waiting.dec()
+                    if gone.is_set() or self.hub.closing:
+                        break  # shutting down: the last empty answer, at once (no skipped)
                 retry = True
-                self.hub.repops += 1
+                if waiter.is_set():
+                    self.hub.repops += 1
+                elif loop.time() >= deadline:
+                    last = True  # over: one last run answers, with what the worker skipped
         finally:
             self.hub.waiters.pop(waiter, None)
             watcher.cancel()

@@ -118,13 +118,25 @@ def test_a_waiting_pop_is_woken_by_a_queued_request_and_holds_no_connection(
 
 
 def test_a_waiting_pop_answers_the_empty_pop_at_its_deadline(
-    native_url: str, native_client: httpx.Client, owner: MadeUser, hub: Any
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
 ) -> None:
+    # a request this worker turns away (it asks for another model): the empty pop counts it
+    other = {"prompt": "Once upon a time", "params": {"max_length": 80}, "models": ["other-7B"]}
+    queued = native_client.post(
+        "/generate/text/async", headers={"apikey": requester.api_key}, json=other
+    )
+    assert queued.status_code == 202, queued.text
     empty = native_client.post(
         "/generate/text/pop", headers={"apikey": owner.api_key}, json=POP_BODY
     )
     assert empty.status_code == 200
     assert empty.json()["id"] is None
+    assert empty.json()["skipped"] == {"models": 1}
+    # the long poll skips the count while it goes on waiting, and answers with it at the end
     waited = WaitingPop(native_url, owner.api_key, 0.5).answer()
     assert waited.status_code == 200
     assert waited.json() == empty.json()

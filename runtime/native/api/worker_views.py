@@ -113,6 +113,8 @@ def text_pop(req: LaneRequest) -> Reply:
     if attempt is not None:  # served by runtime.native.asgi: it waits when there is no job
         attempt.wait = body["wait"]
         attempt.models = frozenset([*body.get("models", []), *declared_model(body)])
+    # an empty answer a long poll goes on waiting after is never sent: nothing to count
+    count_skipped = attempt is None or attempt.last or attempt.wait <= 0
     ctx = req.ctx
     now = utcnow()
     api_key = req.header(HEADER_APIKEY)
@@ -126,7 +128,9 @@ def text_pop(req: LaneRequest) -> Reply:
     engine = ctx.engine if chat_worker else _autocommit(ctx.engine)
     with Session(engine, expire_on_commit=False) as session, session.begin():
         key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
-        known, popped = register_and_pop(session, ctx.policy, key_hash, body, now, declaration)
+        known, popped = register_and_pop(
+            session, ctx.policy, key_hash, body, now, declaration, count_skipped=count_skipped
+        )
         if known is not None and known.worker is not None:
             request_context.set_user(known.user_id)  # the access log's user id
             answer = _popped_answer(req, popped, declaration)
@@ -136,7 +140,14 @@ def text_pop(req: LaneRequest) -> Reply:
             worker = register_worker(session, ctx.policy, user, body, now, declaration)
             amount = body["amount"]
             popped = pop_text_job(
-                session, ctx.policy, worker, user.trusted, amount, now, declaration
+                session,
+                ctx.policy,
+                worker,
+                user.trusted,
+                amount,
+                now,
+                declaration,
+                count_skipped=count_skipped,
             )
             answer = _popped_answer(req, popped, declaration)
     return answer if isinstance(answer, Reply) else _send_chat_job(req, answer, declaration)
