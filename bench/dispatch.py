@@ -52,9 +52,10 @@ wait-time filter built and walked per read); the submit's statements (the key's 
 UPDATE, the online workers, the concurrency count, the kudos move) are built once with
 bound parameters (building them cost ~0.2-0.8 ms of CPU each at load 6); a worker's
 declaration is parsed once and kept (53 -> 9 us a pop). A chat submit with its first status
-12.2-12.7 -> 4.7-5.7 ms of CPU, 10,984 -> 6,008 Python calls; 8 database round trips
-(BEGIN, the key's user FOR UPDATE, the online workers, the concurrency count, the row's
-INSERT, the horde tax, COMMIT, the position) instead of 13. This bench at load 3-7:
+12.2-12.7 -> 4.7-5.7 ms of CPU, 10,984 -> 6,008 Python calls (5,818 once the concurrency
+count rides on the online workers' read); 7 database round trips (BEGIN, the key's user
+FOR UPDATE, the online workers with the concurrency count, the row's INSERT, the horde
+tax, COMMIT, the position) instead of 13. This bench at load 3-7:
 dispatch_server_cpu_ms_per_request 34.7/36.4 -> 31.6/31.3 ms; dispatch_p50_ms 27.2/28.4 ->
 28.7/20.5 ms and dispatch_submit_answer_p50_ms 27.9/30.6 -> 23.0/16.6 ms (p99 42-181 ms
 either way: the load decides it). What is left of the submit is mostly waiting on those

@@ -91,6 +91,26 @@ def test_a_model_without_an_online_chat_worker_is_503_and_nothing_is_queued(
     assert chat_async(native_client, requester.api_key, chat_body()).status_code == 202
 
 
+@pytest.mark.raised_limits(
+    "chat_async",
+    why="several submits in a row from one key; concurrency is under test, not the rate",
+)
+def test_a_chat_submit_counts_the_users_queued_and_running_jobs_once(native_client, make_user):
+    # The count rides on the online workers' read: two online workers must not count twice.
+    requester = make_user("req", 1000, concurrency=2)
+    first, second = make_user("w1"), make_user("w2")
+    chat_pop(native_client, second.api_key, "second", model="other-model-13B")
+    chat_pop(native_client, first.api_key)
+    submit_chat(native_client, requester.api_key)
+    assert chat_pop(native_client, first.api_key)["id"]  # running: it still counts
+    submit_chat(native_client, requester.api_key)
+    refused = chat_async(native_client, requester.api_key, chat_body())
+    assert refused.status_code == 429
+    assert refused.json()["rc"] == "TooManyPrompts"
+    assert "(3)" in refused.json()["message"]
+    assert "Retry-After" in refused.headers
+
+
 def test_any_listed_model_may_serve_and_the_status_says_which(native_client, native_db, make_user):
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key, "gone")  # MODEL is known, its worker offline

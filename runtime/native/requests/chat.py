@@ -72,13 +72,14 @@ from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.chat_status import FirstStatus, first_status
 from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import (
+    QUEUED_JOBS,
     admit_jobs,
     charge_queued,
     find_request,
     queue_priority,
     request_uuid,
 )
-from runtime.native.requests.text import online_workers
+from runtime.native.requests.text import ONLINE_WORKERS
 from runtime.observability import context
 
 REQUEST_TYPE = "Chat Waiting Prompt"
@@ -182,6 +183,20 @@ def _check_kudos_cap(request: dict[str, Any], cost: Decimal) -> None:
         raise KudosCapExceeded(quote=float(cost), max_kudos=cap)
 
 
+_ONLINE_AND_QUEUED = ONLINE_WORKERS.add_columns(QUEUED_JOBS)
+
+
+def _online_and_queued(
+    session: Session, policy: Policy, user_id: int, now: datetime
+) -> tuple[list[tuple[Worker, bool]], int | None]:
+    """``online_workers`` and the user's ``queued_jobs`` in one statement (the user's row is
+    locked: the count is as a statement of its own after the lock would read it). With no
+    worker online there is no row to carry the count: None (and no request is admitted)."""
+    since = now - timedelta(seconds=policy.worker_stale_seconds)
+    rows = session.execute(_ONLINE_AND_QUEUED, {"since": since, "user_id": user_id}).all()
+    return [(w, bool(t)) for w, t, _ in rows], (int(rows[0][2]) if rows else None)
+
+
 def create_chat_request(
     session: Session,
     policy: Policy,
@@ -211,7 +226,7 @@ def create_chat_request(
     full_prompt = flatten_messages(request[PARAM_MESSAGES])
     screen(moderation_patterns, full_prompt)
     models = requested_models(request)
-    online = online_workers(session, policy, now)
+    online, counted = _online_and_queued(session, policy, user.id, now)
     unknown = _unknown_model(session, [m for m in models if not _online_serves(online, m)])
     if unknown is not None:
         raise ModelNotFound(model=unknown, param=_model_param(request, unknown))
@@ -225,7 +240,9 @@ def create_chat_request(
     if horde_option(request, HORDE_DRY_RUN):
         return ChatSubmitted(id=None, kudos=cost)
     slow = bool(horde_option(request, HORDE_SLOW_WORKERS))
-    needs_upfront = admit_jobs(session, policy, user, 1, plan.max_length, cost, slow_workers=slow)
+    needs_upfront = admit_jobs(
+        session, policy, user, 1, plan.max_length, cost, slow_workers=slow, counted=counted
+    )
     if admission_only:
         return ChatSubmitted(id=None, kudos=cost)
     wp = _row(policy, user, request, plan, models, full_prompt, cost, now)

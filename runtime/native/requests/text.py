@@ -194,11 +194,11 @@ def text_generation_json(g: Generation, worker_name: str) -> dict[str, Any]:
 
 def online_workers(session: Session, policy: Policy, now: datetime) -> list[tuple[Worker, bool]]:
     since = now - timedelta(seconds=policy.worker_stale_seconds)
-    rows = session.execute(_ONLINE_WORKERS, {"since": since}).all()
+    rows = session.execute(ONLINE_WORKERS, {"since": since}).all()
     return [(w, bool(t)) for w, t in rows]
 
 
-_ONLINE_WORKERS = (
+ONLINE_WORKERS = (
     select(Worker, User.trusted)
     .join(User, User.id == Worker.user_id)
     .where(
@@ -206,4 +206,5 @@ _ONLINE_WORKERS = (
         Worker.maintenance.is_(False),
     )
 )
-"""``online_workers``' statement, built once (the chat submit and status each read it)."""
+"""``online_workers``' statement, built once (the chat submit and status each read it),
+on the parameter ``since``."""
