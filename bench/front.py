@@ -27,17 +27,34 @@ The native API has no service passkey here, so the front forwards no client addr
    front's RSS then over its RSS before, divided by WAITS. Then the worker answers them all
    and every reply is checked.
 
-Where the front's time goes (2026-12-03, py-spy on the front process under 400 sequential
-plain requests, psutil for its CPU; 2 cores at load 5-11, so the absolute numbers swell): a
-plain request costs the front 5.9-9.3 ms of CPU from accept to answer. By the innermost
-library of each sample: the native submit through httpx 29% (httpx 9, httpcore 8, anyio 11,
-sniffio 2), redis-py 20% (its pure-Python RESP3 parser included: the subscribe, the outcome
-lookup, the signal read, the outcome read, the unsubscribe), uvicorn and h11 serving the
-client 26%, the project's own code (admission, wait, response, access log) about 10%, the
-rest the event loop. Tried outside the tree: the submit over aiohttp instead of httpx cut the
-front's CPU per request from 9.3/6.7 to 4.7/5.8 ms (two alternating runs; one POST alone,
-1.26 -> 0.29 ms of CPU); hiredis and httptools installed beside redis-py and uvicorn moved it
-within the noise (6.4/5.9 -> 5.8/6.4 ms with hiredis, 5.2/7.6 with both).
+Figures besides the table: ``front_cpu_per_request_ms``, the front process's CPU (psutil,
+user + system) over the added-latency leg's front requests after the warm-up, the robust
+figure on a shared machine; and where a delivery's time goes, from a pattern subscriber of
+the bench's own: the native submit until its event is published, from there to the client
+holding the reply (the front's wake, outcome read and answer), and the submit's own answer.
+
+Where the front's time goes (2026-12-03, after its native calls moved from httpx to aiohttp;
+psutil, py-spy at 200 Hz, cProfile in the serving thread; 2 cores shared with other work):
+- CPU per plain request, A B A B at load 5.9-12: 7.23/6.43 ms through httpx, 5.57/5.07 ms
+  through aiohttp; later 4.6-5.6 ms at load 2-5, ~90% of it user time. In py-spy's busy
+  samples the submit fell from 38% (httpx, httpcore, anyio) to 9%.
+- On this machine (a VM) the CPU follows how often the event loop sleeps and wakes more than
+  the Python it runs: a plain Starlette handler costs its server ~0.2-0.3 ms of CPU a
+  request, and 0.9 ms when it also sleeps 5 times (~0.13 ms a wake); an idle front spends
+  2-4 ms/s (uvicorn's 0.1 s tick). A plain request wakes the front for the client's request,
+  the native submit's answer (maybe twice: the native API's uvicorn sends its head and body
+  apart), the subscription's confirmation, the outcome lookup, the signal, the outcome read
+  and the unsubscribe's reply: round trips, more than code, are what is left to cut.
+- py-spy's busy samples by caller: socket writes 29% (Redis's four commands 18%: subscribe,
+  outcome lookup, outcome read, unsubscribe), uvicorn and Starlette's middleware serving the
+  client, redis-py's RESP3 parsing ~4%, the request's validation ~4%, the access log ~2%.
+- Measured and not kept: hiredis beside redis-py (front CPU 5.03/5.40 without, 5.27/5.20 ms
+  with, A B A B at load 3-5); the front's response head and body coalesced into one send
+  (one write fewer a response; a server's CPU 170-197 vs 173-207 us a request in isolation,
+  5.57/4.87 vs 4.57/5.03 ms a front request).
+- Delivery: its slow samples are the native submit (submit sent -> event published 130-440
+  ms in the five slowest at load 12, 23-66 ms at load 1-5); the front's part, event
+  published -> client has the reply, 2.6-3.6 ms p50, 5.5-12 ms p99 at load 1-5.
 """
 
 from __future__ import annotations
@@ -151,8 +168,13 @@ def added_latency(
         if i == WARMUP - 1:
             cpu_before = front_process.cpu_times()
     cpu_after = front_process.cpu_times()
-    cpu = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
-    return direct, through, cpu / SAMPLES
+    user = cpu_after.user - cpu_before.user
+    system = cpu_after.system - cpu_before.system
+    print(
+        f"front CPU per request: {user / SAMPLES * 1000:.2f} ms user"
+        f" + {system / SAMPLES * 1000:.2f} ms system"
+    )
+    return direct, through, (user + system) / SAMPLES
 
 
 class Delivery(NamedTuple):
