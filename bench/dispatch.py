@@ -58,11 +58,13 @@ FOR UPDATE, the online workers with the concurrency count, the row's INSERT, the
 tax, COMMIT, the position) instead of 13. This bench at load 3-7:
 dispatch_server_cpu_ms_per_request 34.7/36.4 -> 31.6/31.3 ms; dispatch_p50_ms 27.2/28.4 ->
 28.7/20.5 ms and dispatch_submit_answer_p50_ms 27.9/30.6 -> 23.0/16.6 ms (p99 42-181 ms
-either way: the load decides it). What is left of the submit is mostly waiting on those
-round trips; of the server's ~31 ms per request the largest shares are now the worker's
-reply (the chat job's submit and payment, ~7-9 ms of CPU in process, 9,185 calls), the
-HTTP shell and the woken pop; the body's JSON Schema check is ~0.2 ms (its messages'
-oneOf).
+either way: the load decides it); with the concurrency count on the online workers' read,
+at load 1.5-2.8: 38.5/37.8 -> 30.4/28.6 ms of server CPU a request, dispatch_p50_ms
+26.4/27.3 -> 24.1/24.1 ms, dispatch_submit_answer_p50_ms 26.4/28.2 -> 19.7/19.4 ms.
+What is left of the submit is mostly waiting on those round trips; of the server's ~30 ms
+per request the largest shares are now the worker's reply (the chat job's submit and
+payment, ~7-9 ms of CPU in process, 9,185 calls), the HTTP shell and the woken pop; the
+body's JSON Schema check is ~0.2 ms (its messages' oneOf).
 """
 
 from __future__ import annotations
