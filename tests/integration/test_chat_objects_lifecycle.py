@@ -1,6 +1,6 @@
 """A chat request's stored objects through the native routes: what submit stores and
 records, who may pop an image request, the transports' failures, and deletion at the end
-(done is covered end to end; here cancel, fault, expiry, the sweep's catch-up, dry run and
+(done end to end too; here done, cancel, fault, expiry, the sweep's catch-up, dry run and
 an operation-key replay).
 """
 
@@ -163,6 +163,21 @@ def test_cancel_fault_and_expiry_delete_the_objects(
     sweep(native_db, policy, now=later, objects=store)
     assert _row(native_db, expired) is None
     assert stored_files(store) == []
+
+
+def test_a_landed_reply_deletes_the_objects_at_once(native_client, native_db, store, users) -> None:
+    """The submit that ends a request releases its objects (not the sweep, later); the
+    reply's request had stored some, which is what tells the submit to release."""
+    requester, worker = users
+    _vision_pop(native_client, worker.api_key, [TRANSPORT_BASE64])  # online: none queued
+    done = _submit(native_client, requester.api_key, _body())
+    job = _vision_pop(native_client, worker.api_key, [TRANSPORT_BASE64])
+    assert job["id"]
+    assert len(stored_files(store)) == 2
+    landed = submit_reply(native_client, worker.api_key, job["id"])
+    assert landed.status_code == 200, landed.text
+    assert stored_files(store) == []
+    assert _row(native_db, done).object_keys == []  # type: ignore[union-attr]
 
 
 def test_the_sweep_releases_ended_requests_still_owning_objects(

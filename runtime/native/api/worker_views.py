@@ -290,7 +290,9 @@ def _chat_submit(req: LaneRequest, body: dict[str, Any]) -> Reply:
         outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
     # the status a woken front reads, stored under the outcome key before the events
     final = (
-        final_status(ctx.sessions, ctx.policy, outcome.wp_id, utcnow()) if outcome.ended else None
+        final_status(_autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow())
+        if outcome.ended
+        else None
     )
     end_lease = finish if outcome.landed else mark_ended
     end_lease(ctx.redis, str(outcome.generation_id))
@@ -303,7 +305,7 @@ def _chat_submit(req: LaneRequest, body: dict[str, Any]) -> Reply:
     if outcome.ended:
         events.append((outcome.ended, {}))
     publish_chat_events(ctx.redis, outcome.wp_id, events, final)  # the final status first
-    if outcome.ended:
+    if outcome.ended and outcome.owns_objects:
         release_ended(ctx.sessions, ctx.objects, [outcome.wp_id])
     _send_webhook(ctx, outcome.webhook)
     if outcome.refusal is not None:

@@ -90,6 +90,10 @@ class ChatSubmitOutcome:
     """Verification refused the reply: the job was faulted; answer with this after commit."""
     webhook: Delivery | None = None
     """The request's webhook call, to make after the commit."""
+    owns_objects: bool = False
+    """The request owns stored objects (images, offloaded messages), which its end releases;
+    a request stores them only at its submit, so one without any never needs the release's
+    locked read (issue 14: a transaction on every chat submit that ended a request)."""
 
 
 def is_chat_job(session: Session, generation_id: str) -> bool | None:
@@ -132,7 +136,12 @@ def _fault(
     values = {"state": FAULTED, "gen_metadata": metadata}
     fault_job(session, policy, gen.id, now, values, worker_fault=worker_fault, kind=KIND_CHAT)
     wp = session.scalars(select(WaitingPrompt).where(WaitingPrompt.id == wp_id)).one()
-    return ChatSubmitOutcome(wp_id=wp_id, generation_id=gen.id, ended=ended_event(wp))
+    return ChatSubmitOutcome(
+        wp_id=wp_id,
+        generation_id=gen.id,
+        ended=ended_event(wp),
+        owns_objects=bool(wp.object_keys),
+    )
 
 
 def fault_chat_job(
@@ -211,6 +220,7 @@ def _landed_outcome(landed: Landed, gen_id: uuid.UUID) -> ChatSubmitOutcome:
         landed=True,
         ended=ended_event(landed.wp),
         webhook=landed.webhook,
+        owns_objects=bool(landed.wp.object_keys),
     )
 
 

@@ -27,9 +27,9 @@ from decimal import Decimal
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Table, select, update
+from sqlalchemy import Select, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, undefer
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
@@ -165,18 +165,31 @@ def load_job(
         gen_id = uuid.UUID(generation_id)
     except ValueError:
         raise InvalidJobID(id=generation_id) from None
-    row = session.execute(
-        select(Generation, Worker, WaitingPrompt)
-        .join(Worker, Worker.id == Generation.worker_id)
-        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
-        .where(Generation.id == gen_id, WaitingPrompt.is_chat.is_(is_chat))
-    ).first()
+    row = session.execute(_job_statement(is_chat), {"gen_id": gen_id}).first()
     if row is None:
         raise InvalidJobID(id=generation_id)
     gen, worker, wp = row
     if worker.user_id != user.id:
         raise WrongCredentials()
     return gen, worker, wp
+
+
+@functools.cache
+def _job_statement(is_chat: bool) -> Select[Generation, Worker, WaitingPrompt]:
+    """``load_job``'s statement, built once per kind (issue 14: built per call, it was the
+    chat submit's largest share of CPU); a chat job's request comes with its stored request
+    and messages, which verification reads (deferred, they were two more statements)."""
+    statement = (
+        select(Generation, Worker, WaitingPrompt)
+        .join(Worker, Worker.id == Generation.worker_id)
+        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
+        .where(Generation.id == bindparam("gen_id"), WaitingPrompt.is_chat.is_(is_chat))
+    )
+    if is_chat:
+        statement = statement.options(
+            undefer(WaitingPrompt.chat_request), undefer(WaitingPrompt.messages)
+        )
+    return statement
 
 
 def claim_job(session: Session, gen_id: uuid.UUID, values: dict[str, Any]) -> None:

@@ -20,7 +20,8 @@ from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy import Engine, bindparam, select
+from sqlalchemy.orm import Session, defer
 
 from generated.signals import (
     CHAT_FIELD_OUTCOME,
@@ -33,7 +34,6 @@ from generated.wire.native import ChatStatus
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.chat_status import chat_status
-from runtime.stores.database import transaction
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,23 @@ def publish_chat_event(redis: Redis, request_id: object, event: str, **fields: A
     return True
 
 
+_ENDED = (
+    select(WaitingPrompt)
+    .options(defer(WaitingPrompt.prompt))
+    .where(WaitingPrompt.id == bindparam("wp_id"))
+)
+"""An ended request for its final status (the flattened prompt left unread), built once."""
+
+
 def final_status(
-    sessions: sessionmaker[Session], policy: Policy, wp_id: object, now: datetime
+    autocommit: Engine, policy: Policy, wp_id: object, now: datetime
 ) -> ChatStatus | None:
     """The status of a request that just ended, read after the commit that ended it (a
-    session of its own: none of the submit's objects, which its UPDATEs left stale)."""
-    with transaction(sessions) as session:
-        wp = session.get(WaitingPrompt, wp_id)
+    session of its own: none of the submit's objects, which its UPDATEs left stale), outside
+    any transaction as the status route reads it (``autocommit``: an engine in autocommit; no
+    BEGIN, no COMMIT; each statement sees what was committed when it ran)."""
+    with Session(autocommit, expire_on_commit=False) as session:
+        wp = session.execute(_ENDED, {"wp_id": wp_id}).scalar_one_or_none()
         return None if wp is None else chat_status(session, policy, wp, now)
 
 
