@@ -38,20 +38,24 @@ psutil, py-spy at 200 Hz, cProfile in the serving thread; 2 cores shared with ot
 - CPU per plain request, A B A B at load 5.9-12: 7.23/6.43 ms through httpx, 5.57/5.07 ms
   through aiohttp; later 4.6-5.6 ms at load 2-5, ~90% of it user time. In py-spy's busy
   samples the submit fell from 38% (httpx, httpcore, anyio) to 9%.
-- On this machine (a VM) the CPU follows how often the event loop sleeps and wakes more than
-  the Python it runs: a plain Starlette handler costs its server ~0.2-0.3 ms of CPU a
-  request, and 0.9 ms when it also sleeps 5 times (~0.13 ms a wake); an idle front spends
-  2-4 ms/s (uvicorn's 0.1 s tick). A plain request wakes the front for the client's request,
-  the native submit's answer (maybe twice: the native API's uvicorn sends its head and body
-  apart), the subscription's confirmation, the outcome lookup, the signal, the outcome read
-  and the unsubscribe's reply: round trips, more than code, are what is left to cut.
+- The front sleeps (and is woken) ~6.3 times a plain request (its threads' voluntary context
+  switches, printed beside the CPU): the client's request, the native submit's answer, the
+  subscription's confirmation, the outcome lookup, the signal, the outcome read, the
+  unsubscribe's reply. A wake is dear on this VM, ~0.13 ms of CPU (a Starlette handler's
+  server 0.25-0.31 -> 0.89-0.95 ms a request when it also sleeps 5 times, load ~2; an idle
+  front spends 2-4 ms/s on uvicorn's 0.1 s tick), so the wakes are ~0.8 ms of the ~5; the
+  rest is Python across ~4,400 calls a request (cProfile in the serving thread: the wait and
+  its four Redis commands, the submit, Starlette's and our middleware, the validation, the
+  access log line).
 - py-spy's busy samples by caller: socket writes 29% (Redis's four commands 18%: subscribe,
   outcome lookup, outcome read, unsubscribe), uvicorn and Starlette's middleware serving the
   client, redis-py's RESP3 parsing ~4%, the request's validation ~4%, the access log ~2%.
 - Measured and not kept: hiredis beside redis-py (front CPU 5.03/5.40 without, 5.27/5.20 ms
   with, A B A B at load 3-5); the front's response head and body coalesced into one send
   (one write fewer a response; a server's CPU 170-197 vs 173-207 us a request in isolation,
-  5.57/4.87 vs 4.57/5.03 ms a front request).
+  5.57/4.87 vs 4.57/5.03 ms a front request); the hub unsubscribing on the ending event, so
+  the unsubscribe's round trip overlaps the outcome read (sleeps 6.3/6.3 -> 5.9/6.4 a
+  request, CPU 5.00/5.50 -> 5.37/5.47 ms).
 - Delivery: its slow samples are the native submit (submit sent -> event published 130-440
   ms in the five slowest at load 12, 23-66 ms at load 1-5); the front's part, event
   published -> client has the reply, 2.6-3.6 ms p50, 5.5-12 ms p99 at load 1-5.
@@ -59,6 +63,7 @@ psutil, py-spy at 200 Hz, cProfile in the serving thread; 2 cores shared with ot
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -144,6 +149,18 @@ def front_request(front: httpx.Client) -> dict[str, object]:
     return dict(response.json())
 
 
+def sleeps(pid: int) -> int:
+    """The voluntary context switches of every thread of ``pid`` (Linux): the times they
+    slept, each followed by a wake. psutil's count is the main thread's alone."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        with contextlib.suppress(OSError):
+            for line in status.read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def added_latency(
     native: httpx.Client, front: httpx.Client, worker: BenchWorker, front_pid: int
 ) -> tuple[list[float], list[float], float]:
@@ -153,6 +170,7 @@ def added_latency(
     through: list[float] = []
     front_process = psutil.Process(front_pid)
     cpu_before = front_process.cpu_times()
+    switches_before = sleeps(front_pid)
     for i in range(WARMUP + SAMPLES):
         t0 = time.perf_counter()
         worker.want()
@@ -167,12 +185,15 @@ def added_latency(
             through.append(t2 - t1)
         if i == WARMUP - 1:
             cpu_before = front_process.cpu_times()
+            switches_before = sleeps(front_pid)
     cpu_after = front_process.cpu_times()
+    switches = sleeps(front_pid) - switches_before
     user = cpu_after.user - cpu_before.user
     system = cpu_after.system - cpu_before.system
     print(
         f"front CPU per request: {user / SAMPLES * 1000:.2f} ms user"
-        f" + {system / SAMPLES * 1000:.2f} ms system"
+        f" + {system / SAMPLES * 1000:.2f} ms system;"
+        f" {switches / SAMPLES:.1f} sleeps (voluntary context switches)"
     )
     return direct, through, (user + system) / SAMPLES
 
