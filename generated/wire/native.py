@@ -306,7 +306,7 @@ class ProgressInput(TypedDict):
     id: str
     seq: int
     """
-    0 for the first post
+    0 for the first post, then one more each post.
     """
     delta: str
     """

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.exceptions import ValidationError
 
 from generated.errors import InvalidChatParameter, UnsupportedChatParameter
+from runtime.contract.schema_check import SchemaCheck
 
 _TYPE_WORDS = {
     "string": "a string",
@@ -24,7 +24,7 @@ _TYPE_WORDS = {
     "array": "an array",
     "null": "null",
 }
-_VALIDATORS: dict[str, Draft202012Validator] = {}
+_VALIDATORS: dict[str, SchemaCheck] = {}
 
 
 def type_word(value: Any) -> str:
@@ -65,10 +65,10 @@ def wrong_type(param: str, expected: str, value: Any) -> str:
     return f"Invalid type for '{param}': expected {expected}, but got {type_word(value)} instead."
 
 
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+def _validator(schema: dict[str, Any]) -> SchemaCheck:
     key = json.dumps(schema, sort_keys=True)
     if key not in _VALIDATORS:
-        _VALIDATORS[key] = Draft202012Validator(schema)
+        _VALIDATORS[key] = SchemaCheck(schema)
     return _VALIDATORS[key]
 
 
@@ -124,12 +124,13 @@ def _detail(error: ValidationError, param: str) -> str:
 
 def check(value: Any, schema: dict[str, Any], param: str) -> None:
     """Raise the error of the deepest failure of ``value`` against ``schema``."""
-    error = best_match(_validator(schema).iter_errors(value))
+    error = _validator(schema).error(value)
     if error is None:
         return
     where = join_param(param, *error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = error.schema.get("properties", {})
+        schema_at: Any = error.schema  # a reported error's schema is its (object) subschema
+        allowed = schema_at.get("properties", {})
         extra = next(k for k in error.instance if k not in allowed)
         raise UnsupportedChatParameter(
             key=join_param(where, extra),

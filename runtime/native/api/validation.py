@@ -12,22 +12,22 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.exceptions import best_match
+from jsonschema import ValidationError
 
 from generated.errors import ERRORS
 from generated.routes import DEFS, HEADERS, ROUTES
+from runtime.contract.schema_check import SchemaCheck
 
 
 @cache
-def _validator(operation_id: str) -> Draft202012Validator:
+def _validator(operation_id: str) -> SchemaCheck:
     route = ROUTES[operation_id]
-    return Draft202012Validator({**(route.body or {}), "$defs": DEFS[route.surface]})
+    return SchemaCheck({**(route.body or {}), "$defs": DEFS[route.surface]})
 
 
 @cache
-def _header_validator(surface: str, name: str) -> Draft202012Validator:
-    return Draft202012Validator({**HEADERS[surface][name]["schema"], "$defs": DEFS[surface]})
+def _header_validator(surface: str, name: str) -> SchemaCheck:
+    return SchemaCheck({**HEADERS[surface][name]["schema"], "$defs": DEFS[surface]})
 
 
 def _join(path: str, key: Any) -> str:
@@ -82,7 +82,7 @@ def validate_body(operation_id: str, body: Any) -> None:
     route = ROUTES[operation_id]
     if route.body is None:
         return
-    error = best_match(_validator(operation_id).iter_errors(body))
+    error = _validator(operation_id).error(body)
     if error is not None:
         field, problem = describe(error)
         param = None if field == "(body)" else field
@@ -101,6 +101,6 @@ def validate_headers(operation_id: str, headers: Mapping[str, str]) -> None:
             if name in route.required_headers:
                 raise ERRORS[code](field=name, problem="is required", param=name)
             continue
-        error = best_match(_header_validator(route.surface, name).iter_errors(value))
+        error = _header_validator(route.surface, name).error(value)
         if error is not None:
             raise ERRORS[code](field=name, problem=_short(error), param=name)
