@@ -14,8 +14,9 @@ when it answers "no job" to a pop that asked to ``wait`` (spec/api/native.yaml
 PopInput.wait), the request waits on the event loop (no thread, no database connection, no
 row lock) until a wake (``WakeHub``) or its deadline. A woken pop runs the view again,
 marked as a retry: neither rate limited nor logged a second time, so a waiting pop counts as
-one pop; one that still finds nothing goes back to waiting. At the deadline the answer is
-the last empty pop's.
+one pop; one that still finds nothing goes back to waiting. At the deadline the view runs
+once more (``PopAttempt.last``), and its answer is sent: only that run, or a pop that does
+not wait, counts what the worker skipped.
 
 ``WakeHub`` is this process's one Redis subscription to ``generated.signals.WAKE_CHANNEL``
 (``runtime.native.queue.wake.wake_workers`` publishes it). While the subscription is down,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,6 +65,14 @@ def ping_if_idle(engine: Engine) -> Any:
             raise disconnected from lost
 
     return checkout
+
+
+@functools.lru_cache(maxsize=4)
+def autocommit(engine: Engine) -> Engine:
+    """``engine`` without transactions (its pool's connections, in autocommit): a read of
+    one statement, or of several that each see what was committed when it ran, saves the
+    BEGIN and COMMIT round trips."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

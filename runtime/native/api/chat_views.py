@@ -19,11 +19,9 @@ replay's is read.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from flask import Response, jsonify, request
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from generated.chat.names import PARAM_MESSAGES
@@ -63,7 +61,7 @@ from runtime.native.requests.chat_status import chat_status
 from runtime.native.requests.signals import publish_chat_event
 from runtime.native.requests.text import cancel_text_request
 from runtime.observability import context as request_context
-from runtime.stores.database import transaction
+from runtime.stores.database import autocommit, transaction
 
 OPERATION_KEY_ATTEMPTS = 2
 """A lost race on a new operation key is retried once; the retry finds the winner's row."""
@@ -113,7 +111,7 @@ def _first_status(result: ChatSubmitted) -> ChatStatus:
     transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read."""
     ctx = native()
     if result.first is not None:
-        with _autocommit(ctx.engine).connect() as connection:
+        with autocommit(ctx.engine).connect() as connection:
             driver = connection.connection.driver_connection
             assert driver is not None
             with driver.cursor() as cursor:
@@ -121,12 +119,6 @@ def _first_status(result: ChatSubmitted) -> ChatStatus:
     with transaction(ctx.sessions) as session:
         wp = get_chat_request(session, str(result.id))
         return chat_status(session, ctx.policy, wp, utcnow())
-
-
-@functools.lru_cache(maxsize=4)
-def _autocommit(engine: Engine) -> Engine:
-    """``engine`` without transactions (its pool's connections, in autocommit)."""
-    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def _admitted_before_intake(chat_request: dict[str, Any]) -> ChatSubmitted | None:
@@ -179,7 +171,7 @@ def chat_status_view(id: str) -> Response:
     ctx = native()
     trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
     checked_headers("chat_status")
-    with Session(_autocommit(ctx.engine), expire_on_commit=False) as session:
+    with Session(autocommit(ctx.engine), expire_on_commit=False) as session:
         read = read_chat_request(session, id, request.headers.get(HEADER_APIKEY))
         body: dict[str, Any] = dict(chat_status(session, ctx.policy, read.wp, utcnow()))
     if read.reader_id is not None:

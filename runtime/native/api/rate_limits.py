@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from flask import Flask, request
 from flask_limiter import Limiter
+from flask_limiter.constants import HeaderNames
 from limits import RateLimitItem, parse_many
 
 from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, KEY_PEER, RateLimit
@@ -122,9 +123,9 @@ KEY_FUNCTIONS: dict[str, Callable[[Caller, Settings], str]] = {
 }
 
 
-def _service_key(caller: Caller) -> str:
+def _service_key(caller: Caller, settings: Settings) -> str:
     """The chat front's service budget: its connection's address (the route is the scope)."""
-    return f"service:{caller.remote_addr or 'unknown'}"
+    return f"service:{_peer(caller, settings)}"
 
 
 def current_limit(operation_id: str, index: int) -> RateLimit:
@@ -136,7 +137,7 @@ def choose(limit: RateLimit, caller: Caller, settings: Settings) -> tuple[str, s
     """One limit's (value, key) for ``caller``: the service budget for the chat front, the
     anonymous value for the anonymous key, else the limit on its key."""
     if limit.service is not None and passkey_in(caller.header, settings):
-        return _times(limit.service, settings.rate_limit_scale), _service_key(caller)
+        return _times(limit.service, settings.rate_limit_scale), _service_key(caller, settings)
     if limit.anonymous is not None and _api_key(caller) == ANONYMOUS_API_KEY:
         chosen = limit.anonymous
     else:
@@ -259,26 +260,29 @@ def limit_headers(
     hit: LaneHit, headers: list[tuple[str, str]], limiter: HordeLimiter
 ) -> list[tuple[str, str]]:
     """``headers`` with flask-limiter's X-RateLimit-Limit, -Remaining and -Reset added and
-    its Retry-After set (the window's end, or an error's own Retry-After if later)."""
+    its Retry-After set (the window's end, or an error's own Retry-After if later); the
+    names are flask-limiter's ``HeaderNames``."""
     remaining, reset = limiter.lane_window(hit)
     reset_at = int(reset + 1)
     out = [
         *headers,
-        ("X-RateLimit-Limit", str(hit.item.amount)),
-        ("X-RateLimit-Remaining", str(remaining)),
-        ("X-RateLimit-Reset", str(reset_at)),
+        (HeaderNames.LIMIT.value, str(hit.item.amount)),
+        (HeaderNames.REMAINING.value, str(remaining)),
+        (HeaderNames.RESET.value, str(reset_at)),
     ]
     now = time.time()
-    existing = [value for name, value in out if name.lower() == "retry-after"]
+    retry_name = HeaderNames.RETRY_AFTER.value
+    is_retry = [name.lower() == retry_name.lower() for name, _ in out]
+    existing = [value for (_, value), found in zip(out, is_retry, strict=True) if found]
     if existing and existing[0].isdigit():  # the lane's errors give seconds
         reset_at = max(int(now + int(existing[0])), reset_at)
     retry_after = str(int(reset_at - now))
-    at = next((i for i, (name, _) in enumerate(out) if name.lower() == "retry-after"), None)
+    at = next((i for i, found in enumerate(is_retry) if found), None)
     if at is None:
-        out.append(("Retry-After", retry_after))
+        out.append((retry_name, retry_after))
     else:  # werkzeug's Headers.set: the first in place, any other removed
-        out = [pair for i, pair in enumerate(out) if i == at or pair[0].lower() != "retry-after"]
-        out[at] = ("Retry-After", retry_after)
+        out = [pair for i, pair in enumerate(out) if i == at or not is_retry[i]]
+        out[at] = (retry_name, retry_after)
     return out
 
 

@@ -24,14 +24,12 @@ submit's commit (``runtime.native.queue.webhooks``), never inside it.
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
-from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, REPLY_USAGE
@@ -77,7 +75,7 @@ from runtime.native.queue.webhooks import SENDER, Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.native.requests.signals import final_status, publish_chat_event, publish_chat_events
 from runtime.observability import context as request_context
-from runtime.stores.database import transaction
+from runtime.stores.database import autocommit, transaction
 
 INT32 = 2**31 - 1
 log = logging.getLogger(__name__)
@@ -125,7 +123,7 @@ def text_pop(req: LaneRequest) -> Reply:
     # failure there (the database gone meanwhile) must not leave the job taken but never
     # sent (its request would wait out the job's ttl).
     chat_worker = bool(declaration[DECL_CHAT_JOBS])
-    engine = ctx.engine if chat_worker else _autocommit(ctx.engine)
+    engine = ctx.engine if chat_worker else autocommit(ctx.engine)
     with Session(engine, expire_on_commit=False) as session, session.begin():
         key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
         known, popped = register_and_pop(
@@ -151,12 +149,6 @@ def text_pop(req: LaneRequest) -> Reply:
             )
             answer = _popped_answer(req, popped, declaration)
     return answer if isinstance(answer, Reply) else _send_chat_job(req, answer, declaration)
-
-
-@functools.lru_cache(maxsize=4)
-def _autocommit(engine: Engine) -> Engine:
-    """``engine`` without transactions (its pool's connections, in autocommit)."""
-    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def _popped_answer(
@@ -290,7 +282,7 @@ def _chat_submit(req: LaneRequest, body: dict[str, Any]) -> Reply:
         outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
     # the status a woken front reads, stored under the outcome key before the events
     final = (
-        final_status(_autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow())
+        final_status(autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow())
         if outcome.ended
         else None
     )
