@@ -64,13 +64,36 @@ class TextCounter(Protocol):
         ...
 
 
+@runtime_checkable
+class BoundedCounter(Protocol):
+    """An exact counter that can also give a cheap upper bound, without the backend."""
+
+    def upper_bound(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int | None:
+        """Tokens the prompt takes at most (None when no bound is known for this model)."""
+        ...
+
+
+BYTE_BOUNDED_TOKENIZERS = frozenset({"gpt2", "llama"})
+"""GGUF tokenizer models (``tokenizer.ggml.model``) whose every token covers at least one
+UTF-8 byte of the text it tokenizes: byte-level BPE (gpt2) and SentencePiece (llama: a
+token covers at least one character, a byte-fallback token one byte). Not the others: a
+tokenizer that normalizes its text first (UGM's charsmap, NFKC) may expand it."""
+BOUND_EXTRA_TOKENS = 3
+"""What a byte-bounded tokenizer adds to a text's bytes at most: a BOS and an EOS token
+(when the model asks for them) and SentencePiece's space prefix."""
+
+
 @dataclass(frozen=True)
 class ModelTemplate:
-    """A model's chat template and the texts of its BOS and EOS tokens."""
+    """A model's chat template, the texts of its BOS and EOS tokens, and its tokenizer's
+    model (GGUF ``tokenizer.ggml.model``: gpt2, llama, t5, ...; "" when not stated)."""
 
     template: str
     bos_token: str
     eos_token: str
+    tokenizer_model: str = ""
 
     @classmethod
     def from_gguf(cls, path: Path) -> ModelTemplate | None:
@@ -91,8 +114,12 @@ class ModelTemplate:
             index = field(key)
             return tokens[index] if isinstance(index, int) and index < len(tokens) else ""
 
+        model = field("tokenizer.ggml.model")
         return cls(
-            template, token("tokenizer.ggml.bos_token_id"), token("tokenizer.ggml.eos_token_id")
+            template,
+            token("tokenizer.ggml.bos_token_id"),
+            token("tokenizer.ggml.eos_token_id"),
+            model if isinstance(model, str) else "",
         )
 
     @cached_property
@@ -121,6 +148,17 @@ class TemplateCounter:
     def count(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         text = self.template.render(messages, tools)
         return self._tokens(text)
+
+    def upper_bound(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> int | None:
+        """The rendered prompt's UTF-8 bytes plus ``BOUND_EXTRA_TOKENS``, for a tokenizer in
+        ``BYTE_BOUNDED_TOKENIZERS``: never fewer than the count route's tokens, and no
+        backend call (the render is local)."""
+        if self.template.tokenizer_model not in BYTE_BOUNDED_TOKENIZERS:
+            return None
+        text = self.template.render(messages, tools)
+        return len(text.encode("utf-8")) + BOUND_EXTRA_TOKENS
 
     def count_text(self, text: str) -> int:
         # the count route adds a BOS when the model asks for one: the empty text's count

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,13 @@ from generated.errors import PromptOverflow
 from runtime.worker.backend import BackendClient
 from runtime.worker.backend_kinds import backend_messages
 from runtime.worker.config import WorkerConfig
-from runtime.worker.counter import PROBE_MESSAGES, prompt_tokens_of
+from runtime.worker.counter import (
+    PROBE_MESSAGES,
+    BoundedCounter,
+    ModelTemplate,
+    TemplateCounter,
+    prompt_tokens_of,
+)
 from runtime.worker.declaration import Probed, probe
 from runtime.worker.horde import HordeClient
 from runtime.worker.job import Job, JobRunner
@@ -259,3 +266,86 @@ def test_a_chat_job_end_to_end_through_the_native_api(
     assert generation["model"] == MODEL_NAME
     assert generation["tool_calls"] == []
     assert generation["usage"]["prompt_tokens"] == counted
+
+
+FIT_CASES: list[list[dict[str, Any]]] = [
+    PROBE_MESSAGES,
+    [{"role": "user", "content": "x" * 500}],
+    [{"role": "user", "content": "日本語 🙂 ünïcödé " * 20}],
+    [{"role": "user", "content": DEMO_REPLY * 8}],
+]
+
+
+@pytest.mark.parametrize("messages", FIT_CASES)
+@pytest.mark.parametrize("tools", [None, [UNIT_TOOL]])
+def test_the_byte_bound_is_never_under_the_backends_count(
+    probed: Probed,
+    backend: BackendClient,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+) -> None:
+    counter = probed.counter
+    assert isinstance(counter, BoundedCounter)  # the demo model's tokenizer is gpt2's BPE
+    shaped = backend_messages(probed.kind, messages)
+    bound = counter.upper_bound(shaped, tools)
+    assert bound is not None
+    assert bound >= counter.count(shaped, tools)
+
+
+def _count_calls(backend: BackendClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The backend routes asked from now on (the counter's client is ``backend``)."""
+    asked: list[str] = []
+    request_json = backend.request_json
+
+    def recording(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        asked.append(path)
+        return request_json(method, path, body, **kwargs)
+
+    monkeypatch.setattr(backend, "request_json", recording)
+    return asked
+
+
+def test_a_job_whose_bound_fits_is_not_counted_by_the_backend(
+    runner: JobRunner, backend: BackendClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _count_calls(backend, monkeypatch)
+    reply = runner.chat_reply(_chat({"messages": PROBE_MESSAGES}), None)
+    assert reply is not None
+    assert reply.content == DEMO_REPLY
+    assert not [path for path in asked if "tokenize" in path]
+
+
+def test_a_job_near_the_context_and_a_streamed_job_are_counted_exactly(
+    runner: JobRunner, backend: BackendClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = runner.probed.counter
+    assert isinstance(counter, BoundedCounter)
+    max_tokens = 300
+    # the demo reply's words are single tokens of the demo tokenizer, many bytes each: the
+    # byte bound says this does not fit, the backend's count that it does
+    messages = [{"role": "user", "content": DEMO_REPLY * 10}]
+    bound = counter.upper_bound(messages, None)
+    assert bound is not None
+    assert bound + max_tokens > CONTEXT >= counter.count(messages, None) + max_tokens
+    asked = _count_calls(backend, monkeypatch)
+    reply = runner.chat_reply(_chat({"messages": messages, "max_tokens": max_tokens}), None)
+    assert reply is not None
+    assert reply.content == DEMO_REPLY
+    assert [path for path in asked if "tokenize" in path]
+    asked.clear()
+    streamed = runner.chat_reply(_chat({"messages": PROBE_MESSAGES}, stream=True), lambda d: False)
+    assert streamed is not None
+    assert streamed.usage["prompt_tokens"] == counter.count(PROBE_MESSAGES, None)
+    assert [path for path in asked if "tokenize" in path]
+
+
+def test_a_tokenizer_that_may_expand_its_text_has_no_byte_bound(
+    backend: BackendClient, demo_gguf: Path
+) -> None:
+    template = ModelTemplate.from_gguf(demo_gguf)
+    assert template is not None
+    assert template.tokenizer_model == "gpt2"
+    unigram = TemplateCounter(
+        backend, "/extras/tokenize/count", replace(template, tokenizer_model="t5")
+    )
+    assert unigram.upper_bound(PROBE_MESSAGES, None) is None
