@@ -11,6 +11,14 @@ PYTEST_ARGS ?=
 INSTRUCTOR       := $(VENV)/clients/instructor
 INSTRUCTOR_STAMP := $(INSTRUCTOR)/.installed-stamp
 INSTRUCTOR_REQUIREMENT := instructor>=1.14,<2
+# LiteLLM's proxy, for bench/e2e_overhead.py's LiteLLM leg (issue 14), only for `make bench`:
+# the venv's litellm (>= 1.110, for tests/e2e) cannot have its proxy here (its proxy extra
+# needs a litellm-proxy the package index does not hold), 1.108.7's can. It goes into a
+# folder of its own, which the proxy's process alone puts first on its path
+# (BENCH_LITELLM_PATH). When it does not install, the bench prints the figure unavailable.
+LITELLM_PROXY       := $(VENV)/clients/litellm-proxy
+LITELLM_PROXY_STAMP := $(LITELLM_PROXY)/.installed-stamp
+LITELLM_PROXY_REQUIREMENT := litellm[proxy]==1.108.7
 
 .DEFAULT_GOAL := help
 
@@ -27,6 +35,11 @@ $(INSTRUCTOR_STAMP): Makefile | $(STAMP)
 	$(INSTRUCTOR)/bin/python -m pip install --quiet --upgrade pip
 	$(INSTRUCTOR)/bin/python -m pip install --quiet '$(INSTRUCTOR_REQUIREMENT)'
 	touch $(INSTRUCTOR_STAMP)
+
+$(LITELLM_PROXY_STAMP): Makefile | $(STAMP)
+	rm -rf $(LITELLM_PROXY)
+	$(BIN)/python -m pip install --quiet --no-warn-conflicts --target $(LITELLM_PROXY) '$(LITELLM_PROXY_REQUIREMENT)'
+	touch $(LITELLM_PROXY_STAMP)
 
 ## install: create .venv and install the project with its test dependencies (and instructor's venv)
 install: $(STAMP) $(INSTRUCTOR_STAMP)
@@ -79,7 +92,10 @@ format: $(STAMP)
 # bench/support/ holds more). Each prints `figure: NAME = VALUE UNIT` lines; a bench's stderr
 # (the services' access logs) is shown only if it fails; every figure is repeated at the end.
 bench: $(STAMP)
-	@figures=$$(mktemp); out=$$(mktemp); log=$$(mktemp); \
+	@$(MAKE) --no-print-directory $(LITELLM_PROXY_STAMP) \
+		|| echo "LiteLLM's proxy did not install: its figure is printed unavailable"
+	@export BENCH_LITELLM_PATH=$${BENCH_LITELLM_PATH:-$(abspath $(LITELLM_PROXY))}; \
+	figures=$$(mktemp); out=$$(mktemp); log=$$(mktemp); \
 	for b in bench/*.py; do \
 		grep -q '^if __name__ == "__main__":' $$b || continue; \
 		echo "== $$b"; \

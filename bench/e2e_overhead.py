@@ -7,8 +7,9 @@ ways, side by side in one run (printed, never pass/fail):
    venv's litellm (>= 1.110, for tests/e2e) cannot have its proxy here: 1.110's proxy extra
    requires litellm-proxy==1.110.2, which the package index this machine reaches does not
    hold; 1.108.7's does not, so ``pip install --target DIR 'litellm[proxy]==1.108.7'`` and
-   BENCH_LITELLM_PATH=DIR give the figure. Otherwise it is printed unavailable, with the
-   reason;
+   BENCH_LITELLM_PATH=DIR give the figure. ``make bench`` does both (the Makefile's
+   LITELLM_PROXY, .venv/clients/litellm-proxy, ~1 min to install, ~730 MB). Otherwise it is
+   printed unavailable, with the reason;
 3. through the horde: the chat front (its own process), the native API (on the embedded
    stores), and the project's worker (``horde-chat worker``, its own process, long-polling
    its pops) on that same llama-cpp-python server.
