@@ -277,3 +277,24 @@ def test_a_chat_pop_that_fails_after_its_pick_leaves_the_job_queued(
     again = chat_pop(native_client, worker.api_key)
     assert again["id"] is not None
     assert chat_status(native_client, request_id)["processing"] == 1
+
+
+def test_a_chat_jobs_submit_is_refused_as_before(native_client, make_user):
+    """The chat submit runs in the transaction that found the job's kind (issue 14): every
+    refusal keeps its error, the payload's checked before the key."""
+    requester, worker, other = make_user("req", 1000), make_user("wk"), make_user("other")
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key)
+    job = chat_pop(native_client, worker.api_key)
+
+    def refused(api_key: str, **fields: Any) -> tuple[int, str]:
+        response = submit_reply(native_client, api_key, job["id"], "Done.", **fields)
+        return response.status_code, response.json()["rc"]
+
+    assert refused("not-a-key", seed=2**70) == (400, "InvalidPayload")
+    assert refused("not-a-key") == (401, "InvalidAPIKey")
+    assert refused("0000000000") == (403, "AnonForbiddenWorker")
+    assert refused(other.api_key) == (403, "WrongCredentials")
+    assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
+    assert refused(worker.api_key) == (400, "DuplicateGen")
+    assert chat_status(native_client, request_id)["finished"] == 1

@@ -57,6 +57,7 @@ from runtime.native.progress.protocol import (
 from runtime.native.queue.chat_submit import (
     REPLY_KEYS,
     ChatSubmission,
+    ChatSubmitOutcome,
     fault_chat_job,
     submit_chat_job,
 )
@@ -266,9 +267,8 @@ def _relayed_before_fault(ctx: NativeContext, generation_id: str) -> Posted | No
         return None
 
 
-def _chat_submit(req: LaneRequest, body: dict[str, Any]) -> Reply:
-    ctx = req.ctx
-    submission = ChatSubmission(
+def _chat_submission(ctx: NativeContext, body: dict[str, Any]) -> ChatSubmission:
+    return ChatSubmission(
         generation_id=body["id"],
         state=body["state"],
         reply={key: body.get(key) for key in REPLY_KEYS},
@@ -277,9 +277,11 @@ def _chat_submit(req: LaneRequest, body: dict[str, Any]) -> Reply:
         gen_metadata=body.get("gen_metadata") or [],
         relayed=_relayed_before_fault(ctx, str(body["id"])),
     )
-    with transaction(ctx.sessions) as session:
-        user = worker_owner_for_key(session, req.header(HEADER_APIKEY))
-        outcome = submit_chat_job(session, ctx.policy, user, submission, utcnow())
+
+
+def _chat_submitted(ctx: NativeContext, outcome: ChatSubmitOutcome) -> Reply:
+    """What follows a chat submit's commit: the final status stored, the lease ended, the
+    events published, the objects released, the webhook sent; then the answer."""
     # the status a woken front reads, stored under the outcome key before the events
     final = (
         final_status(autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow())
@@ -314,21 +316,22 @@ def text_submit(req: LaneRequest) -> Reply:
     body = _checked(req)
     ctx = req.ctx
     api_key = req.header(HEADER_APIKEY)
-    # A text job's kind, its worker's key and its submit in one transaction (each one costs
-    # BEGIN and COMMIT round trips); the key and the job are read in one statement. A
-    # chat job's submit is _chat_submit's.
+    # A job's kind, its worker's key and its submit in one transaction (each one costs BEGIN
+    # and COMMIT round trips); the key and the job are read in one statement. A chat job's
+    # submit goes on in it with the key's user found there (issue 14: it was a transaction
+    # of its own that read the user again). The payload is checked before the key, as ever.
     with transaction(ctx.sessions) as session:
         found = find_text_submit(session, hash_key(api_key or ANONYMOUS_API_KEY), body["id"])
-        chat = found.is_chat
-        if not chat:
-            submission = _text_submission(body)
-            if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
-                worker_owner_for_key(session, api_key)  # refuses: no such key, or anonymous
-            assert found.owner_id is not None
-            request_context.set_user(found.owner_id)  # the access log's user id
+        submission = _chat_submission(ctx, body) if found.is_chat else _text_submission(body)
+        if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
+            worker_owner_for_key(session, api_key)  # refuses: no such key, or anonymous
+        request_context.set_user(found.owner.id)  # the access log's user id
+        if isinstance(submission, ChatSubmission):
+            outcome = submit_chat_job(session, ctx.policy, found.owner, submission, utcnow())
+        else:
             reward, webhook = submit_text_job(session, ctx.policy, found, submission, utcnow())
-    if chat:
-        return _chat_submit(req, body)
+    if isinstance(submission, ChatSubmission):
+        return _chat_submitted(ctx, outcome)
     if submission.state == STATE_FAULTED:
         wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
     _send_webhook(ctx, webhook)

@@ -56,7 +56,7 @@ from runtime.contract.verification import verify_chat_reply
 from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.progress.protocol import Posted
 from runtime.native.queue.policy import Policy
-from runtime.native.queue.submit import FAULTED, Landed, fault_job, land_job, load_job
+from runtime.native.queue.submit import FAULTED, Landed, Owner, fault_job, land_job, load_job
 from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.observability.context import KIND_CHAT
@@ -159,7 +159,7 @@ def fault_chat_job(
 
 
 def submit_chat_job(
-    session: Session, policy: Policy, user: User, sub: ChatSubmission, now: datetime
+    session: Session, policy: Policy, user: User | Owner, sub: ChatSubmission, now: datetime
 ) -> ChatSubmitOutcome:
     gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
     if sub.state == FAULTED:
@@ -227,7 +227,7 @@ def _landed_outcome(landed: Landed, gen_id: uuid.UUID) -> ChatSubmitOutcome:
 def _land_censored(
     session: Session,
     policy: Policy,
-    user: User,
+    user: User | Owner,
     sub: ChatSubmission,
     now: datetime,
     gen: Generation,

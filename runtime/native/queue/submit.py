@@ -84,6 +84,14 @@ class Job:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """A worker's owner as its payment needs it: its id and its trust (a ``User`` serves)."""
+
+    id: int
+    trusted: bool
+
+
+@dataclass(frozen=True)
 class Found:
     """A text submit's key and job, read together (``find_text_submit``)."""
 
@@ -94,6 +102,12 @@ class Found:
     """The job's kind (None: no such job)."""
     job: Job | None
     """A text job (None: no such job, or a chat job)."""
+
+    @property
+    def owner(self) -> Owner:
+        """The key's user, once a caller made sure there is a registered one."""
+        assert self.owner_id is not None
+        return Owner(self.owner_id, self.trusted)
 
 
 _FIND_SQL = """
@@ -157,7 +171,7 @@ def submit_text_job(
 
 
 def load_job(
-    session: Session, user: User, generation_id: str, *, is_chat: bool
+    session: Session, user: User | Owner, generation_id: str, *, is_chat: bool
 ) -> tuple[Generation, Worker, WaitingPrompt]:
     """A handed-out job of that kind with its worker and request; the worker must be the
     user's (InvalidJobID for an unknown id or one of the other kind, else WrongCredentials)."""
@@ -236,7 +250,7 @@ def fault_job(
 def land_job(
     session: Session,
     policy: Policy,
-    user: User,
+    user: User | Owner,
     worker_id: uuid.UUID,
     wp: WaitingPrompt,
     gen: Generation,
