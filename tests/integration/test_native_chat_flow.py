@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -25,6 +26,7 @@ from generated.chat.names import (
 from generated.chat.tables import FEATURES, GUARANTEES, PARAMETERS, SAMPLING_DEFAULTS
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, HEADER_X_OPERATION_KEY
 from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
+from generated.wire import STATE_CENSORED, STATE_FAULTED
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import WaitingPrompt
@@ -298,3 +300,107 @@ def test_a_chat_jobs_submit_is_refused_as_before(native_client, make_user):
     assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
     assert refused(worker.api_key) == (400, "DuplicateGen")
     assert chat_status(native_client, request_id)["finished"] == 1
+
+
+def _stored_final_status(native_service, request_id: str) -> dict[str, Any]:
+    redis = Redis.from_url(native_service.context.settings.redis_url)
+    try:
+        outcome = redis.get(chat_outcome_key(request_id))
+    finally:
+        redis.close()
+    assert outcome is not None
+    return dict(json.loads(outcome))
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{}"},
+    }
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"content": "Done."},
+        {"content": None, "tool_calls": [_call("c1")], "usage": {"completion_tokens": 7}},
+        {
+            "content": "withheld",
+            "state": STATE_CENSORED,
+            "seed": 42,
+            "gen_metadata": [{"type": "x"}],
+        },
+    ],
+    ids=["plain", "tool_calls", "censored"],
+)
+def test_the_stored_final_status_is_what_the_status_route_answers(
+    native_client, native_service, make_user, reply
+):
+    """A request ended by its only job's reply: its final status is built from what the
+    submit holds (issue 14), and must equal the status route's read of the ended request."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, features=EVERYTHING)
+    body = chat_body(**{PARAM_TOOLS: [TOOL], PARAM_TOOL_CHOICE: "auto"})
+    request_id = chat_async(native_client, requester.api_key, body).json()["id"]
+    job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
+    content = reply.pop("content")
+    submitted = submit_reply(native_client, worker.api_key, job["id"], content, **reply)
+    assert submitted.status_code == 200, submitted.text
+    stored = _stored_final_status(native_service, request_id)
+    assert (stored["done"], stored["finished"]) == (True, 1)
+    assert stored == chat_status(native_client, request_id)
+
+
+def test_a_final_status_after_restarts_is_what_the_status_route_answers(
+    native_client, native_service, make_user
+):
+    """A request with more than its landing job (a refused reply restarted it), and one
+    that faulted past its fault limit: their final status is read, and equals the route's."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key, features=EVERYTHING)
+    body = chat_body(**{PARAM_TOOLS: [TOOL], PARAM_TOOL_CHOICE: "required"})
+    restarted = chat_async(native_client, requester.api_key, body).json()["id"]
+    job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
+    assert submit_reply(native_client, worker.api_key, job["id"], "No call.").status_code == 400
+    job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
+    landed = submit_reply(native_client, worker.api_key, job["id"], None, tool_calls=[_call("c")])
+    assert landed.status_code == 200, landed.text
+    stored = _stored_final_status(native_service, restarted)
+    assert (stored["done"], stored["restarted"]) == (True, 1)
+    assert stored == chat_status(native_client, restarted)
+    faulted = submit_chat(native_client, requester.api_key)
+    for _ in range(native_service.context.policy.fault_limit + 1):
+        job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
+        fault = {"state": STATE_FAULTED, "gen_metadata": [{"type": "x", "value": STATE_FAULTED}]}
+        assert (
+            submit_reply(native_client, worker.api_key, job["id"], None, **fault).status_code == 200
+        )
+    stored = _stored_final_status(native_service, faulted)
+    assert stored["faulted"]
+    assert stored == chat_status(native_client, faulted)
+
+
+def test_a_reply_that_ends_its_request_reads_neither_the_request_nor_its_jobs_again(
+    native_client, native_service, make_user
+):
+    """The final status of a request ended by its only job comes from the rows the submit
+    holds (issue 14): after the job's own read, no statement names the request."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key)
+    job = chat_pop(native_client, worker.api_key)
+    engine = native_service.context.engine
+    naming: list[str] = []
+
+    def seen(_conn, _cursor, statement, parameters, _context, _many) -> None:
+        if request_id in repr(parameters):
+            naming.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+    assert naming == []
+    assert _stored_final_status(native_service, request_id)["done"]

@@ -284,7 +284,7 @@ def _chat_submitted(ctx: NativeContext, outcome: ChatSubmitOutcome) -> Reply:
     events published, the objects released, the webhook sent; then the answer."""
     # the status a woken front reads, stored under the outcome key before the events
     final = (
-        final_status(autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow())
+        final_status(autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow(), outcome.held)
         if outcome.ended
         else None
     )

@@ -53,12 +53,14 @@ from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
-from runtime.native.db.tables import Generation, User, WaitingPrompt
+from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import Posted
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import FAULTED, Landed, Owner, fault_job, land_job, load_job
 from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat import stored_request
+from runtime.native.requests.chat_status import EndedStatus
+from runtime.native.requests.status import Jobs
 from runtime.observability.context import KIND_CHAT
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
@@ -90,6 +92,8 @@ class ChatSubmitOutcome:
     """Verification refused the reply: the job was faulted; answer with this after commit."""
     webhook: Delivery | None = None
     """The request's webhook call, to make after the commit."""
+    held: EndedStatus | None = None
+    """The ended request's row and its only job, for its final status without a reload."""
     owns_objects: bool = False
     """The request owns stored objects (images, offloaded messages), which its end releases;
     a request stores them only at its submit, so one without any never needs the release's
@@ -165,7 +169,7 @@ def submit_chat_job(
     if sub.state == FAULTED:
         return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
     if sub.state != STATE_OK:
-        return _land_censored(session, policy, user, sub, now, gen, worker.id, wp)
+        return _land_censored(session, policy, user, sub, now, gen, worker, wp)
     try:
         reply = verify_chat_reply(stored_request(wp), sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
@@ -187,7 +191,7 @@ def submit_chat_job(
     landed = land_job(
         session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored, received
     )
-    return _landed_outcome(landed, gen.id)
+    return _landed_outcome(landed, gen, worker)
 
 
 def _diverged_from(relayed: Posted | None, reply: dict[str, Any], max_length: int) -> int | None:
@@ -212,14 +216,17 @@ def _shaped(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _landed_outcome(landed: Landed, gen_id: uuid.UUID) -> ChatSubmitOutcome:
+def _landed_outcome(landed: Landed, gen: Generation, worker: Worker) -> ChatSubmitOutcome:
+    ended = ended_event(landed.wp)
+    only_job = Jobs([(gen, worker.name)]) if landed.jobs == 1 else None
     return ChatSubmitOutcome(
         wp_id=landed.wp.id,
-        generation_id=gen_id,
+        generation_id=gen.id,
         reward=landed.reward,
         landed=True,
-        ended=ended_event(landed.wp),
+        ended=ended,
         webhook=landed.webhook,
+        held=EndedStatus(landed.wp, only_job) if ended and only_job else None,
         owns_objects=bool(landed.wp.object_keys),
     )
 
@@ -231,7 +238,7 @@ def _land_censored(
     sub: ChatSubmission,
     now: datetime,
     gen: Generation,
-    worker_id: uuid.UUID,
+    worker: Worker,
     wp: WaitingPrompt,
 ) -> ChatSubmitOutcome:
     """A censored reply: paid on its output estimate, charged nothing, its text withheld."""
@@ -250,5 +257,5 @@ def _land_censored(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    landed = land_job(session, policy, user, worker_id, wp, gen, tokens, sub.state, now, stored)
-    return _landed_outcome(landed, gen.id)
+    landed = land_job(session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored)
+    return _landed_outcome(landed, gen, worker)

@@ -55,6 +55,8 @@ class Landed:
     """The request, locked."""
     webhook: Delivery | None = None
     """The webhook call to make after the commit."""
+    jobs: int = 1
+    """The request's jobs, this one included (``Paid.jobs``)."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,8 @@ def land_job(
     paid = pay(session, policy, job, user.trusted, tokens, state, now, stored, charged_tokens)
     for name in ("n", "active", "faulted", "cancelled"):
         set_committed_value(wp, name, getattr(paid, name))
-    return Landed(paid.reward, wp, generation_delivery(session, wp, gen.id, paid.reward))
+    webhook = generation_delivery(session, wp, gen.id, paid.reward)
+    return Landed(paid.reward, wp, webhook, paid.jobs)
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,8 @@ class Paid:
     cancelled: bool
     webhook: bool
     """The request has a webhook."""
+    jobs: int
+    """The request's jobs, this one included, counted after its row lock."""
 
 
 def speed_sample(tokens: int, seconds: float) -> float:
@@ -359,7 +364,7 @@ def pay(
         )  # fmt: skip
         charged = cursor.fetchone()
         assert charged is not None
-        requester_kudos, complete, held_by, held = charged
+        requester_kudos, complete, jobs, held_by, held = charged
     synchronize(session, Generation, job.gen_id, claimed)
     synchronize(session, Worker, job.worker_id, {
         "speed": speed, "kudos": worker_kudos, "fulfilments": fulfilments,
@@ -371,7 +376,7 @@ def pay(
         synchronize(session, User, job.requester_id, {"kudos": requester_kudos})
         note_kudos(session.info, "charge", -charge)
     kudos.credit_released_holds(session, job.wp_id, zip(held_by or [], held or [], strict=True))
-    return Paid(reward, n, not complete, faulted, cancelled, bool(webhook))
+    return Paid(reward, n, not complete, faulted, cancelled, bool(webhook), jobs)
 
 
 JSON_COLUMNS = frozenset(c.name for c in GENERATIONS.columns if isinstance(c.type, JSONB))
@@ -449,8 +454,8 @@ WITH moved AS (
     SELECT %(requester_id)s, %(charge)s, 'charge', %(wp_id)s, %(gen_id)s, moved.kudos
     FROM moved
 ), running AS (
-    SELECT count(*) AS jobs FROM processing_gens
-    WHERE processing_gens.wp_id = %(wp_id)s AND {_UNFINISHED}
+    SELECT count(*) FILTER (WHERE {_UNFINISHED}) AS jobs, count(*) AS every_job
+    FROM processing_gens WHERE processing_gens.wp_id = %(wp_id)s
 ), finished AS (
     UPDATE waiting_prompts SET active = false
     WHERE waiting_prompts.id = %(wp_id)s
@@ -462,7 +467,8 @@ WITH moved AS (
         AND EXISTS (SELECT 1 FROM finished)
     RETURNING kudos_holds.user_id, kudos_holds.amount
 )
-SELECT (SELECT moved.kudos FROM moved), EXISTS (SELECT 1 FROM finished), holds.*
+SELECT (SELECT moved.kudos FROM moved), EXISTS (SELECT 1 FROM finished),
+    (SELECT running.every_job FROM running), holds.*
 FROM (SELECT array_agg(released.user_id ORDER BY released.user_id, released.amount),
              array_agg(released.amount ORDER BY released.user_id, released.amount)
       FROM released) AS holds
@@ -470,7 +476,9 @@ FROM (SELECT array_agg(released.user_id ORDER BY released.user_id, released.amou
 """The requester's charge (none when it is 0); then, when the request has nothing left
 (``ended``: faulted or cancelled; or no job left to hand out (``n``) and none running, in a
 snapshot taken after the request's lock), its deactivation and its unreleased holds'
-release (their amounts go back through the ledger: ``kudos.apply_kudos``)."""
+release (their amounts go back through the ledger: ``kudos.apply_kudos``). It also
+counts the request's jobs, this one included, in that snapshot: when this is its only job,
+an ended request's final status is what the submit holds (``Paid.jobs``)."""
 
 
 def refuse_claim(session: Session, gen_id: uuid.UUID) -> None:

@@ -244,8 +244,11 @@ def fault_reasons(jobs: Jobs) -> list[str]:
     return reasons
 
 
-def chat_status(session: Session, policy: Policy, wp: WaitingPrompt, now: datetime) -> ChatStatus:
-    jobs = request_jobs(session, wp)
+def chat_status(
+    session: Session, policy: Policy, wp: WaitingPrompt, now: datetime, jobs: Jobs | None = None
+) -> ChatStatus:
+    """``wp``'s status (``jobs``: its jobs when the caller holds them all, else read)."""
+    jobs = request_jobs(session, wp) if jobs is None else jobs
     pool = availability(session, policy, wp, now)
     with driver_cursor(session) as cursor:
         position = _position(cursor, policy, wp, pool)
@@ -292,6 +295,19 @@ class FirstStatus:
             self.pool,
             _position(cursor, self.policy, self.wp, self.pool),
         )
+
+
+@dataclass(frozen=True)
+class EndedStatus:
+    """What of an ended request's final status the submit that ended it holds: its row as
+    the payment left it (n, active, faulted, cancelled from the row it locked until its
+    commit; the rest written when it was queued) and its jobs, when the one it landed is the
+    only one (with its worker's name and the values the claim wrote). Only the online pool
+    (availability, and the queue position while jobs are left to hand out) is read, after
+    the commit (``signals.final_status``): no reload of the row or its jobs (issue 14)."""
+
+    wp: WaitingPrompt
+    jobs: Jobs
 
 
 def first_status(

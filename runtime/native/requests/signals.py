@@ -33,7 +33,7 @@ from generated.signals import (
 from generated.wire.native import ChatStatus
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.policy import Policy
-from runtime.native.requests.chat_status import chat_status
+from runtime.native.requests.chat_status import EndedStatus, chat_status
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +58,21 @@ _ENDED = (
 
 
 def final_status(
-    autocommit: Engine, policy: Policy, wp_id: object, now: datetime
+    autocommit: Engine,
+    policy: Policy,
+    wp_id: object,
+    now: datetime,
+    held: EndedStatus | None = None,
 ) -> ChatStatus | None:
-    """The status of a request that just ended, read after the commit that ended it (a
-    session of its own: none of the submit's objects, which its UPDATEs left stale), outside
-    any transaction as the status route reads it (``autocommit``: an engine in autocommit; no
-    BEGIN, no COMMIT; each statement sees what was committed when it ran)."""
+    """The status of a request that just ended, after the commit that ended it, outside any
+    transaction as the status route reads it (``autocommit``: an engine in autocommit; no
+    BEGIN, no COMMIT; each statement sees what was committed when it ran). ``held``: its row
+    and jobs as the submit left them, so only the online pool is read; without it, the row
+    and jobs are read too (a session of its own: none of the submit's objects, which its
+    UPDATEs left stale)."""
     with Session(autocommit, expire_on_commit=False) as session:
+        if held is not None:
+            return chat_status(session, policy, held.wp, now, held.jobs)
         wp = session.execute(_ENDED, {"wp_id": wp_id}).scalar_one_or_none()
         return None if wp is None else chat_status(session, policy, wp, now)
 
