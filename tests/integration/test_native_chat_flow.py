@@ -29,6 +29,7 @@ from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
 from generated.wire import STATE_CENSORED, STATE_FAULTED
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
+from runtime.native.api import worker_views
 from runtime.native.db.tables import WaitingPrompt
 from tests.integration.chat_flow import (
     MODEL,
@@ -404,3 +405,31 @@ def test_a_reply_that_ends_its_request_reads_neither_the_request_nor_its_jobs_ag
         event.remove(engine, "before_cursor_execute", seen)
     assert naming == []
     assert _stored_final_status(native_service, request_id)["done"]
+
+
+def test_a_submit_of_a_request_that_streams_no_deltas_leaves_the_leases_alone(
+    native_client, make_user, monkeypatch
+):
+    """Only a request that streams deltas has a lease (written at its pop): any other's
+    submit neither reads nor ends one (issue 14: two Redis round trips a chat submit). The
+    lease calls are counted and run as ever."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key)
+    job = chat_pop(native_client, worker.api_key)
+    assert job["stream"] is False
+    called: list[str] = []
+    for name in ("read_lease", "finish", "mark_ended"):
+        step = getattr(worker_views, name)
+        monkeypatch.setattr(worker_views, name, _counted(called, name, step))
+    assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
+    assert called == []
+    assert chat_status(native_client, request_id)["done"]
+
+
+def _counted(called: list[str], name: str, step: Any) -> Any:
+    def counted(*args: Any) -> Any:
+        called.append(name)
+        return step(*args)
+
+    return counted

@@ -275,7 +275,7 @@ def _chat_submission(ctx: NativeContext, body: dict[str, Any]) -> ChatSubmission
         usage=body.get(REPLY_USAGE),
         seed=int64(body.get("seed"), "seed"),
         gen_metadata=body.get("gen_metadata") or [],
-        relayed=_relayed_before_fault(ctx, str(body["id"])),
+        read_relayed=lambda: _relayed_before_fault(ctx, str(body["id"])),
     )
 
 
@@ -288,8 +288,9 @@ def _chat_submitted(ctx: NativeContext, outcome: ChatSubmitOutcome) -> Reply:
         if outcome.ended
         else None
     )
-    end_lease = finish if outcome.landed else mark_ended
-    end_lease(ctx.redis, str(outcome.generation_id))
+    if outcome.streamed:  # no other request's job has a lease
+        end_lease = finish if outcome.landed else mark_ended
+        end_lease(ctx.redis, str(outcome.generation_id))
     if not outcome.landed and not outcome.ended:
         wake_workers(ctx.redis)  # a fault gave the request its slot back
     events: list[tuple[str, dict[str, Any]]] = []

@@ -28,6 +28,7 @@ send is faulted without counting toward the worker's abort limit.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -49,7 +50,7 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.errors import ChatReplyRejected, HordeError
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
-from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
+from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART, streams_deltas
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
@@ -76,8 +77,10 @@ class ChatSubmission:
     usage: dict[str, Any] | None
     seed: int | None
     gen_metadata: list[Any] = field(default_factory=list)
-    relayed: Posted | None = None
-    """What the client's stream received before an earlier worker of the job died."""
+    read_relayed: Callable[[], Posted | None] = lambda: None
+    """What the client's stream received before an earlier worker of the job died, read
+    (from Redis) only for a kept reply to a request that streams deltas: no other has a
+    lease or a stream (issue 14: a Redis round trip on every chat submit)."""
 
 
 @dataclass
@@ -94,6 +97,8 @@ class ChatSubmitOutcome:
     """The request's webhook call, to make after the commit."""
     held: EndedStatus | None = None
     """The ended request's row and its only job, for its final status without a reload."""
+    streamed: bool = False
+    """The request streams deltas (``streams_deltas``): its job has a lease to end."""
     owns_objects: bool = False
     """The request owns stored objects (images, offloaded messages), which its end releases;
     a request stores them only at its submit, so one without any never needs the release's
@@ -166,12 +171,34 @@ def submit_chat_job(
     session: Session, policy: Policy, user: User | Owner, sub: ChatSubmission, now: datetime
 ) -> ChatSubmitOutcome:
     gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
+    request = stored_request(wp)
+    streamed = streams_deltas(request)
     if sub.state == FAULTED:
-        return _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
-    if sub.state != STATE_OK:
-        return _land_censored(session, policy, user, sub, now, gen, worker, wp)
+        outcome = _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
+    elif sub.state != STATE_OK:
+        outcome = _land_censored(session, policy, user, sub, now, gen, worker, wp)
+    else:
+        outcome = _land_reply(session, policy, user, sub, now, gen, worker, wp, request, streamed)
+    outcome.streamed = streamed
+    return outcome
+
+
+def _land_reply(
+    session: Session,
+    policy: Policy,
+    user: User | Owner,
+    sub: ChatSubmission,
+    now: datetime,
+    gen: Generation,
+    worker: Worker,
+    wp: WaitingPrompt,
+    request: dict[str, Any],
+    streamed: bool,
+) -> ChatSubmitOutcome:
+    """A kept reply verified against ``request`` (the stored one), landed and charged; a
+    refused one faults the job (the refusal is the outcome's, answered after the commit)."""
     try:
-        reply = verify_chat_reply(stored_request(wp), sub.reply, max_length=wp.max_length)
+        reply = verify_chat_reply(request, sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
         note = [*sub.gen_metadata, {"type": refusal.code, "value": str(refusal)}][-50:]
         outcome = _fault(session, policy, gen, wp.id, now, note)
@@ -187,7 +214,7 @@ def submit_chat_job(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    received = _diverged_from(sub.relayed, reply, wp.max_length)
+    received = _diverged_from(sub.read_relayed() if streamed else None, reply, wp.max_length)
     landed = land_job(
         session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored, received
     )
