@@ -60,6 +60,22 @@ psutil, py-spy at 200 Hz, cProfile in the serving thread; 2 cores shared with ot
 - Delivery: its slow samples are the native submit (submit sent -> event published 130-440
   ms in the five slowest at load 12, 23-66 ms at load 1-5); the front's part, event
   published -> client has the reply, 2.6-3.6 ms p50, 5.5-12 ms p99 at load 1-5.
+- The native submit until its event is published (issue 14, helper hS, A B A B against
+  ec355f1): a chat submit was 12 statements (two transactions: the kind lookup's, then the
+  submit's, which read the key's user again; the final status's request, jobs and online
+  workers after the commit) and 3 Redis round trips (a lease read and a lease end that find
+  nothing for a request that streams no deltas, the outcome key and events' pipeline); now 7
+  statements (one transaction; the final status built from the submit's rows, only the online
+  workers read) and 1 round trip. submit sent -> event published p50 15.04/13.87 -> 11.44/8.24
+  ms, delivery p50 18.18/16.89 -> 14.67/11.10 ms (load 5-8); in process, the lane thread's
+  CPU per chat submit 4.62/4.70 -> 3.36/3.69 ms (load 5-6). What is left is mostly round
+  trips (cProfile's wall clock: ~3.4 ms of a submit's ~7 waiting on Postgres at load 4) and
+  the ORM loads of the job's rows and of the online workers. Measured and not kept: the
+  submit's first statement sent in psycopg's pipeline mode, so BEGIN rides with it (CPU per
+  chat submit 2.99/3.15 -> 3.29/3.23 ms, view wall p50 4.54/4.76 -> 6.54/4.87 ms, load 3.2-3.4).
+  The text cycles, whose payment's statement now also counts the request's jobs, kept their
+  pace (bench/native_cycles.py: pop_submit_server_cpu_ms 2.59/2.61 -> 2.59/2.37 ms,
+  pop_submit_cycles_per_s 315/275 -> 296/331, load 2.8-5.3).
 """
 
 from __future__ import annotations

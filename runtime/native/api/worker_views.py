@@ -7,11 +7,13 @@ the long poll's ``PopAttempt``) answering a ``Reply``; errors are raised as ``Ho
 A chat job's payload is the narrowed chat payload (``runtime.contract.dispatch.chat_job_payload``),
 never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
 landed generation or an ended request publishes the completion signal after the commit (an
-ended request's final status, read after the submit's commit, stored first under its
-outcome key, which the events name).
+ended request's final status, as of the submit's commit, stored first under its outcome key,
+which the events name). A submit is one transaction whatever the job's kind: the statement
+that finds the key's user and the job tells a chat job apart, and its submit goes on there.
 
 A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
-pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it.
+pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it. No
+other job has a lease, so no other submit reads or ends one.
 
 A chat job's images and offloaded messages are resolved after the commit that releases the
 queue's row lock (``chat_objects.dispatch_messages``: messages_url, signed image URLs or

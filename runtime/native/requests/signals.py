@@ -5,10 +5,11 @@ Publish after the transaction that made the change commits, so a woken front rea
 new status. A Redis failure is logged and swallowed: the front's fallback poll covers a
 lost event.
 
-A request that ended with a worker's submit has its final status (``final_status``, read right
-after the submit's commit) stored under its outcome key and the events name that key
-(``publish_chat_events``: the SET and the PUBLISHes in one round trip, the SET first), so a
-woken front reads the status from Redis instead of the status route.
+A request that ended with a worker's submit has its final status (``final_status``, right
+after the submit's commit: built from the rows the submit holds when the job it landed is the
+request's only one, the online pool read; else read) stored under its outcome key and the
+events name that key (``publish_chat_events``: the SET and the PUBLISHes in one round trip,
+the SET first), so a woken front reads the status from Redis instead of the status route.
 """
 
 from __future__ import annotations
