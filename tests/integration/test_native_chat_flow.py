@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -31,6 +32,7 @@ from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
 from runtime.native.api import worker_views
 from runtime.native.db.tables import WaitingPrompt
+from runtime.native.queue import jobs
 from tests.integration.chat_flow import (
     MODEL,
     chat_async,
@@ -254,29 +256,52 @@ def test_best_effort_does_not_require_guarantees(native_client, make_user):
     assert chat_async(native_client, requester.api_key, relaxed).status_code == 202
 
 
-def test_a_chat_pop_that_fails_after_its_pick_leaves_the_job_queued(
-    native_client, make_user, monkeypatch
-):
-    # A chat job's request is read after the pick; the database failing there (a restart)
-    # answers 503, and the pick is rolled back with it: the job is popped again at once, not
-    # left taken by a worker that never got it until its ttl runs out.
+def test_a_chat_pop_reads_its_request_in_its_pick(native_client, make_user, monkeypatch):
+    # The pop's own statement returns what the chat job's payload reads of its request
+    # (issue 14): no session load of the row after the pick, so the pick runs in autocommit
+    # and no failure after it can leave a job taken but never sent.
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)  # registered: the pop below is a known worker's
     request_id = submit_chat(native_client, requester.api_key)
-    real_get = Session.get
+    loads = []
+
+    def no_request_load(self, entity, ident, **kwargs):
+        loads.append(ident)
+        raise OperationalError("SELECT", {}, Exception("the server closed the connection"))
+
+    monkeypatch.setattr(Session, "get", no_request_load)
+    job = chat_pop(native_client, worker.api_key)
+    assert not loads, "the pop loaded an entity after its pick"
+    assert job["id"] is not None
+    assert job["is_chat"] is True
+    assert job["payload"]["messages"] == chat_body()["messages"]
+    assert chat_status(native_client, request_id)["processing"] == 1
+
+
+def test_a_chat_pop_that_fails_leaves_the_job_queued(native_client, make_user, monkeypatch):
+    # The database failing under the pop's statement (a restart) answers 503 and takes
+    # nothing: the job is popped again at once, not left taken by a worker that never got
+    # it until its ttl runs out.
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)  # registered: the pop below is a known worker's
+    request_id = submit_chat(native_client, requester.api_key)
+    real_cursor = jobs.driver_cursor
     failures = []
 
-    def get_failing_once(self, entity, ident, **kwargs):
-        if entity is WaitingPrompt and not failures:
-            failures.append(ident)
+    @contextmanager
+    def cursor_failing_once(session):
+        if not failures:
+            failures.append(session)
             raise OperationalError("SELECT", {}, Exception("the server closed the connection"))
-        return real_get(self, entity, ident, **kwargs)
+        with real_cursor(session) as cursor:
+            yield cursor
 
-    monkeypatch.setattr(Session, "get", get_failing_once)
+    monkeypatch.setattr(jobs, "driver_cursor", cursor_failing_once)
     body = chat_pop_body()
     failed = native_client.post("/generate/text/pop", headers={"apikey": worker.api_key}, json=body)
-    assert failures, "the pop read no request: the failure was not injected"
+    assert failures, "the pop ran no statement: the failure was not injected"
     assert failed.status_code == 503, failed.text
+    assert chat_status(native_client, request_id)["processing"] == 0
     again = chat_pop(native_client, worker.api_key)
     assert again["id"] is not None
     assert chat_status(native_client, request_id)["processing"] == 1

@@ -34,7 +34,7 @@ from typing import Any
 from redis.exceptions import RedisError
 from sqlalchemy.orm import Session
 
-from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, REPLY_USAGE
+from generated.chat.names import DECL_MODEL_ID, REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
@@ -119,15 +119,12 @@ def text_pop(req: LaneRequest) -> Reply:
     ctx = req.ctx
     now = utcnow()
     api_key = req.header(HEADER_APIKEY)
-    # A known worker's pop is one statement (its key, its registration and the pick), run
-    # without a transaction (autocommit: no BEGIN and COMMIT round trips). Anything else (a
-    # new name, another user's, maintenance, a refused key) is the transaction below. A chat
-    # worker's pop is a transaction: a chat job's request is read after the pick, and a
-    # failure there (the database gone meanwhile) must not leave the job taken but never
-    # sent (its request would wait out the job's ttl).
-    chat_worker = bool(declaration[DECL_CHAT_JOBS])
-    engine = ctx.engine if chat_worker else autocommit(ctx.engine)
-    with Session(engine, expire_on_commit=False) as session, session.begin():
+    # A known worker's pop is one statement (its key, its registration and the pick, with
+    # what a chat job's payload reads of its request), run without a transaction
+    # (autocommit: no BEGIN and COMMIT round trips): nothing is read after the pick, so no
+    # failure can leave a job taken but never sent. Anything else (a new name, another
+    # user's, maintenance, a refused key) is the transaction below.
+    with Session(autocommit(ctx.engine), expire_on_commit=False) as session, session.begin():
         key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
         known, popped = register_and_pop(
             session, ctx.policy, key_hash, body, now, declaration, count_skipped=count_skipped
@@ -197,21 +194,20 @@ def _text_job(job: PoppedJob) -> Reply:
 
 
 def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
-    assert popped.wp is not None
-    assert popped.job is not None
-    chat_request = stored_request(popped.wp)
-    payload = chat_job_payload(
-        chat_request, declaration, max_tokens=popped.wp.max_tokens_lowered_to
-    )
+    job, chat = popped.job, popped.chat
+    assert job is not None
+    assert chat is not None
+    chat_request = stored_request(chat)
+    payload = chat_job_payload(chat_request, declaration, max_tokens=chat.max_tokens_lowered_to)
     return ChatJob(
-        wp_id=popped.wp.id,
-        generation_id=popped.job.ids[0],
-        model=popped.job.model,
-        ttl=popped.job.ttl,
+        wp_id=job.wp_id,
+        generation_id=job.ids[0],
+        model=job.model,
+        ttl=job.ttl,
         payload=payload,
-        messages_object=popped.wp.messages_object,
+        messages_object=chat.messages_object,
         stream=streams_deltas(chat_request),
-        origin_id=popped.wp.origin_id,
+        origin_id=job.origin_id,
     )
 
 

@@ -72,11 +72,23 @@ class PoppedJob:
     ids: list[uuid.UUID]
 
 
+@dataclass(frozen=True)
+class PoppedChat:
+    """What a chat job's payload reads of its request besides ``PoppedJob``'s: returned by
+    the pop's own statement (issue 14: a session load of the row and two deferred loads of
+    its stored request and messages were three more round trips after the pick)."""
+
+    chat_request: dict[str, Any] | None
+    messages: list[Any] | None
+    max_tokens_lowered_to: int | None
+    messages_object: str | None
+
+
 @dataclass
 class Popped:
     job: PoppedJob | None = None
-    wp: WaitingPrompt | None = None
-    """A chat job's request, loaded (None for a text job)."""
+    chat: PoppedChat | None = None
+    """A chat job's request (None for a text job)."""
     skipped: dict[str, int] = field(default_factory=dict)
 
 
@@ -161,7 +173,7 @@ def register_and_pop(
         return registered, Popped(
             skipped=skipped_counts(session, queue_filters(worker, trusted), now)
         )
-    return registered, _popped(session, policy, popped)
+    return registered, _popped(policy, popped)
 
 
 def _declared(body: dict[str, Any], declaration: dict[str, Any] | None) -> dict[str, Any]:
@@ -242,8 +254,8 @@ def pop_text_job(
 
     One statement (``_pop_sql``: built and compiled once per declaration shape, the worker's
     values bound): the next request, locked (SKIP LOCKED), its n lowered by what this pop
-    takes, and that many jobs inserted; run on the session's driver connection (no SQL
-    expression built, no entity loaded). A chat job's request is then loaded whole.
+    takes, and that many jobs inserted, with what a chat job's payload reads of its request;
+    run on the session's driver connection (no SQL expression built, no entity loaded).
 
     ``count_skipped``: an empty answer counts the requests each of the worker's terms turned
     away (upstream's ``skipped``, a count over the queue); False for a long poll's run that
@@ -264,7 +276,7 @@ def pop_text_job(
         if not count_skipped:
             return Popped()
         return Popped(skipped=skipped_counts(session, queue_filters(worker, trusted), now))
-    return _popped(session, policy, row)
+    return _popped(policy, row)
 
 
 def _pop_shape(declaration: dict[str, Any] | None) -> tuple[bool, ChatShape | None]:
@@ -293,15 +305,14 @@ def _pop_values(
     }
 
 
-def _popped(session: Session, policy: Policy, row: Any) -> Popped:
-    """A pop's job from its row; a chat job's request is loaded whole for its payload."""
-    wp_id, is_chat, params_, prompt, softprompt, origin_id, model, ids = row
+def _popped(policy: Policy, row: Any) -> Popped:
+    """A pop's job from its row (``_POPPED``'s columns), a chat job's request with it."""
+    wp_id, is_chat, params_, prompt, softprompt, origin_id, model, ids, *chat = row
     job = PoppedJob(
         wp_id=wp_id, is_chat=is_chat, params=params_, prompt=prompt, softprompt=softprompt,
         origin_id=origin_id, model=model, ttl=policy.generation_ttl_seconds, ids=list(ids),
     )  # fmt: skip
-    wp = session.get(WaitingPrompt, wp_id) if is_chat else None
-    return Popped(job=job, wp=wp)
+    return Popped(job=job, chat=PoppedChat(*chat) if is_chat else None)
 
 
 @contextmanager
@@ -355,7 +366,9 @@ WITH {registering} picked AS (
     FROM picked WHERE waiting_prompts.id = picked.id
     RETURNING waiting_prompts.id, waiting_prompts.is_chat, waiting_prompts.params,
         waiting_prompts.prompt, waiting_prompts.softprompt, waiting_prompts.origin_id,
-        waiting_prompts.models, picked.n - waiting_prompts.n AS took
+        waiting_prompts.models, picked.n - waiting_prompts.n AS took,
+        waiting_prompts.chat_request, waiting_prompts.messages,
+        waiting_prompts.max_tokens_lowered_to, waiting_prompts.messages_object
 ), chosen AS (
     SELECT CASE WHEN taken.is_chat AND %(chat_model)s::text IS NOT NULL THEN %(chat_model)s::text
         ELSE coalesce(
@@ -374,7 +387,8 @@ WITH {registering} picked AS (
 {select}
 """
 _POPPED = """SELECT taken.id, taken.is_chat, taken.params, taken.prompt, taken.softprompt,
-    taken.origin_id, chosen.model, ARRAY(SELECT gens.id FROM gens)
+    taken.origin_id, chosen.model, ARRAY(SELECT gens.id FROM gens),
+    taken.chat_request, taken.messages, taken.max_tokens_lowered_to, taken.messages_object
 FROM taken, chosen"""
 _REGISTERED_POPPED = f"""SELECT owner.id, owner.trusted, registered.id, registered.speed, popped.*
 FROM owner LEFT JOIN registered ON true LEFT JOIN ({_POPPED}) AS popped ON true"""

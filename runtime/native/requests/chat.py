@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, or_, select
 from sqlalchemy.dialects.postgresql import insert
@@ -350,6 +350,16 @@ def read_chat_request(session: Session, request_id: str, api_key: str | None) ->
     return StatusRead(wp, reader_id, end_user)
 
 
-def stored_request(wp: WaitingPrompt) -> dict[str, Any]:
+class StoredChat(Protocol):
+    """A chat request's stored request and kept messages: its row's, or a pop's
+    (``queue.jobs.PoppedChat``, read by the pop's statement)."""
+
+    @property
+    def chat_request(self) -> dict[str, Any] | None: ...
+    @property
+    def messages(self) -> list[Any] | None: ...
+
+
+def stored_request(wp: StoredChat) -> dict[str, Any]:
     """The validated request as stored (client's values) with the kept messages."""
     return {**(wp.chat_request or {}), PARAM_MESSAGES: list(wp.messages or [])}
