@@ -285,7 +285,7 @@ def test_a_chat_pop_that_fails_leaves_the_job_queued(native_client, make_user, m
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)  # registered: the pop below is a known worker's
     request_id = submit_chat(native_client, requester.api_key)
-    real_cursor = jobs.driver_cursor
+    real_cursor = jobs.raw_cursor
     failures = []
 
     @contextmanager
@@ -296,7 +296,7 @@ def test_a_chat_pop_that_fails_leaves_the_job_queued(native_client, make_user, m
         with real_cursor(session) as cursor:
             yield cursor
 
-    monkeypatch.setattr(jobs, "driver_cursor", cursor_failing_once)
+    monkeypatch.setattr(jobs, "raw_cursor", cursor_failing_once)
     body = chat_pop_body()
     failed = native_client.post("/generate/text/pop", headers={"apikey": worker.api_key}, json=body)
     assert failures, "the pop ran no statement: the failure was not injected"

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from psycopg import RawCursor
 from psycopg.types.json import Jsonb
 from sqlalchemy import Boolean, String, and_, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import insert
@@ -55,6 +56,7 @@ from runtime.native.queue.fit import (
 )
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
+from runtime.stores.raw_sql import RawSql, raw_sql
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ def register_and_pop(
         "key_hash": key_hash, "name": body["name"], "anonymous": ANONYMOUS_USER_ID,
     }  # fmt: skip
     sql, defaults = _pop_sql(prompt_jobs, shape, registering=True)
-    with driver_cursor(session) as cursor:
-        cursor.execute(sql, {**defaults, **params})
+    with raw_cursor(session) as cursor:
+        cursor.execute(sql.sql, sql.values({**defaults, **params}))
         row = cursor.fetchone()
     if row is None:
         return None, Popped()
@@ -269,8 +271,8 @@ def pop_text_job(
         **_pop_values(policy, worker, amount, now, declaration, shape),
         "worker_id": worker.id,
     }
-    with driver_cursor(session) as cursor:
-        cursor.execute(sql, params)
+    with raw_cursor(session) as cursor:
+        cursor.execute(sql.sql, sql.values(params))
         row = cursor.fetchone()
     if row is None:
         if not count_skipped:
@@ -321,6 +323,16 @@ def driver_cursor(session: Session) -> Iterator[Any]:
     connection = session.connection().connection.driver_connection
     assert connection is not None
     with connection.cursor() as cursor:
+        yield cursor
+
+
+@contextmanager
+def raw_cursor(session: Session) -> Iterator[Any]:
+    """``driver_cursor``'s connection's ``RawCursor``: it runs a ``RawSql`` statement
+    without parsing it again."""
+    connection = session.connection().connection.driver_connection
+    assert connection is not None
+    with RawCursor(connection) as cursor:
         yield cursor
 
 
@@ -399,9 +411,11 @@ names none), else the worker's first, else none; a chat job's is the declaration
 @functools.lru_cache(maxsize=256)
 def _pop_sql(
     prompt_jobs: bool, shape: ChatShape | None, *, registering: bool = False
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[RawSql, dict[str, Any]]:
     """The pop's SQL for a declaration of this shape and its literal parameters;
-    ``registering``: with the key's user and the worker's refresh (``register_and_pop``)."""
+    ``registering``: with the key's user and the worker's refresh (``register_and_pop``).
+    Converted to Postgres's placeholders once (``RawSql``): psycopg would parse it on
+    every pop, as it does any query over 4 KiB or 50 parameters."""
     terms = REGISTERED_TERMS if registering else BOUND_TERMS
     kinds = []
     if prompt_jobs:
@@ -420,7 +434,7 @@ def _pop_sql(
         registered=" AND EXISTS (SELECT 1 FROM worker)" if registering else "",
         select=_REGISTERED_POPPED if registering else _POPPED,
     )
-    return sql, {k: v for k, v in compiled.params.items() if v is not None}
+    return raw_sql(sql), {k: v for k, v in compiled.params.items() if v is not None}
 
 
 def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[str, int]:
