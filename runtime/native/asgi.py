@@ -19,7 +19,8 @@ once more (``PopAttempt.last``), and its answer is sent: only that run, or a pop
 not wait, counts what the worker skipped.
 
 ``WakeHub`` is this process's one Redis subscription to ``generated.signals.WAKE_CHANNEL``
-(``runtime.native.queue.wake.wake_workers`` publishes it). While the subscription is down,
+(``runtime.native.queue.wake.wake_workers`` publishes it, and wakes this process's own
+waiting pops directly first: ``wake_here``). While the subscription is down,
 a waiting pop pops again every ``FALLBACK_REPOP_SECONDS`` instead. ``close()`` (shutdown)
 answers every waiting pop "no job" at once.
 
@@ -49,6 +50,7 @@ from redis.exceptions import RedisError
 
 from generated.routes import ROUTES
 from generated.signals import WAKE_CHANNEL
+from runtime.native.queue.wake import wake_here
 from runtime.observability.metrics import process_exited
 
 if TYPE_CHECKING:
@@ -144,6 +146,15 @@ class WakeHub:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self.close)
 
+    def wake_threadsafe(self, models: frozenset[str]) -> None:
+        """``wake_all`` from any thread (``queue.wake.wake_here``'s hook: a view that queued
+        work wakes this process's waiting pops without Redis's round trip)."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing waits
+            loop.call_soon_threadsafe(self.wake_all, models)
+
     def wake_all(self, models: frozenset[str] = frozenset()) -> None:
         """Wake the waiting pops that could take work for ``models`` (empty: any model)."""
         for waiter, serves in self.waiters.items():
@@ -219,9 +230,11 @@ class NativeASGI:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 await self.hub.start()
+                wake_here(self.lane.ctx.redis, self.hub.wake_threadsafe)
                 _chain_exit_signals(self.hub)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                wake_here(self.lane.ctx.redis, None)
                 await self.hub.stop()
                 self.wsgi.executor.shutdown(wait=False)
                 self.lane_threads.shutdown(wait=False)

@@ -31,6 +31,7 @@ from generated.rate_limits import KEY_PEER, RATE_LIMITS, RateLimit
 from generated.signals import POP_MAX_WAIT_SECONDS, WAKE_CHANNEL
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.config import Settings
+from runtime.native import asgi
 from runtime.native.asgi import THREADS, WORKER_LANE_THREADS
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import sweep, utcnow
@@ -524,3 +525,26 @@ def test_uvicorn_keeps_the_peer_as_the_client_address(
         row = session.get(WaitingPrompt, queued.json()["id"])
         assert row is not None
         assert row.ipaddr == "127.0.0.1"
+
+
+def test_a_request_queued_in_this_process_wakes_its_waiting_pop_without_redis(
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A submit wakes its own process's waiting pops directly (``queue.wake.wake_here``, issue
+    14: Redis's delivery back to this process was ~0.5-1.5 ms of a dispatch). Here every
+    wake from Redis names a model no worker serves, so only the direct wake can run the pop
+    again before its deadline, which is past this client's timeout."""
+    monkeypatch.setattr(asgi, "wake_models", lambda data: frozenset({"no-such-model"}))
+    waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
+    until(lambda: hub.waiting == 1, "the pop to wait")
+    wakes = hub.wakes
+    submit_text(native_client, requester.api_key)
+    answer = waiting.answer()
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] is not None
+    until(lambda: hub.wakes == wakes + 1, "the published wake to arrive as well")
