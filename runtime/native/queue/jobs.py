@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from sqlalchemy import Boolean, String, and_, case, false, func, literal_column, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_CHAT_JOBS, DECL_MODEL_ID, DECL_PROMPT_JOBS
@@ -132,7 +133,7 @@ class Registered:
 
 
 def register_and_pop(
-    session: Session,
+    session: Session | Connection,
     policy: Policy,
     key_hash: str,
     body: dict[str, Any],
@@ -327,12 +328,13 @@ def driver_cursor(session: Session) -> Iterator[Any]:
 
 
 @contextmanager
-def raw_cursor(session: Session) -> Iterator[Any]:
-    """``driver_cursor``'s connection's ``RawCursor``: it runs a ``RawSql`` statement
-    without parsing it again."""
-    connection = session.connection().connection.driver_connection
-    assert connection is not None
-    with RawCursor(connection) as cursor:
+def raw_cursor(session: Session | Connection) -> Iterator[Any]:
+    """A ``RawCursor`` of the driver's connection under the session's (or connection's)
+    transaction: it runs a ``RawSql`` statement without parsing it again."""
+    connection = session.connection() if isinstance(session, Session) else session
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    with RawCursor(driver) as cursor:
         yield cursor
 
 
@@ -437,7 +439,9 @@ def _pop_sql(
     return raw_sql(sql), {k: v for k, v in compiled.params.items() if v is not None}
 
 
-def skipped_counts(session: Session, filters: list[Any], now: datetime) -> dict[str, int]:
+def skipped_counts(
+    session: Session | Connection, filters: list[Any], now: datetime
+) -> dict[str, int]:
     """How many waiting requests each filter turned away (upstream's ``skipped``)."""
     columns = [func.count(case((~f, 1))) for f in filters]
     row = session.execute(
