@@ -65,6 +65,35 @@ What is left of the submit is mostly waiting on those round trips; of the server
 per request the largest shares are now the worker's reply (the chat job's submit and
 payment, ~7-9 ms of CPU in process, 9,185 calls), the HTTP shell and the woken pop; the
 body's JSON Schema check is ~0.2 ms (its messages' oneOf).
+
+Then (helper hP, issue 14: the pop's side, ec355f1 -> this). Traced (server stamps on the
+client's clock, perf_counter: the submit's view, its commit by an after_commit hook, the wake
+call, the hub's wake, the woken pop's lane thread, its statement, its answer sent), 150
+samples at load ~2, p50, before the cuts below: send -> the submit's view 1.1 ms; -> its
+commit 6.4; -> the wake call 0.14; -> the publish back 0.28, the hub woken 0.5 after it
+(Redis's delivery); -> the pop on its lane thread 0.28; its checks and declaration 0.31; its
+statement 1.9 ms of wall for 0.53 of CPU (the submit's first status read and its answer run
+beside it under one GIL); the chat job's payload 0.19; the answer sent 0.2, in the client's
+hands 0.33: ~12 ms, ~7.5 of them the submit's own work up to its commit. The woken chat pop
+was 2.75 ms of its thread's CPU p50 (1.2 after) and 6 round trips.
+
+Cut: the chat pop's one statement returns what the payload reads of its request (its row was
+loaded, then chat_request and messages lazily, in a transaction: 6 round trips -> 1;
+statements per request of this bench, pg_stat_statements, 28.25 -> 21.20); the pop's
+statement converted to $n placeholders once (``runtime/stores/raw_sql.py``: psycopg split the
+~5.4 KiB chat pop on every execute, 74 us); a Core connection, not an ORM Session, under a
+known worker's pop (~60-75 us a pop); the submit wakes its own process's waiting pops
+directly before publishing (the hub wakes ~0.05 ms after the wake call, not ~0.85; the woken
+pop then shares the GIL with the publish and the status read, so the dispatch gains less).
+A B A B against ec355f1 at load 6.6 -> 2.0: dispatch_p50_ms 14.5/14.1 -> 11.1/8.0,
+dispatch_p99_ms 38.2/28.7 -> 16.7/17.7, dispatch_submit_answer_p50_ms 11.9/11.3 -> 11.3/8.5,
+dispatch_server_cpu_ms_per_request 14.1/13.6 -> 13.1/12.1 ms.
+
+Measured and not kept: the server at sys.setswitchinterval(0.001) (the woken pop waits for the
+GIL beside the submit's thread): traced TOTAL p50 14.7/16.9 ms (5 ms, the default) vs
+20.4/17.4 (1 ms), the pop's statement 3.25/3.07 vs 3.73/3.08 ms of wall, at load 7-8: no
+gain. Not done, measured too small: a woken run re-checking its pop's body (headers, parse,
+schema: 12 us of CPU) and building its transient ORM Worker (~10 us).
 """
 
 from __future__ import annotations

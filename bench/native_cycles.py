@@ -110,6 +110,22 @@ begin/commit/checkout machinery is most of SQLAlchemy's share), a compiled valid
 the lane's bodies (fastjsonschema or jsonschema-rs, both in the package index), and fewer
 round trips per submit. Two processes add
 throughput only when the machine has a core to spare.
+
+Then (helper hP, issue 14: the pop's side). The lane's thread CPU per view over the 1-process
+run (Lane.respond wrapped, time.thread_time), at load 2-5: a text pop ~0.75-0.86 ms, a text
+submit ~1.0-1.15 ms; the rest of the server's ~2.3-2.7 ms a cycle is the event loop (uvicorn's
+parsing, the hop to the lane's threads and back). A known worker's pop now runs on a Core
+connection instead of an ORM Session: text pop p50 0.785/0.750 -> 0.713/0.690 ms (B A B A,
+load 5.1-8.1). psycopg's per-execute split of a long statement (``runtime/stores/raw_sql.py``)
+did not cost the text pop: its statement (3.8 KiB, 31 values) is under psycopg's cache
+limits; a chat worker's (5.4 KiB) is not. A B A B against ec355f1 at the end, load 2.0-4.9:
+pop_submit_server_cpu_ms 2.27/2.46 -> 2.15/2.52 ms, pop_submit_cycles_per_s 326.3/255.0 ->
+294.2/264.8, 2 processes 400.3/251.7 -> 277.2/230.5 (the load decides these; the pop's
+~0.07 ms is under their noise). Where a text pop went before the Core connection
+(cProfile, so shares only): register_and_pop ~37% (its statement's values and run, the
+Session's begin/commit/checkout ~23% of the pop), the limiter's Redis script ~20%, the access
+log and metrics ~9%, the body's checks ~6%, the transient ORM Worker its terms are read
+from ~5%.
 """
 
 from __future__ import annotations
