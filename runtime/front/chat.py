@@ -13,9 +13,8 @@ a stream waits, comment lines keep it alive and say the queue position.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
@@ -44,43 +43,66 @@ T = TypeVar("T")
 
 class DisconnectWatch:
     """Listens for http.disconnect once the body was read, and for the end of a stopping
-    front's shutdown grace (``drain``)."""
+    front's shutdown grace (``drain``).
+
+    ``run(work)`` awaits ``work`` in the caller's own task and cancels that task when the
+    client leaves or the grace ends (turning the cancel into ClientGone or
+    front_shutting_down): no task for the work nor for each of the two ends, which an open
+    wait held (three tasks, ~1.5 KiB of its memory, and their scheduling at every run)."""
+
+    __slots__ = ("_interrupted", "_task", "_working", "drain", "gone")
 
     def __init__(self, receive: Receive, drain: Drain | None = None) -> None:
-        self.gone = asyncio.Event()
+        self.gone = False
         self.drain = drain
+        self._working: asyncio.Task[Any] | None = None
+        self._interrupted = False
         self._task = asyncio.create_task(self._listen(receive))
 
     async def _listen(self, receive: Receive) -> None:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                self.gone.set()
+                self.gone = True
+                self._interrupt()
                 return
 
-    async def run(self, work: Awaitable[T]) -> T:
+    def _interrupt(self) -> None:
+        """The client left or the grace ended: cancel the work under way, once."""
+        if self._working is not None and not self._interrupted:
+            self._interrupted = True
+            self._working.cancel()
+
+    def _ended(self) -> HordeError | ClientGone:
+        """Why the work was cut: the grace's end (the client still there), else the client."""
+        if self.drain is not None and self.drain.over.is_set() and not self.gone:
+            return self.drain.expired()
+        return ClientGone()
+
+    async def run(self, work: Coroutine[Any, Any, T]) -> T:
         """``work``'s result, or ClientGone (``work`` cancelled) if the client leaves first,
         or front_shutting_down (``work`` cancelled) if the shutdown grace ends first."""
-        task = asyncio.ensure_future(work)
-        gone = asyncio.ensure_future(self.gone.wait())
-        ends = {task, gone}
-        over = None if self.drain is None else asyncio.ensure_future(self.drain.over.wait())
-        if over is not None:
-            ends.add(over)
+        if self.gone or (self.drain is not None and self.drain.over.is_set()):
+            work.close()
+            raise self._ended()
+        current = asyncio.current_task()
+        assert current is not None
+        self._working, self._interrupted = current, False
+        if self.drain is not None:
+            self.drain.at_end(self._interrupt)
         try:
-            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+            result = await work
+        except BaseException:
+            if not self._interrupted:
+                raise
         finally:
-            gone.cancel()
-            if over is not None:
-                over.cancel()
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-            if self.drain is not None and self.drain.over.is_set() and not self.gone.is_set():
-                raise self.drain.expired()
-            raise ClientGone()
-        return task.result()
+            self._working = None
+            if self.drain is not None:
+                self.drain.forget(self._interrupt)
+        if self._interrupted:
+            current.uncancel()  # the cancel was ours, turned into the error below
+            raise self._ended() from None
+        return result
 
     def close(self) -> None:
         self._task.cancel()

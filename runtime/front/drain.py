@@ -47,6 +47,7 @@ class Drain:
         self.over = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._at_end: set[Callable[[], None]] = set()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the app serves on (set by the lifespan)."""
@@ -57,7 +58,20 @@ class Drain:
         if self.started:
             return
         self.started = True
-        self._timer = asyncio.get_running_loop().call_later(self.grace, self.over.set)
+        self._timer = asyncio.get_running_loop().call_later(self.grace, self._end)
+
+    def _end(self) -> None:
+        self.over.set()
+        for callback in list(self._at_end):
+            callback()
+
+    def at_end(self, callback: Callable[[], None]) -> None:
+        """``callback`` runs (on the loop) when the grace ends, unless ``forget`` first: a
+        waiting request is told without a task of its own waiting on ``over``."""
+        self._at_end.add(callback)
+
+    def forget(self, callback: Callable[[], None]) -> None:
+        self._at_end.discard(callback)
 
     def begin_threadsafe(self) -> None:
         """From another thread (or a signal handler): ``begin`` on the app's loop."""

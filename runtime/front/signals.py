@@ -1,6 +1,6 @@
 """Completion signals: one shared Redis pub/sub connection for every open wait.
 
-A wait costs a channel subscription and a ``Signal`` (an ``asyncio.Event``), not a
+A wait costs a channel subscription and a ``Signal`` (a ``Flag``: an event), not a
 connection: the hub owns one ``redis.asyncio`` PubSub, a reader task sets the signal of the
 channel a message arrives on (noting the outcome key the event names, where the native API
 stored the request's final status), and ``watch(request_id)`` subscribes (waiting for Redis
@@ -38,11 +38,74 @@ RECONNECT_DELAY = 0.5
 RECONNECT_MAX = 4.0
 
 
-class Signal(asyncio.Event):
+class Flag:
+    """asyncio.Event's set / clear / is_set / wait, with a timeout of its own and no deque.
+
+    An open wait holds its Signal, its channel's confirmation flag and its client's
+    disconnect flag until it ends: as asyncio.Events they were ~2.3 KiB of a wait's ~33 (each
+    Event allocates a deque of its waiters, ~0.76 KiB, and a dict), and waiting on one with
+    a timeout took asyncio.wait_for, a Task wrapping ``wait()``. Here the waiters are a list
+    made on the first wait, and ``wait(timeout)`` is one future and one timer in the caller's
+    own task."""
+
+    __slots__ = ("_set", "_waiters")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: list[asyncio.Future[bool]] | None = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        """Set it and wake every waiter (as asyncio.Event: a waiter woken before a
+        ``clear`` still returns True)."""
+        self._set = True
+        waiters, self._waiters = self._waiters, None
+        for waiter in waiters or ():
+            if not waiter.done():
+                waiter.set_result(True)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, seconds: float | None = None) -> bool:
+        """True once set (at once if it is); False after ``seconds``."""
+        if self._set:
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        timer = None if seconds is None else loop.call_later(seconds, _time_up, waiter)
+        try:
+            return await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._forget(waiter)
+
+    def _forget(self, waiter: asyncio.Future[bool]) -> None:
+        """A waiter that returned (a ``set`` already dropped every waiter it woke)."""
+        if self._waiters is not None and waiter in self._waiters:
+            self._waiters.remove(waiter)
+
+
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
+class Signal(Flag):
     """Set whenever the request's channel gets a message (clear it yourself); ``outcome``
     is the outcome key the latest event named, if any."""
 
-    outcome: str | None = None
+    __slots__ = ("outcome",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outcome: str | None = None
 
 
 class _Channel:
@@ -50,7 +113,7 @@ class _Channel:
 
     def __init__(self) -> None:
         self.events: set[Signal] = set()
-        self.confirmed = asyncio.Event()
+        self.confirmed = Flag()
 
 
 class SignalHub:
@@ -87,26 +150,43 @@ class SignalHub:
     @contextlib.asynccontextmanager
     async def watch(self, request_id: str) -> AsyncIterator[Signal]:
         """A signal set whenever the request's channel gets a message."""
+        event = await self.subscribe(request_id)
+        try:
+            yield event
+        finally:
+            await self.release(request_id, event)
+
+    async def subscribe(self, request_id: str) -> Signal:
+        """``watch`` without its context manager (a wait holds no generator frame for it):
+        the request's signal, once Redis confirmed the subscription; ``release`` it."""
         name = self.channel_of(request_id)
         event = Signal()
         channel = self.channels.get(name)
-        if channel is None:
-            channel = self.channels[name] = _Channel()
-            channel.events.add(event)
-            sent = await self._send("subscribe", name)
-        else:
-            channel.events.add(event)
-            sent = not self.broken
         try:
+            if channel is None:
+                channel = self.channels[name] = _Channel()
+                channel.events.add(event)
+                sent = await self._send("subscribe", name)
+            else:
+                channel.events.add(event)
+                sent = not self.broken
             if sent:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(channel.confirmed.wait(), CONFIRM_TIMEOUT)
-            yield event
-        finally:
-            channel.events.discard(event)
-            if not channel.events and self.channels.get(name) is channel:
-                del self.channels[name]
-                await self._send("unsubscribe", name)
+                await channel.confirmed.wait(CONFIRM_TIMEOUT)
+        except BaseException:
+            await self.release(request_id, event)
+            raise
+        return event
+
+    async def release(self, request_id: str, event: Signal) -> None:
+        """The end of a ``subscribe``: the last signal of a channel unsubscribes it."""
+        name = self.channel_of(request_id)
+        channel = self.channels.get(name)
+        if channel is None or event not in channel.events:
+            return
+        channel.events.discard(event)
+        if not channel.events:
+            del self.channels[name]
+            await self._send("unsubscribe", name)
 
     async def outcome(self, key: str) -> ChatStatus | None:
         """The final status stored under ``key``; None when absent or unreadable."""

@@ -28,7 +28,6 @@ route, and meanwhile the fallback poll carries the wait.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -147,7 +146,26 @@ def _has_queue_info(status: ChatStatus) -> bool:
 
 
 class ReplyWait:
-    """One submitted request's wait; use as ``async with`` (it holds the subscription)."""
+    """One submitted request's wait; use as ``async with`` (it holds the subscription).
+    Slotted: thousands are open at once (a dict per wait was ~0.6 KiB of its memory)."""
+
+    __slots__ = (
+        "_impossible_since",
+        "_retry_after",
+        "_signal",
+        "budget",
+        "clock",
+        "fail_fast",
+        "failed_reads",
+        "hub",
+        "native",
+        "outcome_reads",
+        "reads",
+        "request_id",
+        "source",
+        "started",
+        "status",
+    )
 
     def __init__(
         self,
@@ -177,18 +195,16 @@ class ReplyWait:
         self._retry_after: float | None = None
         self._impossible_since: float | None = None
         self._signal: Signal | None = None
-        self._watch: contextlib.AbstractAsyncContextManager[Signal] | None = None
 
     async def __aenter__(self) -> ReplyWait:
-        self._watch = self.hub.watch(self.request_id)
-        self._signal = await self._watch.__aenter__()
+        self._signal = await self.hub.subscribe(self.request_id)
         OPEN_WAITS.inc()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._watch is not None:
+        if self._signal is not None:
             OPEN_WAITS.dec()
-            await self._watch.__aexit__(None, None, None)
+            await self.hub.release(self.request_id, self._signal)
 
     def _left(self) -> float:
         return self.started + self.budget.deadline - self.clock()
@@ -223,11 +239,8 @@ class ReplyWait:
         left = self._left()
         if left <= 0:
             raise DeadlineExceeded(seconds=round(self.budget.deadline))
-        try:
-            await asyncio.wait_for(self._signal.wait(), min(seconds, left))
-            WAKES.labels(WAKE_SIGNAL).inc()
-        except TimeoutError:
-            WAKES.labels(WAKE_POLL).inc()
+        signalled = await self._signal.wait(min(seconds, left))
+        WAKES.labels(WAKE_SIGNAL if signalled else WAKE_POLL).inc()
         self._signal.clear()
 
     async def _outcome_of(self, key: str) -> ChatStatus | None:
