@@ -167,32 +167,37 @@ class _Life:
             self.submitted = lost.maybe_queued
             raise
         self.submitted = True
+        request_id, first = accepted.request_id, accepted.status
+        # the wait holds no more than it reads: thousands are open at once, and the raw and
+        # forwarded bodies are as large as the client's messages
+        del raw, body, accepted
         named = RequestId.of(self.request.scope)
         if named is not None:  # every response from here on names the horde request
-            named.submitted(accepted.request_id)
+            named.submitted(request_id)
         watch = DisconnectWatch(self.request.receive, self.state.drain)
         try:
             async with ReplyWait(
                 self.state.native,
                 self.state.hub,
-                accepted.request_id,
+                request_id,
                 normalised,
                 config.budget,
                 source=self.source,
             ) as wait:
                 try:
-                    await watch.run(wait.open(accepted.status))  # the submit's status
+                    await watch.run(wait.open(first))  # the submit's status
+                    first = None  # the wait keeps what it reads of it
                     if normalised.get(PARAM_STREAM):
-                        await watch.run(self._stream(wait, accepted.request_id, normalised))
+                        await watch.run(self._stream(wait, request_id, normalised))
                     else:
                         reply = await watch.run(wait.reply())
                         await self._json(completion(reply, normalised))
                 except HordeError as exc:
                     if needs_cancel(exc):  # before the answer, whose message says so
-                        await self.state.cancel(accepted.request_id, self.source)
+                        await self.state.cancel(request_id, self.source)
                     raise
                 except BaseException:  # the client left, or the server stops
-                    self.state.cancel_later(accepted.request_id, self.source)
+                    self.state.cancel_later(request_id, self.source)
                     raise
         finally:
             watch.close()

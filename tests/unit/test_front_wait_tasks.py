@@ -1,9 +1,11 @@
-"""An open wait's asyncio objects: its work runs in the request's own task, its flags wait
-without a task (thousands of waits are open at once, each task ~0.5 KiB with its frame)."""
+"""What an open wait holds: its work runs in the request's own task, its flags wait without
+a task (thousands of waits are open at once, each task ~0.5 KiB with its frame), and of a
+status not final it keeps only what it reads."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -12,6 +14,8 @@ from runtime.front.admission import ClientGone
 from runtime.front.chat import DisconnectWatch
 from runtime.front.drain import Drain
 from runtime.front.signals import Flag, Signal
+from runtime.front.stream_events import queue_note
+from runtime.front.waiter import READ_WHILE_WAITING, ReplyWait, WaitBudget
 
 
 class Client:
@@ -105,3 +109,28 @@ def test_a_flag_waits_for_set_or_its_seconds_without_a_task() -> None:
         assert await asyncio.gather(*waiters) == [True, True]
 
     asyncio.run(scenario())
+
+
+def test_a_wait_keeps_of_a_status_not_final_only_what_it_reads() -> None:
+    budget = WaitBudget(deadline=60, grace=30, poll_interval=10, queue_info_wait=1)
+    wait = ReplyWait(None, None, "r1", {}, budget, clock=lambda: 0.0)  # type: ignore[arg-type]
+    queued: dict[str, Any] = {
+        "done": False,
+        "faulted": False,
+        "processing": 0,
+        "is_possible": True,
+        "eligible_threads": 2,
+        "queue_position": 3,
+        "wait_time": 7,
+        "generations": [],
+        "kudos": 12.0,
+        "waiting": 1,
+        "missing_features": [],
+        "exceeded_limits": [],
+    }
+    wait._keep(queued)  # type: ignore[arg-type]
+    assert wait.status == {field: queued[field] for field in READ_WHILE_WAITING}
+    assert queue_note(wait.status) == queue_note(queued)  # type: ignore[arg-type]
+    final = {**queued, "done": True, "generations": [{"text": "Hello."}]}
+    wait._keep(final)  # type: ignore[arg-type]
+    assert wait.status is final  # a reply is built from it: whole
