@@ -40,7 +40,6 @@ from runtime.front.errors import error_response, method_not_allowed, not_found, 
 from runtime.front.native_client import NativeClient, native_session
 from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, current_request_id
 from runtime.front.reference import REFERENCE_ROUTES
-from runtime.front.request_id import RequestIdMiddleware
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
 from runtime.observability.metrics import process_exited
@@ -173,7 +172,7 @@ def create_front_app(
         405: method_not_allowed,
         Exception: unexpected,
     }
-    middleware = [Middleware(RequestIdMiddleware), Middleware(ObserveMiddleware, routes=routes)]
+    middleware = [Middleware(ObserveMiddleware, routes=routes)]  # request ids too
     app = Starlette(
         routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware
     )

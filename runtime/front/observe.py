@@ -1,8 +1,9 @@
 """The front's operator surface: ``/healthz``, ``/readyz``, ``/metrics`` and the access log.
 
-``ObserveMiddleware`` (inside ``RequestIdMiddleware``) times each request to the end of its
-response (a stream: to its last chunk), counts it by route and status, writes its access-log
-line with the ``x-request-id`` the response named (and, once that is the horde request id,
+``ObserveMiddleware`` gives each request its ``RequestId`` (runtime.front.request_id: every
+response names it in ``x-request-id``), times the request to the end of its response (a
+stream: to its last chunk), counts it by route and status, writes its access-log line with
+the ``x-request-id`` the response named (and, once that is the horde request id,
 the front's own id as ``origin_id``), and keeps the front's own id in ``CURRENT`` so the
 native client sends it as ``x-request-id`` (``current_request_id``): the native API's access
 lines for that request's calls name it. The front
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from generated.errors import NotReady
 from generated.routes import ROUTES
 from runtime.front.errors import error_response
-from runtime.front.request_id import RequestId
+from runtime.front.request_id import RequestId, naming_the_request
 from runtime.observability.access_log import AccessLog
 from runtime.observability.metrics import CONTENT_TYPE, UNMATCHED, HttpMetrics, exposition
 
@@ -122,12 +123,15 @@ class ObserveMiddleware:
         return self.paths.get(scope.get("endpoint"), UNMATCHED)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """One layer for the request id and the observation (they were two middlewares: a
+        coroutine frame and a send wrapper more per request, held by every open wait)."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        request_id = RequestId.of(scope)
-        made = request_id.value if request_id is not None else None
+        request_id = RequestId()
+        scope[RequestId.SCOPE_KEY] = request_id
+        made = request_id.value
         CURRENT.set(made)
         status = 500
         streaming = False
@@ -140,6 +144,7 @@ class ObserveMiddleware:
                 if headers.get(b"content-type", b"").startswith(b"text/event-stream"):
                     streaming = True
                     OPEN_STREAMS.inc()
+                message = naming_the_request(message, request_id)
             await send(message)
 
         try:
@@ -155,7 +160,7 @@ class ObserveMiddleware:
                 route=route,
                 status=status,
                 latency_ms=seconds * 1000,
-                request_id=request_id.value if request_id is not None else None,
+                request_id=request_id.value,
                 user_id=None,
-                origin_id=made if request_id is not None and made != request_id.value else None,
+                origin_id=made if made != request_id.value else None,
             )
