@@ -202,8 +202,6 @@ def test_dispatch_narrows_tools_and_the_status_keeps_the_clients_values(
     payload = chat_pop(native_client, worker.api_key, features=EVERYTHING)["payload"]
     assert payload.get(PARAM_TOOLS) == sent_tools
     assert payload.get(PARAM_TOOL_CHOICE) == sent_choice
-    from runtime.native.db.tables import WaitingPrompt
-
     with native_db() as session:
         stored = session.get(WaitingPrompt, request_id).chat_request
     assert stored[PARAM_TOOLS] == [TOOL, OTHER_TOOL]
