@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -456,3 +457,24 @@ def _counted(called: list[str], name: str, step: Any) -> Any:
         return step(*args)
 
     return counted
+
+
+def test_a_lease_that_cannot_be_ended_does_not_fail_the_landed_submit(
+    native_client, native_service, make_user, monkeypatch
+):
+    """A streamed job's lease is ended after its submit's commit, best effort: a Redis error
+    there is logged, and the submit still answers 200 and stores the final status its
+    events name (it answered 503 after the commit, with no events)."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key, stream=True)
+    job = chat_pop(native_client, worker.api_key)
+    assert job["stream"] is True
+
+    def lease_store_down(*_args: Any) -> None:
+        raise RedisConnectionError("the lease's Redis is down")
+
+    monkeypatch.setattr(worker_views, "finish", lease_store_down)
+    assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
+    assert _stored_final_status(native_service, request_id)["done"]
+    assert chat_status(native_client, request_id)["done"]

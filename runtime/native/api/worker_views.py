@@ -289,8 +289,7 @@ def _chat_submitted(ctx: NativeContext, outcome: ChatSubmitOutcome) -> Reply:
         else None
     )
     if outcome.streamed:  # no other request's job has a lease
-        end_lease = finish if outcome.landed else mark_ended
-        end_lease(ctx.redis, str(outcome.generation_id))
+        _end_lease(ctx, outcome)
     if not outcome.landed and not outcome.ended:
         wake_workers(ctx.redis)  # a fault gave the request its slot back
     events: list[tuple[str, dict[str, Any]]] = []
@@ -306,6 +305,19 @@ def _chat_submitted(ctx: NativeContext, outcome: ChatSubmitOutcome) -> Reply:
     if outcome.refusal is not None:
         raise outcome.refusal
     return Reply(dict(reward=float(outcome.reward)))
+
+
+def _end_lease(ctx: NativeContext, outcome: ChatSubmitOutcome) -> None:
+    """End a streamed job's lease after its submit's commit, best effort as the events are:
+    the reply is already stored and paid, so a Redis error here is logged, and the submit
+    still answers and publishes (a relay that misses the end entry ends on the events or
+    the front's fallback poll). It raised before, a 503 after the commit that skipped the
+    events and made the worker repeat a submit that had landed."""
+    end_lease = finish if outcome.landed else mark_ended
+    try:
+        end_lease(ctx.redis, str(outcome.generation_id))
+    except (RedisError, OSError) as exc:
+        log.warning("chat job %s: its lease not ended: %s", outcome.generation_id, exc)
 
 
 def _send_webhook(ctx: NativeContext, delivery: Delivery | None) -> None:
