@@ -163,17 +163,15 @@ class JobRunner:
         tools = body.get(PARAM_TOOLS)
         wanted = body.get(PARAM_MAX_TOKENS) or 1
         counter = self.probed.counter
+        image_cost = images * self.probed.image_tokens
         if not exact and isinstance(counter, BoundedCounter):
             bound = counter.upper_bound(text_only, tools)
             needed = max(wanted, REPLY_RESERVE_TOKENS) if fit_output else wanted
-            if bound is not None and bound + images * self.probed.image_tokens + needed <= (
-                self.probed.context
-            ):
+            if bound is not None and bound + image_cost + needed <= self.probed.context:
                 if fit_output:
                     body[PARAM_MAX_TOKENS] = wanted
-                return bound + images * self.probed.image_tokens
-        counted = counter.count(text_only, tools)
-        counted += images * self.probed.image_tokens
+                return bound + image_cost
+        counted = counter.count(text_only, tools) + image_cost
         if fit_output:
             room = self.probed.context - counted
             if room >= REPLY_RESERVE_TOKENS:

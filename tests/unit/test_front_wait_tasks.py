@@ -134,3 +134,13 @@ def test_a_wait_keeps_of_a_status_not_final_only_what_it_reads() -> None:
     final = {**queued, "done": True, "generations": [{"text": "Hello."}]}
     wait._keep(final)  # type: ignore[arg-type]
     assert wait.status is final  # a reply is built from it: whole
+
+
+def test_what_a_wait_keeps_of_a_status_are_fields_of_the_wire_model() -> None:
+    # READ_WHILE_WAITING spells ChatStatus's keys: a field renamed in spec/ must fail here,
+    # not leave a wait keeping nothing of it
+    from generated.wire.native import ChatStatus
+    from runtime.front.waiter import READ_WHILE_WAITING
+
+    fields = ChatStatus.__required_keys__ | ChatStatus.__optional_keys__
+    assert set(READ_WHILE_WAITING) <= fields
