@@ -37,12 +37,13 @@ from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCreden
 from generated.wire import STATE_FAULTED, STATE_OK
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
-from runtime.native.queue.jobs import driver_cursor
+from runtime.native.queue.jobs import raw_cursor
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.observability.context import KIND_TEXT, note_kudos, note_worker_fault
+from runtime.stores.raw_sql import RawSql, raw_sql
 
 FAULTED = STATE_FAULTED
 GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
@@ -112,7 +113,7 @@ class Found:
         return Owner(self.owner_id, self.trusted)
 
 
-_FIND_SQL = """
+_FIND = raw_sql("""
 SELECT owner.id, owner.trusted, job.*
 FROM (SELECT 1) AS one
 LEFT JOIN (
@@ -129,7 +130,9 @@ LEFT JOIN (
     JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
     WHERE processing_gens.id = %(gen_id)s
 ) AS job ON true
-"""
+""")
+"""``find_text_submit``'s statement, in Postgres's placeholders once (``RawSql``: psycopg
+would split it on every run; issue 14)."""
 
 
 def find_text_submit(session: Session, key_hash: str, generation_id: str) -> Found:
@@ -138,8 +141,8 @@ def find_text_submit(session: Session, key_hash: str, generation_id: str) -> Fou
         gen_id: uuid.UUID | None = uuid.UUID(generation_id)
     except ValueError:
         gen_id = None
-    with driver_cursor(session) as cursor:
-        cursor.execute(_FIND_SQL, {"key_hash": key_hash, "gen_id": gen_id})
+    with raw_cursor(session) as cursor:
+        cursor.execute(_FIND.sql, _FIND.values({"key_hash": key_hash, "gen_id": gen_id}))
         row = cursor.fetchone()
     assert row is not None
     owner_id, trusted, is_chat, *job = row
@@ -315,7 +318,7 @@ def pay(
     ``trusted``: the worker owner's. ``charged_tokens``: the requester is charged for no
     more than these (what its client received of a stream that diverged).
 
-    Two statements (``_claim_sql``, ``_CHARGE_SQL``; a released hold's ledger move one
+    Two statements (``_claim_sql``, ``_CHARGE``; a released hold's ledger move one
     more each), run on the driver connection:
 
     - the claim (a compare-and-set: refused with DuplicateGen or AbortedGen), and, only when
@@ -349,19 +352,19 @@ def pay(
         "wp_id": job.wp_id, "reward": reward, "tokens": tokens, "keep": policy.speed_samples,
         "sample": speed_sample(tokens, (now - job.start_time).total_seconds()),
     }  # fmt: skip
-    with driver_cursor(session) as cursor:
-        cursor.execute(_claim_sql(frozenset(claimed)), params)
+    claim = _claim_sql(frozenset(claimed))
+    with raw_cursor(session) as cursor:
+        cursor.execute(claim.sql, claim.values(params))
         row = cursor.fetchone()
         assert row is not None
         if not row[0]:
             refuse_claim(session, job.gen_id)
         (_, owner_kudos, speed, worker_kudos, fulfilments, contributions,
          n, faulted, cancelled, webhook) = row  # fmt: skip
-        cursor.execute(
-            _CHARGE_SQL,
+        cursor.execute(_CHARGE.sql, _CHARGE.values(
             {"requester_id": job.requester_id, "charge": -charge, "wp_id": job.wp_id,
              "gen_id": job.gen_id, "n": n, "ended": bool(faulted or cancelled)},
-        )  # fmt: skip
+        ))  # fmt: skip
         charged = cursor.fetchone()
         assert charged is not None
         requester_kudos, complete, jobs, held_by, held = charged
@@ -383,14 +386,14 @@ JSON_COLUMNS = frozenset(c.name for c in GENERATIONS.columns if isinstance(c.typ
 
 
 @functools.lru_cache(maxsize=16)
-def _claim_sql(claimed: frozenset[str]) -> str:
+def _claim_sql(claimed: frozenset[str]) -> RawSql:
     """The claim and what follows it, setting these generation columns (a text result's,
-    or a chat one's, and the payment's)."""
+    or a chat one's, and the payment's), in Postgres's placeholders (``RawSql``)."""
     columns = sorted(claimed)
     unknown = set(columns) - set(GENERATIONS.c.keys())
     assert not unknown, unknown
     sets = ", ".join(f"{c} = %(g_{c})s" for c in columns)
-    return _CLAIM_FRAME.format(sets=sets, unfinished=_UNFINISHED)
+    return raw_sql(_CLAIM_FRAME.format(sets=sets, unfinished=_UNFINISHED))
 
 
 _UNFINISHED = (
@@ -444,7 +447,7 @@ WITH claimed AS (
 SELECT EXISTS (SELECT 1 FROM claimed), (SELECT moved.kudos FROM moved), counted.*, locked.*
 FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN locked ON true
 """
-_CHARGE_SQL = f"""
+_CHARGE = raw_sql(f"""
 WITH moved AS (
     UPDATE users SET kudos = users.kudos + %(charge)s
     WHERE users.id = %(requester_id)s AND %(charge)s <> 0
@@ -472,7 +475,7 @@ SELECT (SELECT moved.kudos FROM moved), EXISTS (SELECT 1 FROM finished),
 FROM (SELECT array_agg(released.user_id ORDER BY released.user_id, released.amount),
              array_agg(released.amount ORDER BY released.user_id, released.amount)
       FROM released) AS holds
-"""
+""")
 """The requester's charge (none when it is 0); then, when the request has nothing left
 (``ended``: faulted or cancelled; or no job left to hand out (``n``) and none running, in a
 snapshot taken after the request's lock), its deactivation and its unreleased holds'
