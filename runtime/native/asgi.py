@@ -38,7 +38,6 @@ import logging
 import signal
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -50,6 +49,7 @@ from redis.exceptions import RedisError
 
 from generated.routes import ROUTES
 from generated.signals import WAKE_CHANNEL
+from runtime.native.lane_threads import LaneThreads
 from runtime.native.queue.wake import wake_here
 from runtime.observability.metrics import process_exited
 
@@ -204,7 +204,7 @@ class NativeASGI:
         self.max_body = int(flask_app.config["MAX_CONTENT_LENGTH"])
         self.wsgi = WSGIMiddleware(flask_app.wsgi_app, workers=threads)  # type: ignore[arg-type]
         self.lane: Lane = flask_app.extensions[LANE]
-        self.lane_threads = ThreadPoolExecutor(WORKER_LANE_THREADS, "horde-lane")
+        self.lane_threads = LaneThreads(WORKER_LANE_THREADS, "horde-lane")
         self.hub = WakeHub(redis_url)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -237,7 +237,7 @@ class NativeASGI:
                 wake_here(self.lane.ctx.redis, None)
                 await self.hub.stop()
                 self.wsgi.executor.shutdown(wait=False)
-                self.lane_threads.shutdown(wait=False)
+                self.lane_threads.shutdown()
                 process_exited()  # several processes: its live gauges leave /metrics' sums
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -246,8 +246,7 @@ class NativeASGI:
         body = await self._lane_body(scope, receive)
         if body is None:
             return
-        gone = asyncio.Event()
-        watcher = asyncio.create_task(_watch_disconnect(receive, gone))
+        gone = _Gone(receive)
         waiter = asyncio.Event()
         self.hub.waiters[waiter] = None
         deadline: float | None = None
@@ -267,10 +266,11 @@ class NativeASGI:
                     deadline = loop.time() + attempt.wait
                 remaining = deadline - loop.time()
                 if remaining > 0:
+                    gone.watch()
                     self.hub.waiting += 1
                     self.hub.metrics.waiting.inc()
                     try:
-                        await _first(self.hub.wait(waiter, remaining), gone.wait())
+                        await _first(self.hub.wait(waiter, remaining), gone.event.wait())
                     finally:
                         self.hub.waiting -= 1
                         self.hub.metrics.waiting.dec()
@@ -283,7 +283,7 @@ class NativeASGI:
                     last = True  # over: one last run answers, with what the worker skipped
         finally:
             self.hub.waiters.pop(waiter, None)
-            watcher.cancel()
+            gone.stop()
         if not gone.is_set():
             await _send_answer(send, answer)
 
@@ -315,8 +315,9 @@ class NativeASGI:
         request's own context variables)."""
         request = self.lane.request(operation_id, scope, *body, attempt)
         context = contextvars.copy_context()
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.lane_threads, self.lane.respond_in, context, request)
+        answer: tuple[int, list[tuple[bytes, bytes]], bytes]
+        answer = await self.lane_threads.call(self.lane.respond_in, context, request)
+        return answer
 
     async def _dechunked(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive] | None:
         """A chunked body read here (as waitress did) up to the cap and handed on with its
@@ -397,6 +398,30 @@ def _replay(body: bytes, then: Receive | None = None) -> Receive:
         return {"type": "http.request", "body": body, "more_body": False}
 
     return replay
+
+
+class _Gone:
+    """Whether a pop's client left, watched from its first wait on: a pop answered at once
+    (a job found, or no wait asked) starts no watcher task (issue 14: a task created and
+    cancelled on every pop)."""
+
+    __slots__ = ("_receive", "_task", "event")
+
+    def __init__(self, receive: Receive) -> None:
+        self.event = asyncio.Event()
+        self._receive = receive
+        self._task: asyncio.Task[None] | None = None
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def watch(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(_watch_disconnect(self._receive, self.event))
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 async def _watch_disconnect(receive: Receive, gone: asyncio.Event) -> None:
