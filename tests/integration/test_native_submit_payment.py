@@ -1,16 +1,22 @@
-"""A text submit's payment (three statements on the driver connection since issue 14): the
-request finishes with its last job, its upfront hold is released then and not before, and a
-worker serving its own owner's request is paid and charged in order."""
+"""A text submit's payment (one statement, the database function horde_pay, since issue 14):
+the request finishes with its last job, its upfront hold is released then and not before
+(also when its last two jobs are submitted at once), and a worker serving its own owner's
+request is paid and charged in order."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from sqlalchemy import select
 
 from runtime.native.accounts.keys import ledger_balance
 from runtime.native.db.tables import Worker, WorkerPerformance
+from tests.conftest import MadeUser
 from tests.integration.native_flow import ledger, pop, status, submit, submit_text
 
 pytestmark = pytest.mark.integration
@@ -78,3 +84,39 @@ def test_the_worker_s_counters_and_speed_follow_its_submits(native_client, nativ
     assert worker.kudos == sum(rewards)
     assert len(samples) == 3
     assert worker.speed == pytest.approx(sum(samples) / 3)
+
+
+def test_two_submits_at_once_end_their_request_once(native_client, native_db, make_user):
+    """The last two jobs of a request, submitted at the same moment by two owners' workers:
+    whichever pays second counts the other's job as landed (its count runs after the
+    request's row lock, in a snapshot of its own: ``horde_pay``), so every request ends,
+    and its hold (a request of this size has one) is released and credited once. The
+    results are censored: nothing is charged, so the requester's row, which a charge locks,
+    does not order the two payments; only the request's lock does."""
+    rich = make_user("rich", kudos=5000)
+    owners = [make_user("owner-1"), make_user("owner-2")]
+    rounds = 6
+    for _ in range(rounds):
+        request_id = submit_text(native_client, rich.api_key, max_length=1024, n=2)
+        jobs = [
+            pop(native_client, owner.api_key, name=f"worker-{i}", max_length=1024)
+            for i, owner in enumerate(owners)
+        ]
+        start = threading.Barrier(2)
+
+        def send(owner: MadeUser, job: dict[str, Any], start: threading.Barrier = start) -> int:
+            start.wait(5)
+            return submit(native_client, owner.api_key, job["id"], state="censored").status_code
+
+        with ThreadPoolExecutor(2) as pool:
+            codes = list(pool.map(send, owners, jobs))
+        assert codes == [200, 200]
+        done = status(native_client, request_id)
+        assert done["done"] is True, done
+        assert done["finished"] == 2
+        time.sleep(0.5)  # the shipped text_async limit: 2 a second per client
+    reasons = [reason for reason, _ in ledger(native_db, rich.id)]
+    assert reasons.count("upfront_release") == rounds
+    assert reasons.count("charge") == 0
+    user = native_client.get(f"/users/{rich.id}").json()
+    assert Decimal(str(user["kudos"])) == sum(delta for _, delta in ledger(native_db, rich.id))

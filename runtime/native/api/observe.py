@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 from flask import Flask, Response, g, jsonify, request
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -73,18 +74,24 @@ REQUEST_ID_PREFIX = "native-"
 def count_on_commit(sessions: sessionmaker[Session]) -> None:
     @event.listens_for(sessions, "after_commit")
     def _committed(session: Session) -> None:
-        for kind, count in session.info.pop(WORKER_FAULTS, {}).items():
-            FAULTS.labels(kind).inc(count)
-        for reason, delta in session.info.pop(KUDOS_MOVES, []):
-            if reason in CHARGE_REASONS and delta < 0:
-                KUDOS_CHARGED.labels(reason).inc(float(-delta))
-            elif reason == REWARD_REASON and delta > 0:
-                KUDOS_REWARDED.inc(float(delta))
+        count_committed(session.info)
 
     @event.listens_for(sessions, "after_rollback")
     def _rolled_back(session: Session) -> None:
         session.info.pop(KUDOS_MOVES, None)
         session.info.pop(WORKER_FAULTS, None)
+
+
+def count_committed(info: dict[str, Any]) -> None:
+    """Count what ``info`` noted (a session's, or a dict an autocommit payment noted into:
+    ``note_kudos``, ``note_worker_fault``) once it is committed, and forget it."""
+    for kind, count in info.pop(WORKER_FAULTS, {}).items():
+        FAULTS.labels(kind).inc(count)
+    for reason, delta in info.pop(KUDOS_MOVES, []):
+        if reason in CHARGE_REASONS and delta < 0:
+            KUDOS_CHARGED.labels(reason).inc(float(-delta))
+        elif reason == REWARD_REASON and delta > 0:
+            KUDOS_REWARDED.inc(float(delta))
 
 
 class StoreGauges(Collector):

@@ -8,8 +8,9 @@ A chat job's payload is the narrowed chat payload (``runtime.contract.dispatch.c
 never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
 landed generation or an ended request publishes the completion signal after the commit (an
 ended request's final status, as of the submit's commit, stored first under its outcome key,
-which the events name). A submit is one transaction whatever the job's kind: the statement
-that finds the key's user and the job tells a chat job apart, and its submit goes on there.
+which the events name). The statement that finds the key's user and the job tells a chat
+job apart; a text job's result is paid by one statement in autocommit, anything else (a
+chat job, a fault, a refusal) is one transaction.
 
 A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
 pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it. No
@@ -45,7 +46,7 @@ from runtime.native.accounts.keys import ANONYMOUS_USER_ID, hash_key, worker_own
 from runtime.native.api.body import check_headers, int64, parsed_body
 from runtime.native.api.context import NativeContext
 from runtime.native.api.lane import LaneRequest, Reply
-from runtime.native.api.observe import POP_CHAT, POP_TEXT
+from runtime.native.api.observe import POP_CHAT, POP_TEXT, count_committed
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
 from runtime.native.progress.protocol import (
     Posted,
@@ -70,7 +71,7 @@ from runtime.native.queue.jobs import (
     register_and_pop,
     register_worker,
 )
-from runtime.native.queue.submit import Submission, find_text_submit, submit_text_job
+from runtime.native.queue.submit import Found, Submission, find_text_submit, submit_text_job
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.queue.webhooks import SENDER, Delivery
@@ -329,26 +330,53 @@ def text_submit(req: LaneRequest) -> Reply:
     body = _checked(req)
     ctx = req.ctx
     api_key = req.header(HEADER_APIKEY)
-    # A job's kind, its worker's key and its submit in one transaction (each one costs BEGIN
-    # and COMMIT round trips); the key and the job are read in one statement. A chat job's
-    # submit goes on in it with the key's user found there (issue 14: it was a transaction
-    # of its own that read the user again). The payload is checked before the key, as ever.
-    with transaction(ctx.sessions) as session:
-        found = find_text_submit(session, hash_key(api_key or ANONYMOUS_API_KEY), body["id"])
+    # The key and the job are read in one statement, outside any transaction (issue 14):
+    # a text job of the key's own worker with a result is then paid by one statement in
+    # autocommit (``pay``: the database function horde_pay, a transaction of its own), two
+    # round trips in all; anything else (a chat job, a fault, an unknown key, id or
+    # worker) is the transaction below, as before. What the find read does not change
+    # while the job runs, and the claim is the payment's compare-and-set. The payload is
+    # checked before the key, as ever.
+    key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
+    with autocommit(ctx.engine).connect() as connection, connection.begin():
+        found = find_text_submit(connection, key_hash, body["id"])
         submission = _chat_submission(ctx, body) if found.is_chat else _text_submission(body)
+        if isinstance(submission, Submission) and _paid_here(found, submission):
+            request_context.set_user(found.owner.id)  # the access log's user id
+            moved: dict[str, Any] = {}
+            reward, webhook = submit_text_job(
+                connection, ctx.policy, found, submission, utcnow(), moved
+            )
+            count_committed(moved)  # committed with the statement that paid
+            _send_webhook(ctx, webhook)
+            return Reply(dict(reward=float(reward)))
+    with transaction(ctx.sessions) as session:
         if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
             worker_owner_for_key(session, api_key)  # refuses: no such key, or anonymous
         request_context.set_user(found.owner.id)  # the access log's user id
         if isinstance(submission, ChatSubmission):
             outcome = submit_chat_job(session, ctx.policy, found.owner, submission, utcnow())
         else:
-            reward, webhook = submit_text_job(session, ctx.policy, found, submission, utcnow())
+            reward, webhook = submit_text_job(
+                session, ctx.policy, found, submission, utcnow(), session.info
+            )
     if isinstance(submission, ChatSubmission):
         return _chat_submitted(ctx, outcome)
     if submission.state == STATE_FAULTED:
         wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
     _send_webhook(ctx, webhook)
     return Reply(dict(reward=float(reward)))
+
+
+def _paid_here(found: Found, submission: Submission) -> bool:
+    """A text job of the key's own (registered) worker, with a result: paid in autocommit."""
+    return (
+        found.job is not None
+        and found.owner_id is not None
+        and found.owner_id != ANONYMOUS_USER_ID
+        and found.job.worker_user_id == found.owner_id
+        and submission.state != STATE_FAULTED
+    )
 
 
 def _text_submission(body: dict[str, Any]) -> Submission:

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Select, Table, bindparam, select, update
+from sqlalchemy import Connection, Select, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session, undefer
 from sqlalchemy.orm.attributes import set_committed_value
@@ -43,7 +45,7 @@ from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.observability.context import KIND_TEXT, note_kudos, note_worker_fault
-from runtime.stores.raw_sql import RawSql, raw_sql
+from runtime.stores.raw_sql import raw_sql
 
 FAULTED = STATE_FAULTED
 GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
@@ -135,13 +137,13 @@ LEFT JOIN (
 would split it on every run; issue 14)."""
 
 
-def find_text_submit(session: Session, key_hash: str, generation_id: str) -> Found:
+def find_text_submit(db: Session | Connection, key_hash: str, generation_id: str) -> Found:
     """A submit's key's user and its job (with its worker and request) in one statement."""
     try:
         gen_id: uuid.UUID | None = uuid.UUID(generation_id)
     except ValueError:
         gen_id = None
-    with raw_cursor(session) as cursor:
+    with raw_cursor(db) as cursor:
         cursor.execute(_FIND.sql, _FIND.values({"key_hash": key_hash, "gen_id": gen_id}))
         row = cursor.fetchone()
     assert row is not None
@@ -151,28 +153,48 @@ def find_text_submit(session: Session, key_hash: str, generation_id: str) -> Fou
 
 
 def submit_text_job(
-    session: Session, policy: Policy, found: Found, sub: Submission, now: datetime
+    db: Session | Connection,
+    policy: Policy,
+    found: Found,
+    sub: Submission,
+    now: datetime,
+    info: dict[str, Any],
 ) -> tuple[Decimal, Delivery | None]:
     """Store a worker's result once and pay for it; returns the worker's reward and the
     webhook call to make after the commit. ``found``: the key's user (a registered one) and
-    the job, from ``find_text_submit``."""
+    the job, from ``find_text_submit``. ``db``: a session's transaction, or a connection in
+    autocommit (the payment is one statement, ``pay``: committed when it returns), then not
+    for a fault (``fault_job`` is ORM work). ``info``: where the kudos it moved are noted
+    (``note_kudos``: a session's ``info``, counted at its commit)."""
     job = found.job
     if job is None:
         raise InvalidJobID(id=sub.generation_id)
     if job.worker_user_id != found.owner_id:
         raise WrongCredentials()
     if sub.state == FAULTED:
-        fault_job(session, policy, job.gen_id, now, {"state": FAULTED})
+        assert isinstance(db, Session), "a fault takes a session's transaction"
+        fault_job(db, policy, job.gen_id, now, {"state": FAULTED})
         return Decimal(0), None
     tokens = kudos.token_count(sub.text, job.max_length)
     stored = {"generation": sub.text, "seed": sub.seed, "gen_metadata": sub.gen_metadata}
-    paid = pay(session, policy, job, found.trusted, tokens, sub.state, now, stored)
+    paid = pay(db, policy, job, found.trusted, tokens, sub.state, now, stored, info)
     webhook = None
     if paid.webhook:
-        wp = session.get(WaitingPrompt, job.wp_id)
-        assert wp is not None
-        webhook = generation_delivery(session, wp, job.gen_id, paid.reward)
+        with _session_on(db) as session:
+            wp = session.get(WaitingPrompt, job.wp_id)
+            assert wp is not None
+            webhook = generation_delivery(session, wp, job.gen_id, paid.reward)
     return paid.reward, webhook
+
+
+@contextmanager
+def _session_on(db: Session | Connection) -> Iterator[Session]:
+    """``db`` itself, or a session on a connection's engine (its reads in autocommit)."""
+    if isinstance(db, Session):
+        yield db
+        return
+    with Session(db.engine, expire_on_commit=False) as session:
+        yield session
 
 
 def load_job(
@@ -274,7 +296,10 @@ def land_job(
         wp_id=wp.id, prompt=wp.prompt, max_length=wp.max_length,
         max_context_length=wp.max_context_length, requester_id=wp.user_id,
     )  # fmt: skip
-    paid = pay(session, policy, job, user.trusted, tokens, state, now, stored, charged_tokens)
+    paid = pay(
+        session, policy, job, user.trusted, tokens, state, now, stored, session.info,
+        charged_tokens,
+    )  # fmt: skip
     for name in ("n", "active", "faulted", "cancelled"):
         set_committed_value(wp, name, getattr(paid, name))
     webhook = generation_delivery(session, wp, gen.id, paid.reward)
@@ -302,7 +327,7 @@ def speed_sample(tokens: int, seconds: float) -> float:
 
 
 def pay(
-    session: Session,
+    db: Session | Connection,
     policy: Policy,
     job: Job,
     trusted: bool,
@@ -310,26 +335,29 @@ def pay(
     state: str,
     now: datetime,
     stored: dict[str, Any],
+    info: dict[str, Any],
     charged_tokens: int | None = None,
 ) -> Paid:
     """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
     text formula (the worker is paid and nothing charged when censored, as upstream),
     record the worker's speed sample, and finish the request if nothing is left.
     ``trusted``: the worker owner's. ``charged_tokens``: the requester is charged for no
-    more than these (what its client received of a stream that diverged).
+    more than these (what its client received of a stream that diverged). ``info``: where
+    the kudos moved are noted (``note_kudos``).
 
-    Two statements (``_claim_sql``, ``_CHARGE``; a released hold's ledger move one
-    more each), run on the driver connection:
+    One statement: the database function ``horde_pay`` (migration 0007), run on the
+    driver connection of ``db`` (a session's transaction, or a connection in autocommit,
+    where it is a transaction of its own):
 
-    - the claim (a compare-and-set: refused with DuplicateGen or AbortedGen), and, only when
-      it claimed, the speed sample (the newest ``Policy.speed_samples`` kept, their average
+    - the claim (a compare-and-set: refused with DuplicateGen or AbortedGen, and nothing
+      else runs), the speed sample (the newest ``Policy.speed_samples`` kept, their average
       the worker's speed), the worker's counters, the owner's reward and its ledger row,
       and the request's row lock;
     - the requester's charge and its ledger row (after the request's lock: its balance row
-      is shared by every submit of its requests, so it is locked last and for as short a
-      time as the transaction allows, in the order a cancel takes them), and the request's
-      deactivation and its holds' release when nothing is left of it (its jobs still
-      running counted in a snapshot taken after that lock).
+      is shared by every submit of its requests, so it is locked last, in the order a
+      cancel takes them), and, when nothing is left of the request (faulted or cancelled,
+      or no job left to hand out and none running, counted in a snapshot taken after that
+      lock), its deactivation and its unreleased holds' release and credit.
     """
     reward = kudos.request_reward(
         job, tokens, job.model, trusted=trusted, bridge_agent=job.bridge_agent
@@ -345,149 +373,72 @@ def pay(
         **stored, "state": state, "reward": reward, "charge": charge, "censored": censored,
         "completed_at": now,
     }  # fmt: skip
+    unknown = set(claimed) - CLAIMED_COLUMNS
+    assert not unknown, unknown
     params = {
-        **{f"g_{k}": Jsonb(v) if k in JSON_COLUMNS and v is not None else v
+        **{k: None for k in CLAIMED_COLUMNS},
+        **{k: Jsonb(v) if k in JSON_COLUMNS and v is not None else v
            for k, v in claimed.items()},
         "gen_id": job.gen_id, "worker_id": job.worker_id, "owner_id": job.worker_user_id,
-        "wp_id": job.wp_id, "reward": reward, "tokens": tokens, "keep": policy.speed_samples,
+        "wp_id": job.wp_id, "requester_id": job.requester_id, "tokens": tokens,
+        "keep": policy.speed_samples,
         "sample": speed_sample(tokens, (now - job.start_time).total_seconds()),
     }  # fmt: skip
-    claim = _claim_sql(frozenset(claimed))
-    with raw_cursor(session) as cursor:
-        cursor.execute(claim.sql, claim.values(params))
+    with raw_cursor(db) as cursor:
+        cursor.execute(_PAY.sql, _PAY.values(params))
         row = cursor.fetchone()
-        assert row is not None
-        if not row[0]:
-            refuse_claim(session, job.gen_id)
-        (_, owner_kudos, speed, worker_kudos, fulfilments, contributions,
-         n, faulted, cancelled, webhook) = row  # fmt: skip
-        cursor.execute(_CHARGE.sql, _CHARGE.values(
-            {"requester_id": job.requester_id, "charge": -charge, "wp_id": job.wp_id,
-             "gen_id": job.gen_id, "n": n, "ended": bool(faulted or cancelled)},
-        ))  # fmt: skip
-        charged = cursor.fetchone()
-        assert charged is not None
-        requester_kudos, complete, jobs, held_by, held = charged
-    synchronize(session, Generation, job.gen_id, claimed)
-    synchronize(session, Worker, job.worker_id, {
-        "speed": speed, "kudos": worker_kudos, "fulfilments": fulfilments,
-        "contributions": contributions,
-    })  # fmt: skip
-    synchronize(session, User, job.worker_user_id, {"kudos": owner_kudos})
-    note_kudos(session.info, "reward", reward)  # /metrics counts them once committed
+    assert row is not None
+    (landed, owner_kudos, speed, worker_kudos, fulfilments, contributions, n, faulted,
+     cancelled, webhook, requester_kudos, complete, jobs, held_by, held,
+     balances) = row  # fmt: skip
+    if not landed:
+        refuse_claim(db, job.gen_id)
+    note_kudos(info, "reward", reward)  # /metrics counts them once committed
     if charge:
-        synchronize(session, User, job.requester_id, {"kudos": requester_kudos})
-        note_kudos(session.info, "charge", -charge)
-    kudos.credit_released_holds(session, job.wp_id, zip(held_by or [], held or [], strict=True))
+        note_kudos(info, "charge", -charge)
+    for amount in held or []:
+        note_kudos(info, "upfront_release", amount)
+    if isinstance(db, Session):  # its loaded objects, if any, get what the function wrote
+        synchronize(db, Generation, job.gen_id, claimed)
+        synchronize(db, Worker, job.worker_id, {
+            "speed": speed, "kudos": worker_kudos, "fulfilments": fulfilments,
+            "contributions": contributions,
+        })  # fmt: skip
+        synchronize(db, User, job.worker_user_id, {"kudos": owner_kudos})
+        if charge:
+            synchronize(db, User, job.requester_id, {"kudos": requester_kudos})
+        for user_id, balance in zip(held_by or [], balances or [], strict=True):
+            synchronize(db, User, user_id, {"kudos": balance})
     return Paid(reward, n, not complete, faulted, cancelled, bool(webhook), jobs)
 
 
 JSON_COLUMNS = frozenset(c.name for c in GENERATIONS.columns if isinstance(c.type, JSONB))
-
-
-@functools.lru_cache(maxsize=16)
-def _claim_sql(claimed: frozenset[str]) -> RawSql:
-    """The claim and what follows it, setting these generation columns (a text result's,
-    or a chat one's, and the payment's), in Postgres's placeholders (``RawSql``)."""
-    columns = sorted(claimed)
-    unknown = set(columns) - set(GENERATIONS.c.keys())
-    assert not unknown, unknown
-    sets = ", ".join(f"{c} = %(g_{c})s" for c in columns)
-    return raw_sql(_CLAIM_FRAME.format(sets=sets, unfinished=_UNFINISHED))
-
-
-_UNFINISHED = (
-    "processing_gens.generation IS NULL AND NOT processing_gens.faulted"
-    " AND NOT processing_gens.cancelled"
+CLAIMED_COLUMNS = frozenset({
+    "generation", "reply", "reported_usage", "charge_basis", "seed", "gen_metadata", "state",
+    "censored", "completed_at", "reward", "charge",
+})  # fmt: skip
+"""The generation's columns ``horde_pay`` sets (a result's, text or chat, and the
+payment's); a text result leaves the chat ones NULL, as they were."""
+_PAY = raw_sql("""
+SELECT * FROM horde_pay(
+    %(gen_id)s::uuid, %(worker_id)s::uuid, %(owner_id)s::integer, %(wp_id)s::uuid,
+    %(requester_id)s::integer,
+    %(generation)s::text, %(reply)s::jsonb, %(reported_usage)s::jsonb,
+    %(charge_basis)s::varchar, %(seed)s::bigint, %(gen_metadata)s::jsonb,
+    %(state)s::varchar, %(censored)s::boolean, %(completed_at)s::timestamptz,
+    %(reward)s::numeric, %(charge)s::numeric, %(tokens)s::integer, %(keep)s::integer,
+    %(sample)s::double precision
 )
-"""``rows.unfinished`` (a job handed out and still running), as SQL."""
-_CLAIM_FRAME = """
-WITH claimed AS (
-    UPDATE processing_gens SET {sets}
-    WHERE processing_gens.id = %(gen_id)s AND {unfinished}
-    RETURNING processing_gens.id
-), new_sample AS (
-    INSERT INTO worker_performances (worker_id, performance)
-    SELECT %(worker_id)s, %(sample)s FROM claimed
-    RETURNING worker_performances.id, worker_performances.performance
-), newest AS (
-    SELECT samples.id, samples.performance FROM (
-        SELECT new_sample.id, new_sample.performance FROM new_sample
-        UNION ALL
-        SELECT worker_performances.id, worker_performances.performance
-        FROM worker_performances WHERE worker_performances.worker_id = %(worker_id)s
-    ) AS samples ORDER BY samples.id DESC LIMIT %(keep)s
-), older AS (
-    DELETE FROM worker_performances
-    WHERE worker_performances.worker_id = %(worker_id)s
-        AND worker_performances.id NOT IN (SELECT newest.id FROM newest)
-        AND EXISTS (SELECT 1 FROM claimed)
-), counted AS (
-    UPDATE workers SET speed = (SELECT avg(newest.performance) FROM newest),
-        kudos = workers.kudos + %(reward)s, fulfilments = workers.fulfilments + 1,
-        contributions = workers.contributions + %(tokens)s
-    WHERE workers.id = %(worker_id)s AND EXISTS (SELECT 1 FROM claimed)
-    RETURNING workers.speed, workers.kudos, workers.fulfilments, workers.contributions
-), moved AS (
-    UPDATE users SET kudos = users.kudos + %(reward)s
-    WHERE users.id = %(owner_id)s AND EXISTS (SELECT 1 FROM claimed)
-    RETURNING users.kudos
-), ledger AS (
-    INSERT INTO kudos_ledger (user_id, delta, reason, wp_id, generation_id, worker_id,
-        balance_after)
-    SELECT %(owner_id)s, %(reward)s, 'reward', %(wp_id)s, %(gen_id)s, %(worker_id)s,
-        moved.kudos
-    FROM moved
-), locked AS (
-    SELECT waiting_prompts.n, waiting_prompts.faulted, waiting_prompts.cancelled,
-        waiting_prompts.webhook
-    FROM waiting_prompts WHERE waiting_prompts.id = %(wp_id)s AND EXISTS (SELECT 1 FROM claimed)
-    FOR UPDATE
-)
-SELECT EXISTS (SELECT 1 FROM claimed), (SELECT moved.kudos FROM moved), counted.*, locked.*
-FROM (SELECT 1) AS one LEFT JOIN counted ON true LEFT JOIN locked ON true
-"""
-_CHARGE = raw_sql(f"""
-WITH moved AS (
-    UPDATE users SET kudos = users.kudos + %(charge)s
-    WHERE users.id = %(requester_id)s AND %(charge)s <> 0
-    RETURNING users.kudos
-), ledger AS (
-    INSERT INTO kudos_ledger (user_id, delta, reason, wp_id, generation_id, balance_after)
-    SELECT %(requester_id)s, %(charge)s, 'charge', %(wp_id)s, %(gen_id)s, moved.kudos
-    FROM moved
-), running AS (
-    SELECT count(*) FILTER (WHERE {_UNFINISHED}) AS jobs, count(*) AS every_job
-    FROM processing_gens WHERE processing_gens.wp_id = %(wp_id)s
-), finished AS (
-    UPDATE waiting_prompts SET active = false
-    WHERE waiting_prompts.id = %(wp_id)s
-        AND (%(ended)s OR (%(n)s <= 0 AND (SELECT running.jobs FROM running) = 0))
-    RETURNING waiting_prompts.id
-), released AS (
-    UPDATE kudos_holds SET released = true, released_at = now()
-    WHERE kudos_holds.wp_id = %(wp_id)s AND NOT kudos_holds.released
-        AND EXISTS (SELECT 1 FROM finished)
-    RETURNING kudos_holds.user_id, kudos_holds.amount
-)
-SELECT (SELECT moved.kudos FROM moved), EXISTS (SELECT 1 FROM finished),
-    (SELECT running.every_job FROM running), holds.*
-FROM (SELECT array_agg(released.user_id ORDER BY released.user_id, released.amount),
-             array_agg(released.amount ORDER BY released.user_id, released.amount)
-      FROM released) AS holds
 """)
-"""The requester's charge (none when it is 0); then, when the request has nothing left
-(``ended``: faulted or cancelled; or no job left to hand out (``n``) and none running, in a
-snapshot taken after the request's lock), its deactivation and its unreleased holds'
-release (their amounts go back through the ledger: ``kudos.apply_kudos``). It also
-counts the request's jobs, this one included, in that snapshot: when this is its only job,
-an ended request's final status is what the submit holds (``Paid.jobs``)."""
+"""``pay``'s one statement."""
 
 
-def refuse_claim(session: Session, gen_id: uuid.UUID) -> None:
-    session.expire_all()
-    gen = session.get(Generation, gen_id)
-    assert gen is not None
-    if gen.generation is not None:
+def refuse_claim(db: Session | Connection, gen_id: uuid.UUID) -> None:
+    """A claim that found its job not running: DuplicateGen when it has a result, else
+    AbortedGen (it ended: aborted, faulted or cancelled)."""
+    generation = db.execute(
+        select(GENERATIONS.c.generation).where(GENERATIONS.c.id == gen_id)
+    ).scalar_one()
+    if generation is not None:
         raise DuplicateGen(id=str(gen_id))
     raise AbortedGen(id=str(gen_id))
