@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import RedisError
+from sqlalchemy.orm import Session
 
 from generated.chat.names import DECL_MODEL_ID, REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
@@ -350,22 +351,32 @@ def text_submit(req: LaneRequest) -> Reply:
             count_committed(moved)  # committed with the statement that paid
             _send_webhook(ctx, webhook)
             return Reply(dict(reward=float(reward)))
-    with transaction(ctx.sessions) as session:
-        if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
-            worker_owner_for_key(session, api_key)  # refuses: no such key, or anonymous
-        request_context.set_user(found.owner.id)  # the access log's user id
-        if isinstance(submission, ChatSubmission):
-            outcome = submit_chat_job(session, ctx.policy, found.owner, submission, utcnow())
-        else:
-            reward, webhook = submit_text_job(
-                session, ctx.policy, found, submission, utcnow(), session.info
-            )
     if isinstance(submission, ChatSubmission):
+        # Its reads and its payment in autocommit, a fault in a transaction of its own.
+        with Session(autocommit(ctx.engine), expire_on_commit=False) as session:
+            _registered(session, found, api_key)
+            outcome = submit_chat_job(
+                session, ctx.policy, found.owner, submission, utcnow(), ctx.sessions
+            )
+            count_committed(session.info)  # what the payment moved, committed with it
         return _chat_submitted(ctx, outcome)
+    with transaction(ctx.sessions) as session:
+        _registered(session, found, api_key)
+        reward, webhook = submit_text_job(
+            session, ctx.policy, found, submission, utcnow(), session.info
+        )
     if submission.state == STATE_FAULTED:
         wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)
     _send_webhook(ctx, webhook)
     return Reply(dict(reward=float(reward)))
+
+
+def _registered(session: Session, found: Found, api_key: str | None) -> None:
+    """Refuse a key that is no registered user's (no such key, or anonymous); note the
+    user's id for the access log."""
+    if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
+        worker_owner_for_key(session, api_key)  # refuses
+    request_context.set_user(found.owner.id)
 
 
 def _paid_here(found: Found, submission: Submission) -> bool:

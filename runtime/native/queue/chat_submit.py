@@ -35,7 +35,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from generated.chat.names import (
     FINISH_CONTENT_FILTER,
@@ -63,6 +63,7 @@ from runtime.native.requests.chat import stored_request
 from runtime.native.requests.chat_status import EndedStatus
 from runtime.native.requests.status import Jobs
 from runtime.observability.context import KIND_CHAT
+from runtime.stores.database import transaction
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
 # The reply as stored; the reported usage is kept apart (reported_usage).
@@ -168,17 +169,30 @@ def fault_chat_job(
 
 
 def submit_chat_job(
-    session: Session, policy: Policy, user: User | Owner, sub: ChatSubmission, now: datetime
+    session: Session,
+    policy: Policy,
+    user: User | Owner,
+    sub: ChatSubmission,
+    now: datetime,
+    faults: sessionmaker[Session],
 ) -> ChatSubmitOutcome:
+    """A chat job's submit. ``session``: in autocommit (issue 14: no BEGIN or COMMIT on the
+    happy path): the job's rows are read, and a kept or censored reply is paid by one
+    statement (``pay``: a transaction of its own), its kudos noted in ``session.info`` for
+    the caller to count. A fault (the worker's, or a refused reply) is several writes: it
+    takes a transaction of ``faults``."""
     gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
     request = stored_request(wp)
     streamed = streams_deltas(request)
     if sub.state == FAULTED:
-        outcome = _fault(session, policy, gen, wp.id, now, sub.gen_metadata)
+        with transaction(faults) as tx:
+            outcome = _fault(tx, policy, gen, wp.id, now, sub.gen_metadata)
     elif sub.state != STATE_OK:
         outcome = _land_censored(session, policy, user, sub, now, gen, worker, wp)
     else:
-        outcome = _land_reply(session, policy, user, sub, now, gen, worker, wp, request, streamed)
+        outcome = _land_reply(
+            session, policy, user, sub, now, gen, worker, wp, request, streamed, faults
+        )
     outcome.streamed = streamed
     return outcome
 
@@ -194,6 +208,7 @@ def _land_reply(
     wp: WaitingPrompt,
     request: dict[str, Any],
     streamed: bool,
+    faults: sessionmaker[Session],
 ) -> ChatSubmitOutcome:
     """A kept reply verified against ``request`` (the stored one), landed and charged; a
     refused one faults the job (the refusal is the outcome's, answered after the commit)."""
@@ -201,7 +216,8 @@ def _land_reply(
         reply = verify_chat_reply(request, sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
         note = [*sub.gen_metadata, {"type": refusal.code, "value": str(refusal)}][-50:]
-        outcome = _fault(session, policy, gen, wp.id, now, note)
+        with transaction(faults) as tx:
+            outcome = _fault(tx, policy, gen, wp.id, now, note)
         outcome.refusal = refusal
         return outcome
     reply = _shaped(reply)
