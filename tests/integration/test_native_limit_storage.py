@@ -46,3 +46,27 @@ def test_a_limited_call_reads_no_count_back_and_its_headers_match_redis(
     assert int(str(redis.get(key))) == 4  # the refused call is counted too, as limits counts it
     reset = int(answers[2].headers["X-RateLimit-Reset"])
     assert abs(reset - (time.time() + redis.ttl(key))) <= 2
+
+
+@pytest.mark.parametrize("lost", ["script", "connections"])
+def test_a_hit_counts_in_redis_after_redis_lost_its_script_or_connections(
+    native_service: NativeService, native_client: httpx.Client, lost: str
+) -> None:
+    """The hit's packed EVALSHA (``incr_ttl``): a script Redis no longer holds (a restart,
+    SCRIPT FLUSH) is loaded again, and a pooled connection Redis closed is replaced; either
+    way the hit is counted in Redis, not in the limiter's in-memory fallback."""
+    redis = native_service.context.redis
+    with route_limits(native_service, "models", RateLimit("3 per hour", KEY_PEER)):
+        first = native_client.get("/status/models")
+        if lost == "script":
+            redis.script_flush()
+        else:
+            redis.client_kill_filter(_type="normal", skipme=True)
+        second = native_client.get("/status/models")
+    assert [first.status_code, second.status_code] == [200, 200]
+    assert [first.headers["X-RateLimit-Remaining"], second.headers["X-RateLimit-Remaining"]] == [
+        "2",
+        "1",
+    ]
+    (key,) = [k for k in redis.keys("*") if "LIMITER" in k]
+    assert int(str(redis.get(key))) == 2
