@@ -18,7 +18,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple, TypeAlias
 
 from sqlalchemy import (
     BigInteger,
@@ -107,6 +107,40 @@ class Worker(Base):
     """Declared on pop: serves only requests that accept extra slow workers."""
     last_check_in: Mapped[datetime] = _now()
     created: Mapped[datetime] = _now()
+
+
+class WorkerRow(NamedTuple):
+    """A worker's columns read without the ORM (``requests.text.online_workers``: a status
+    read or a chat submit's final status loaded every online worker as an entity, ~150 us
+    of CPU more for one; issue 14): ``Worker``'s columns, in its table's order, under the
+    same names and types, which is all the fit rules and the pool's readers read of a
+    worker (``AnyWorker``). tests/unit/test_worker_row.py holds it to the table."""
+
+    id: uuid.UUID
+    name: str
+    user_id: int
+    models: list[str]
+    max_length: int
+    max_context_length: int
+    threads: int
+    nsfw: bool
+    bridge_agent: str
+    maintenance: bool
+    maintenance_reason: str | None
+    kudos: Decimal
+    fulfilments: int
+    contributions: int
+    aborted_jobs: int
+    chat_declaration: dict[str, Any] | None
+    prompt_jobs: bool
+    speed: float | None
+    extra_slow_worker: bool
+    last_check_in: datetime
+    created: datetime
+
+
+AnyWorker: TypeAlias = Worker | WorkerRow
+"""A worker as the fit rules and the pool read it: an entity, or an online pool's row."""
 
 
 class WaitingPrompt(Base):

@@ -63,7 +63,7 @@ from generated.storage import TRANSPORT_BASE64, TRANSPORT_MESSAGES_URL, TRANSPOR
 from runtime.contract.pricing import is_validated_backend
 from runtime.contract.requirements import declaration_covers, scope_exclusions
 from runtime.native.accounts.kudos import model_billions
-from runtime.native.db.tables import WaitingPrompt, Worker
+from runtime.native.db.tables import AnyWorker, WaitingPrompt
 from runtime.native.queue.policy import SLOW_SPEED_NO_MODEL, SPEED_BASELINE, slow_speed
 
 Terms = Mapping[str, Any]
@@ -80,7 +80,7 @@ class Rule:
     sql: Callable[[Terms], ColumnElement[bool]]
     """Condition on waiting_prompts: the requests the rule lets a worker take, on the
     worker's ``Terms``."""
-    allows: Callable[[Worker, bool, WaitingPrompt], bool]
+    allows: Callable[[AnyWorker, bool, WaitingPrompt], bool]
     """The same condition on one loaded request."""
 
 
@@ -133,7 +133,7 @@ NSFW = Rule(
 )
 
 
-def first_model(worker: Worker) -> str | None:
+def first_model(worker: AnyWorker) -> str | None:
     """The model upstream sizes the slow threshold by: a chat worker's model_id, else the
     first listed model."""
     decl = worker.chat_declaration
@@ -142,13 +142,13 @@ def first_model(worker: Worker) -> str | None:
     return worker.models[0] if worker.models else None
 
 
-def slow_threshold(worker: Worker) -> float:
+def slow_threshold(worker: AnyWorker) -> float:
     """Upstream's slow threshold for the worker's model."""
     model = first_model(worker)
     return SLOW_SPEED_NO_MODEL if model is None else slow_speed(model_billions(model))
 
 
-def is_slow(worker: Worker) -> bool:
+def is_slow(worker: AnyWorker) -> bool:
     """Slower than upstream's threshold for the worker's model (no samples: the baseline).
     Its SQL form, on a worker row: ``fast_sql``."""
     speed = SPEED_BASELINE if worker.speed is None else worker.speed
@@ -160,7 +160,7 @@ def fast_sql(speed: str) -> str:
     return f"coalesce({speed}, %(speed_baseline)s) >= %(slow_threshold)s"
 
 
-def fast_values(worker: Worker) -> dict[str, float]:
+def fast_values(worker: AnyWorker) -> dict[str, float]:
     return {"speed_baseline": SPEED_BASELINE, "slow_threshold": slow_threshold(worker)}
 
 
@@ -213,7 +213,7 @@ BOUND_TERMS: Terms = {name: bindparam(name, type_=kind) for name, kind in WORKER
 """The terms as bound parameters (values: ``term_values``)."""
 
 
-def term_values(worker: Worker, trusted: bool) -> dict[str, Any]:
+def term_values(worker: AnyWorker, trusted: bool) -> dict[str, Any]:
     """The worker's values of ``WORKER_TERMS``."""
     return {
         "w_max_context_length": worker.max_context_length,
@@ -228,7 +228,7 @@ def term_values(worker: Worker, trusted: bool) -> dict[str, Any]:
     }
 
 
-def literal_terms(worker: Worker, trusted: bool) -> Terms:
+def literal_terms(worker: AnyWorker, trusted: bool) -> Terms:
     """The terms as literals of the worker's values (a statement for this worker alone)."""
     return {
         name: literal(value, WORKER_TERMS[name])
@@ -239,16 +239,16 @@ def literal_terms(worker: Worker, trusted: bool) -> Terms:
 # Text requests
 
 
-def skip_reason(worker: Worker, trusted: bool, wp: WaitingPrompt) -> str | None:
+def skip_reason(worker: AnyWorker, trusted: bool, wp: WaitingPrompt) -> str | None:
     """Why ``worker`` cannot take ``wp`` (upstream's skipped key), or None if it can."""
     return next((r.name for r in TEXT_RULES if not r.allows(worker, trusted, wp)), None)
 
 
-def worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
+def worker_fits(worker: AnyWorker, trusted: bool, wp: WaitingPrompt) -> bool:
     return skip_reason(worker, trusted, wp) is None
 
 
-def queue_filters(worker: Worker, trusted: bool) -> list[ColumnElement[bool]]:
+def queue_filters(worker: AnyWorker, trusted: bool) -> list[ColumnElement[bool]]:
     """SQL conditions on waiting_prompts for ``worker``, in SKIP_REASONS order."""
     return text_filters(literal_terms(worker, trusted))
 
@@ -261,18 +261,18 @@ def text_filters(terms: Terms) -> list[ColumnElement[bool]]:
 # Chat requests
 
 
-def serves_chat(worker: Worker) -> bool:
+def serves_chat(worker: AnyWorker) -> bool:
     decl = worker.chat_declaration
     return bool(decl and decl.get(DECL_CHAT_JOBS))
 
 
-def chat_model(worker: Worker) -> str | None:
+def chat_model(worker: AnyWorker) -> str | None:
     decl = worker.chat_declaration
     return decl[DECL_MODEL_ID] if decl and serves_chat(worker) else None
 
 
 def serving_declarations(
-    online: list[tuple[Worker, bool]], models: list[str]
+    online: list[tuple[AnyWorker, bool]], models: list[str]
 ) -> list[dict[str, Any]]:
     """Chat declarations of the ``online`` workers whose model is one of ``models``."""
     return [
@@ -352,7 +352,7 @@ def bound_chat_values(shape: ChatShape) -> Terms:
 
 
 def chat_queue_filters(
-    worker: Worker, trusted: bool, declaration: dict[str, Any]
+    worker: AnyWorker, trusted: bool, declaration: dict[str, Any]
 ) -> list[ColumnElement[bool]]:
     """SQL conditions on waiting_prompts: the chat requests this declaration covers."""
     shape = chat_shape(declaration)
@@ -363,7 +363,7 @@ def chat_queue_filters(
     return chat_filters(shape, values, literal_terms(worker, trusted))
 
 
-def chat_worker_fits(worker: Worker, trusted: bool, wp: WaitingPrompt) -> bool:
+def chat_worker_fits(worker: AnyWorker, trusted: bool, wp: WaitingPrompt) -> bool:
     """The Python form of ``chat_queue_filters`` for one worker and one chat request."""
     if not serves_chat(worker) or chat_model(worker) not in wp.models:
         return False

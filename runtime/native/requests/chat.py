@@ -64,7 +64,7 @@ from runtime.contract.dispatch import operation_fingerprint
 from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos
 from runtime.native.accounts.keys import hash_key
-from runtime.native.db.tables import ApiKey, OperationKey, User, WaitingPrompt, Worker
+from runtime.native.db.tables import AnyWorker, ApiKey, OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
@@ -167,7 +167,7 @@ def _unknown_model(session: Session, models: list[str]) -> str | None:
     return None
 
 
-def _online_serves(online: list[tuple[Worker, bool]], name: str) -> bool:
+def _online_serves(online: list[tuple[AnyWorker, bool]], name: str) -> bool:
     """An online worker serves ``name`` by that exact name (so it is known: no query)."""
     return any(name in (w.models or []) or chat_model(w) == name for w, _ in online)
 
@@ -188,7 +188,7 @@ _ONLINE_AND_QUEUED = ONLINE_WORKERS.add_columns(QUEUED_JOBS)
 
 def _online_and_queued(
     session: Session, policy: Policy, user_id: int, now: datetime
-) -> tuple[list[tuple[Worker, bool]], int | None]:
+) -> tuple[list[tuple[AnyWorker, bool]], int | None]:
     """``online_workers`` and the user's ``queued_jobs`` in one statement (the user's row is
     locked: the count is as a statement of its own after the lock would read it). With no
     worker online there is no row to carry the count: None (and no request is admitted)."""

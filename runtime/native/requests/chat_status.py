@@ -29,7 +29,7 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.wire import DEFAULT_STATE, STATE_FAULTED
 from generated.wire.native import ChatGeneration, ChatStatus, ExceededLimit, ReportedUsage
 from runtime.contract.requirements import pool_gap
-from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt
 from runtime.native.queue.fit import (
     SHARED_RULES,
     TEXT_RULES,
@@ -59,7 +59,7 @@ from runtime.native.requests.text import online_workers
 
 @dataclass(frozen=True)
 class Availability:
-    eligible: list[tuple[Worker, bool]]
+    eligible: list[tuple[AnyWorker, bool]]
     missing_features: list[str]
     exceeded_limits: list[ExceededLimit]
 
@@ -74,7 +74,7 @@ def availability(
     return pool_availability(online_workers(session, policy, now), wp)
 
 
-def pool_availability(online: list[tuple[Worker, bool]], wp: WaitingPrompt) -> Availability:
+def pool_availability(online: list[tuple[AnyWorker, bool]], wp: WaitingPrompt) -> Availability:
     """``availability`` against the ``online`` workers (``online_workers``' list)."""
     eligible = [(w, t) for w, t in online if chat_worker_fits(w, t, wp)]
     serving = serving_declarations(online, list(wp.models))
@@ -89,7 +89,7 @@ def pool_availability(online: list[tuple[Worker, bool]], wp: WaitingPrompt) -> A
     return Availability(eligible, missing, exceeded)
 
 
-def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
+def takes_any(eligible: list[tuple[AnyWorker, bool]]) -> ColumnElement[bool]:
     """SQL: a queued request (text or chat) one of the ``eligible`` workers could take.
 
     Workers whose terms and declaration differ only by their id (a fleet of one setup) are
@@ -100,11 +100,11 @@ def takes_any(eligible: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
 
 
 def _setups(
-    eligible: list[tuple[Worker, bool]],
-) -> dict[tuple[Any, ...], list[tuple[Worker, bool]]]:
+    eligible: list[tuple[AnyWorker, bool]],
+) -> dict[tuple[Any, ...], list[tuple[AnyWorker, bool]]]:
     """The ``eligible`` workers by setup (kind, terms and declaration): ``takes_any``'s
     branches."""
-    groups: dict[tuple[Any, ...], list[tuple[Worker, bool]]] = {}
+    groups: dict[tuple[Any, ...], list[tuple[AnyWorker, bool]]] = {}
     for worker, trusted in eligible:
         terms = term_values(worker, trusted)
         del terms["w_id"]
@@ -120,11 +120,11 @@ def _setups(
     return groups
 
 
-def _takes(groups: dict[tuple[Any, ...], list[tuple[Worker, bool]]]) -> ColumnElement[bool]:
+def _takes(groups: dict[tuple[Any, ...], list[tuple[AnyWorker, bool]]]) -> ColumnElement[bool]:
     return or_(false(), *(_branch(key, members) for key, members in groups.items()))
 
 
-def position_sql(eligible: list[tuple[Worker, bool]]) -> tuple[str, dict[str, Any]]:
+def position_sql(eligible: list[tuple[AnyWorker, bool]]) -> tuple[str, dict[str, Any]]:
     """``position_query`` over the work ``takes_any(eligible)`` selects, compiled: its SQL
     and its literal parameters (a request's own are ``position_values``). Compiled once per
     pool (its setups and ids) and kept: a status read neither builds the expression nor
@@ -151,7 +151,7 @@ reuses them instead of building ~2-5 ms of SQL expressions per setup."""
 _branches: dict[tuple[Any, ...], ColumnElement[bool]] = {}
 
 
-def _branch(key: tuple[Any, ...], members: list[tuple[Worker, bool]]) -> ColumnElement[bool]:
+def _branch(key: tuple[Any, ...], members: list[tuple[AnyWorker, bool]]) -> ColumnElement[bool]:
     """The SQL of one setup's branch (``key``: its kind, terms and declaration) for
     ``members``, built once per setup and ids."""
     ids = (key, tuple(str(w.id) for w, _ in members))
@@ -178,7 +178,7 @@ def _hashable(value: Any) -> Any:
 def _any_id(
     conditions: list[ColumnElement[bool]],
     rules: tuple[Rule, ...],
-    members: list[tuple[Worker, bool]],
+    members: list[tuple[AnyWorker, bool]],
 ) -> list[ColumnElement[bool]]:
     """``conditions`` (the last ``len(rules)`` of them those ``rules``' SQL) with the
     worker-list rule's replaced by the same rule for any of ``members``' ids: a request
@@ -311,7 +311,7 @@ class EndedStatus:
 
 
 def first_status(
-    policy: Policy, wp: WaitingPrompt, online: list[tuple[Worker, bool]]
+    policy: Policy, wp: WaitingPrompt, online: list[tuple[AnyWorker, bool]]
 ) -> FirstStatus:
     """``FirstStatus`` of ``wp``, just added (flushed) in the caller's transaction, whose
     admission read ``online`` (``online_workers``)."""

@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from generated.wire.native import RequestStatus
-from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt, Worker
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
 
@@ -94,7 +94,7 @@ def status_counts(
     }
 
 
-def throughput(policy: Policy, workers: list[Worker]) -> float:
+def throughput(policy: Policy, workers: list[AnyWorker]) -> float:
     """Tokens per second of ``workers``: recorded speed (or the assumed one) x threads."""
     return sum(
         w.threads * (policy.assumed_tokens_per_second if w.speed is None else w.speed)
@@ -106,7 +106,7 @@ def queue_position(
     session: Session,
     policy: Policy,
     wp: WaitingPrompt,
-    workers: list[Worker],
+    workers: list[AnyWorker],
     takes: ColumnElement[bool] | None = None,
 ) -> tuple[int, int]:
     """(requests ahead of ``wp``, estimated seconds), the work ahead counted in SQL (only
@@ -149,7 +149,7 @@ def position_values(wp: WaitingPrompt) -> dict[str, Any]:
 
 
 def position_of(
-    policy: Policy, wp: WaitingPrompt, workers: list[Worker], count: int, tokens: int
+    policy: Policy, wp: WaitingPrompt, workers: list[AnyWorker], count: int, tokens: int
 ) -> tuple[int, int]:
     """(requests ahead, estimated seconds) from ``position_query``'s count and tokens."""
     rate = throughput(policy, workers)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import DateTime, bindparam, func, select, update
+from sqlalchemy import Connection, DateTime, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from generated.errors import (
@@ -24,8 +24,16 @@ from generated.errors import (
 )
 from generated.wire import DEFAULT_STATE
 from runtime.native.accounts import kudos
-from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.db.tables import (
+    AnyWorker,
+    Generation,
+    User,
+    WaitingPrompt,
+    Worker,
+    WorkerRow,
+)
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, worker_fits
+from runtime.native.queue.jobs import raw_cursor
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import (
     admit_jobs,
@@ -36,6 +44,7 @@ from runtime.native.requests.rows import (
 )
 from runtime.native.requests.status import queue_position, request_jobs, status_counts
 from runtime.observability import context
+from runtime.stores.raw_sql import raw_sql
 
 MAX_STOP_SEQUENCES = 128
 MAX_STOP_SEQUENCE_CHARS = 2000
@@ -192,12 +201,25 @@ def text_generation_json(g: Generation, worker_name: str) -> dict[str, Any]:
     }
 
 
-def online_workers(session: Session, policy: Policy, now: datetime) -> list[tuple[Worker, bool]]:
+def online_workers(
+    db: Session | Connection, policy: Policy, now: datetime
+) -> list[tuple[AnyWorker, bool]]:
+    """The workers online now (checked in within ``Policy.worker_stale_seconds``, not in
+    maintenance) with their owners' trust, read as rows, not entities (``WorkerRow``)."""
     since = now - timedelta(seconds=policy.worker_stale_seconds)
-    rows = session.execute(ONLINE_WORKERS, {"since": since}).all()
-    return [(w, bool(t)) for w, t in rows]
+    with raw_cursor(db) as cursor:
+        cursor.execute(_ONLINE.sql, _ONLINE.values({"since": since}))
+        rows = cursor.fetchall()
+    return [(WorkerRow._make(row[:-1]), bool(row[-1])) for row in rows]
 
 
+_ONLINE = raw_sql(
+    "SELECT "
+    + ", ".join(f"workers.{name}" for name in WorkerRow._fields)
+    + ", users.trusted FROM workers JOIN users ON users.id = workers.user_id"
+    " WHERE workers.last_check_in > %(since)s AND workers.maintenance IS false"
+)
+"""``online_workers``' statement, in Postgres's placeholders once."""
 ONLINE_WORKERS = (
     select(Worker, User.trusted)
     .join(User, User.id == Worker.user_id)
@@ -206,5 +228,5 @@ ONLINE_WORKERS = (
         Worker.maintenance.is_(False),
     )
 )
-"""``online_workers``' statement, built once (the chat submit and status each read it),
-on the parameter ``since``."""
+"""The online workers as entities, on the parameter ``since`` (a chat request's admission
+reads them with the user's queued jobs in one statement: ``requests.chat``)."""
