@@ -166,7 +166,7 @@ def _wait_ready(url: str) -> None:
 def horde_leg(backend: str, model: Path) -> list[float]:
     """Through the front, the native API and the project's long-polling worker."""
     with native_service() as service, tempfile.TemporaryFile("w+") as output:
-        requester, owner = bench_users(service)
+        requester, owner = bench_users(service.context.sessions)
         redis_url = str(service.context.settings.redis_url)
         front, front_url = start_front(redis_url, service.url, cap=64, poll=10)
         # llama-cpp-python's server reports its context on no route, so the worker is told

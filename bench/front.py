@@ -132,9 +132,8 @@ from bench.front_stack import (
     start_front,
     stop_front,
 )
-from bench.native_stack import native_service
+from bench.native_stack import NativeProcess, native_process
 from generated.signals import chat_channel, chat_outcome_key
-from runtime.native.server import NativeService
 
 SAMPLES = int(os.environ.get("BENCH_FRONT_SAMPLES", "300"))
 WARMUP = 20
@@ -334,9 +333,9 @@ def hold_until_waiting(redis: Redis) -> Callable[[dict[str, Any]], None]:
 class KeepOnline(threading.Thread):
     """Refreshes every worker's check-in until stopped (the bench's one worker)."""
 
-    def __init__(self, service: NativeService) -> None:
+    def __init__(self, native_api: NativeProcess) -> None:
         super().__init__(name="bench-keep-online", daemon=True)
-        self.engine = service.context.engine
+        self.engine = native_api.engine
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -468,27 +467,27 @@ def print_memory(memory: Memory) -> None:
 
 def main() -> None:
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # busy threads, as expected
-    with native_service() as service:
-        requester, owner = bench_users(service)
-        redis = service.context.redis
-        redis_url = str(service.context.settings.redis_url)
-        process, front_url = start_front(redis_url, service.url, cap=WAITS * 2, poll=60)
+    with native_process() as native_api:
+        requester, owner = bench_users(native_api.sessions)
+        redis = native_api.redis
+        redis_url = native_api.redis_url
+        process, front_url = start_front(redis_url, native_api.url, cap=WAITS * 2, poll=60)
         try:
             native = httpx.Client(
-                base_url=f"{service.url}/api/v2", headers={"apikey": requester}, timeout=TIMEOUT
+                base_url=f"{native_api.url}/api/v2", headers={"apikey": requester}, timeout=TIMEOUT
             )
             front = httpx.Client(
                 base_url=f"{front_url}/v1",
                 headers={"Authorization": f"Bearer {requester}"},
                 timeout=TIMEOUT,
             )
-            with native, front, BenchWorker(service.url, owner, MODEL) as worker:
+            with native, front, BenchWorker(native_api.url, owner, MODEL) as worker:
                 direct, through, cpu = added_latency(native, front, worker, redis, process.pid)
                 worker.hold = hold_until_waiting(redis)
                 delays = submit_to_reply(front, worker, redis)
                 worker.hold = None
                 print_latency(direct, through, cpu, delays)
-                with KeepOnline(service):
+                with KeepOnline(native_api):
                     memory = open_waits(front_url, requester, worker, redis, process.pid)
                 print_memory(memory)
             if worker.errors:

@@ -29,6 +29,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -37,7 +39,6 @@ from generated.chat.names import (
 )
 from generated.chat.tables import FEATURES, GUARANTEES
 from runtime.native.accounts.keys import create_user
-from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 
 FIND_JOB_TIMEOUT = 60.0
@@ -45,10 +46,10 @@ FIND_JOB_TIMEOUT = 60.0
 REPLY = {"content": "Hello.", "finish_reason": "stop"}
 
 
-def bench_users(service: NativeService) -> tuple[str, str]:
+def bench_users(sessions: sessionmaker[Session]) -> tuple[str, str]:
     """API keys of the requester (kudos and concurrency raised for thousands of requests)
-    and of the worker's owner."""
-    with transaction(service.context.sessions) as session:
+    and of the worker's owner (``sessions``: the native API's database)."""
+    with transaction(sessions) as session:
         requester = create_user(session, "bench-requester", kudos=10**9, concurrency=10**6)[1]
         owner = create_user(session, "bench-worker-owner")[1]
     return requester, owner

@@ -126,6 +126,36 @@ pop_submit_server_cpu_ms 2.27/2.46 -> 2.15/2.52 ms, pop_submit_cycles_per_s 326.
 Session's begin/commit/checkout ~23% of the pop), the limiter's Redis script ~20%, the access
 log and metrics ~9%, the body's checks ~6%, the transient ORM Worker its terms are read
 from ~5%.
+
+Then (issue 14, the next session; each its own commit, A B A B against its parent). The lane
+thread's CPU per view over the 1-process run (Lane.respond wrapped, time.thread_time) said
+where a cycle's ~2.2 ms of server CPU went: a text pop ~0.71 ms, a text submit ~1.03 ms,
+the event loop and the rest ~0.42. Of the submit, five database round trips (BEGIN, the
+find, the claim, the charge, COMMIT: ~50 us of CPU each in psycopg's execute and wait) and
+the ORM Session's transaction (~65 us); of each request, the limiter's Redis script call
+(~0.14 ms of thread CPU in the bench, ~68 us alone).
+
+- The submit's statements as RawSql, and the lane's hop to its threads without
+  run_in_executor (``runtime/native/lane_threads.py``, 41 -> 16 us a hop alone), and a pop's
+  disconnect watcher started only when it waits: pop_submit_server_cpu_ms 2.46/2.40 ->
+  2.17/2.29, cycles/s 368/373 -> 411/390 (1 process), 456/453 -> 464/477 (2), load 0.4-3.9.
+- A job's payment is one database function, ``horde_pay`` (migration 0007: the claim, then
+  the charge and the request's end in statements of their own, so the count after the
+  request's lock still sees a concurrent submit), and a text submit's happy path is the find
+  and that call on one autocommit Core connection: two round trips, no BEGIN, COMMIT or
+  Session. The submit's view 1.03 -> 0.74 ms; pop_submit_server_cpu_ms 2.58/2.49 ->
+  1.88/1.93, cycles/s 353/367 -> 460/445 (1 process), 436/463 -> 525/472 (2), load 0.3-4.2.
+- The limiter's EVALSHA packed once per key and sent on a pooled connection
+  (``api/limit_storage.py``): lane_hit 0.150/0.145 -> 0.104/0.103 ms a request;
+  pop_submit_server_cpu_ms 1.95/1.87 -> 1.84/1.83, cycles/s 449/450 -> 472/458 (1),
+  574/532 -> 531/550 (2), load 0.5-2.
+
+Not the limit: the requester's row, which every submit's charge locks (the bench queues
+every request for one requester). With the queue spread over 8 requesters, 418/393 vs
+390/402 cycles/s (1 process), 497/491 vs 482/439 (2): within the noise. One process is
+bound by its GIL: its server CPU a cycle (~1.85 ms) is 87-93% of a core at 460-480 cycles/s,
+so 500 on one process needs it under ~1.75 ms. Measured and not kept: hiredis (lane_hit
+-10 us, the figures did not move).
 """
 
 from __future__ import annotations
@@ -136,18 +166,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
 from sqlalchemy import func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.native_stack import free_port, wait_ready
 from bench.support.cycle_client import measure
 from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
@@ -250,29 +279,6 @@ def _measure(urls: list[str], keys: list[str]) -> float:
     return measure(urls, keys, seconds=SECONDS, warmup=WARMUP)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"horde-chat native exited with {proc.returncode}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"{url} never became ready")
-
-
 @contextmanager
 def _two_processes(stores: EmbeddedStores, data_dir: Path) -> Iterator[tuple[list[str], str]]:
     env = {
@@ -287,7 +293,7 @@ def _two_processes(stores: EmbeddedStores, data_dir: Path) -> Iterator[tuple[lis
     helps = subprocess.run(
         [*HORDE_CHAT, "native", "--help"], capture_output=True, text=True, env=env, cwd=ROOT
     ).stdout
-    ports = [_free_port()] if "--processes" in helps else [_free_port(), _free_port()]
+    ports = [free_port()] if "--processes" in helps else [free_port(), free_port()]
     extra = ["--processes", "2"] if len(ports) == 1 else []
     how = (
         "horde-chat native --processes 2"
@@ -307,7 +313,7 @@ def _two_processes(stores: EmbeddedStores, data_dir: Path) -> Iterator[tuple[lis
     try:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         for url, proc in zip(urls, procs, strict=True):
-            _wait_ready(url, proc)
+            wait_ready(url, proc)
         yield [f"{url}/api/v2" for url in urls], how
     finally:
         for proc in procs:

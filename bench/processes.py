@@ -155,7 +155,7 @@ def measure(processes: int, redis_url: str, native_root: str, api_key: str) -> t
 
 def main() -> None:
     with native_service() as service:
-        requester, owner = bench_users(service)
+        requester, owner = bench_users(service.context.sessions)
         native_url = service.url + "/api/v2"
         workers = [Worker(native_url, owner, i) for i in range(WORKERS)]
         for worker in workers:

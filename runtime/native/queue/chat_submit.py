@@ -54,10 +54,18 @@ from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART, st
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
-from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
+from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.progress.protocol import Posted
 from runtime.native.queue.policy import Policy
-from runtime.native.queue.submit import FAULTED, Landed, Owner, fault_job, land_job, load_job
+from runtime.native.queue.submit import (
+    FAULTED,
+    JobWorker,
+    Landed,
+    Owner,
+    fault_job,
+    land_job,
+    load_job,
+)
 from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.native.requests.chat_status import EndedStatus
@@ -204,7 +212,7 @@ def _land_reply(
     sub: ChatSubmission,
     now: datetime,
     gen: Generation,
-    worker: Worker,
+    worker: JobWorker,
     wp: WaitingPrompt,
     request: dict[str, Any],
     streamed: bool,
@@ -232,7 +240,7 @@ def _land_reply(
     }
     received = _diverged_from(sub.read_relayed() if streamed else None, reply, wp.max_length)
     landed = land_job(
-        session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored, received
+        session, policy, user, worker, wp, gen, tokens, sub.state, now, stored, received
     )
     return _landed_outcome(landed, gen, worker)
 
@@ -259,7 +267,7 @@ def _shaped(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _landed_outcome(landed: Landed, gen: Generation, worker: Worker) -> ChatSubmitOutcome:
+def _landed_outcome(landed: Landed, gen: Generation, worker: JobWorker) -> ChatSubmitOutcome:
     ended = ended_event(landed.wp)
     only_job = Jobs([(gen, worker.name)]) if landed.jobs == 1 else None
     return ChatSubmitOutcome(
@@ -281,7 +289,7 @@ def _land_censored(
     sub: ChatSubmission,
     now: datetime,
     gen: Generation,
-    worker: Worker,
+    worker: JobWorker,
     wp: WaitingPrompt,
 ) -> ChatSubmitOutcome:
     """A censored reply: paid on its output estimate, charged nothing, its text withheld."""
@@ -300,5 +308,5 @@ def _land_censored(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    landed = land_job(session, policy, user, worker.id, wp, gen, tokens, sub.state, now, stored)
+    landed = land_job(session, policy, user, worker, wp, gen, tokens, sub.state, now, stored)
     return _landed_outcome(landed, gen, worker)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Select, Table, bindparam, select, update
@@ -197,9 +197,19 @@ def _session_on(db: Session | Connection) -> Iterator[Session]:
         yield session
 
 
+class JobWorker(NamedTuple):
+    """What a chat submit reads of its job's worker (``load_job``): not the entity, whose
+    21 columns (two of them JSON) it never reads (issue 14)."""
+
+    id: uuid.UUID
+    user_id: int
+    name: str
+    bridge_agent: str
+
+
 def load_job(
     session: Session, user: User | Owner, generation_id: str, *, is_chat: bool
-) -> tuple[Generation, Worker, WaitingPrompt]:
+) -> tuple[Generation, JobWorker, WaitingPrompt]:
     """A handed-out job of that kind with its worker and request; the worker must be the
     user's (InvalidJobID for an unknown id or one of the other kind, else WrongCredentials)."""
     try:
@@ -209,19 +219,21 @@ def load_job(
     row = session.execute(_job_statement(is_chat), {"gen_id": gen_id}).first()
     if row is None:
         raise InvalidJobID(id=generation_id)
-    gen, worker, wp = row
-    if worker.user_id != user.id:
+    gen, worker_id, worker_user_id, name, bridge_agent, wp = row
+    if worker_user_id != user.id:
         raise WrongCredentials()
-    return gen, worker, wp
+    return gen, JobWorker(worker_id, worker_user_id, name, bridge_agent), wp
 
 
 @functools.cache
-def _job_statement(is_chat: bool) -> Select[Generation, Worker, WaitingPrompt]:
+def _job_statement(is_chat: bool) -> Select[Generation, uuid.UUID, int, str, str, WaitingPrompt]:
     """``load_job``'s statement, built once per kind (issue 14: built per call, it was the
     chat submit's largest share of CPU); a chat job's request comes with its stored request
     and messages, which verification reads (deferred, they were two more statements)."""
     statement = (
-        select(Generation, Worker, WaitingPrompt)
+        select(
+            Generation, Worker.id, Worker.user_id, Worker.name, Worker.bridge_agent, WaitingPrompt
+        )
         .join(Worker, Worker.id == Generation.worker_id)
         .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
         .where(Generation.id == bindparam("gen_id"), WaitingPrompt.is_chat.is_(is_chat))
@@ -278,7 +290,7 @@ def land_job(
     session: Session,
     policy: Policy,
     user: User | Owner,
-    worker_id: uuid.UUID,
+    worker: JobWorker,
     wp: WaitingPrompt,
     gen: Generation,
     tokens: int,
@@ -289,10 +301,9 @@ def land_job(
 ) -> Landed:
     """``pay`` for a job loaded as entities (``load_job``); ``wp`` gets what the payment
     left of the request (n, active, faulted, cancelled) and is returned, locked."""
-    worker = session.get(Worker, worker_id)  # in the session: load_job loaded it
     job = Job(
-        gen_id=gen.id, model=gen.model, start_time=gen.start_time, worker_id=worker_id,
-        worker_user_id=user.id, bridge_agent=worker.bridge_agent if worker is not None else "",
+        gen_id=gen.id, model=gen.model, start_time=gen.start_time, worker_id=worker.id,
+        worker_user_id=user.id, bridge_agent=worker.bridge_agent,
         wp_id=wp.id, prompt=wp.prompt, max_length=wp.max_length,
         max_context_length=wp.max_context_length, requester_id=wp.user_id,
     )  # fmt: skip
