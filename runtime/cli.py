@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
+import signal
 import sys
 
 
@@ -83,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # `kill -USR1 <pid>` prints every thread's stack on stderr: where a stuck service is
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.command in ("native", "front", "migrate"):
         return run_service(args)
     if args.command == "up":

@@ -183,8 +183,10 @@ class WakeHub:
                 log.warning("wake subscription lost (%s); retrying", exc)
             finally:
                 self.subscribed.clear()
+                # redis-py types PubSub.aclose from 8.2 on; a typed alias calls it either way
+                close_pubsub: Callable[[], Awaitable[object]] = pubsub.aclose
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await close_pubsub()
                     await client.aclose()
             await asyncio.sleep(RESUBSCRIBE_SECONDS)
 

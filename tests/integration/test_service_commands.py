@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ BEHIND = "0003"
 UNREACHABLE_POSTGRES = "postgresql://nobody@127.0.0.1:1/nothing?connect_timeout=2"
 UNREACHABLE_REDIS = "unix:///nonexistent/redis.sock"
 START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0  # nothing is in flight: no drain to wait for
 
 
 def command_env(tmp: Path, **horde: str) -> dict[str, str]:
@@ -104,7 +106,17 @@ class Running:
 
     def stop(self) -> int:
         self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=30)
+        try:
+            code = self.process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)  # runtime.cli: every thread's stack
+            time.sleep(2)
+            self.process.kill()
+            self.process.wait(timeout=10)
+            for reader in self._readers:
+                reader.join(timeout=10)
+            stuck = "".join(self.stderr)[-20000:]
+            raise AssertionError(f"{self.process.args} did not stop on SIGTERM:\n{stuck}") from None
         for reader in self._readers:
             reader.join(timeout=10)
         for pipe in (self.process.stdout, self.process.stderr):
@@ -190,6 +202,7 @@ def test_native_refuses_a_schema_behind_until_migrate_then_both_services_serve_a
                 for root in (native.url, front.url):
                     ready = httpx.get(root + "/readyz", timeout=10)
                     assert ready.status_code == 200, ready.text
+                native.process.send_signal(signal.SIGUSR1)  # prints its stacks, serves on
                 models = httpx.get(front.url + "/v1/models", timeout=10)
                 assert models.status_code == 200, models.text
                 front_id = models.headers["x-request-id"]
@@ -204,6 +217,7 @@ def test_native_refuses_a_schema_behind_until_migrate_then_both_services_serve_a
     assert len(native_lines) == 1
     assert f"request_id={front_id} " in native_lines[0]
     assert "Traceback" not in "".join(native.stderr + front.stderr)
+    assert any(line.startswith("Thread 0x") for line in native.stderr)  # the SIGUSR1 dump
 
 
 def test_up_prints_the_urls_a_second_service_joins_its_stores_with(
