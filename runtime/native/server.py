@@ -27,7 +27,7 @@ from runtime.native.api.context import NativeContext
 from runtime.native.asgi import NativeASGI
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import Sweeper
-from runtime.stores.database import make_engine, make_sessionmaker
+from runtime.stores.database import autocommit_engine, make_engine, make_sessionmaker
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
@@ -48,6 +48,7 @@ def build_context(
     return NativeContext(
         settings=settings,
         engine=engine,
+        autocommit=autocommit_engine(database_url),
         sessions=make_sessionmaker(engine),
         redis=redis_client(redis_url),
         policy=policy or Policy(),
@@ -68,8 +69,7 @@ def build_app(
     try:
         ctx.objects = open_object_store(ctx.settings, base_url=base_url)
     except Exception:
-        ctx.engine.dispose()
-        ctx.redis.close()
+        ctx.close()
         raise
     return NativeASGI(create_app(ctx), redis_url), ctx
 
@@ -157,8 +157,7 @@ class NativeService:
             if not thread.is_alive() or time.monotonic() > deadline:
                 server.should_exit = True
                 sock.close()
-                ctx.engine.dispose()
-                ctx.redis.close()
+                ctx.close()
                 raise RuntimeError("the native API did not start")
             time.sleep(0.01)
         sweeper = sweeper_for(ctx).start() if sweep else None
@@ -174,8 +173,7 @@ class NativeService:
         self.app.hub.close_threadsafe()  # waiting pops answer "no job" now
         self._server.should_exit = True
         self._thread.join(timeout=GRACEFUL_SHUTDOWN_SECONDS + 5)
-        self.context.engine.dispose()
-        self.context.redis.close()
+        self.context.close()
 
 
 def serve_processes(
@@ -214,5 +212,4 @@ def serve_processes(
     finally:
         sweeper.stop()
         sock.close()
-        ctx.engine.dispose()
-        ctx.redis.close()
+        ctx.close()

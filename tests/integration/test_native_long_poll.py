@@ -91,12 +91,13 @@ def test_a_waiting_pop_is_woken_by_a_queued_request_and_holds_no_connection(
     hub: Any,
 ) -> None:
     assert hub.subscribed.is_set(), "the process subscribes to the wake channel at startup"
-    pool = native_service.context.engine.pool
+    context = native_service.context
+    pools = [context.engine.pool, context.autocommit.pool]  # transactions', autocommit's
     wakes = hub.wakes
     waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
     until(lambda: hub.waiting == 1, "the pop to wait")
     # While it waits: no database connection checked out, no transaction open anywhere.
-    assert pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert [pool.checkedout() for pool in pools] == [0, 0]  # type: ignore[attr-defined]
     with native_service.context.engine.connect() as conn:
         in_transaction = conn.execute(
             text(

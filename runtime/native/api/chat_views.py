@@ -61,7 +61,7 @@ from runtime.native.requests.chat_status import chat_status
 from runtime.native.requests.signals import publish_chat_event
 from runtime.native.requests.text import cancel_text_request
 from runtime.observability import context as request_context
-from runtime.stores.database import autocommit, transaction
+from runtime.stores.database import transaction
 
 OPERATION_KEY_ATTEMPTS = 2
 """A lost race on a new operation key is retried once; the retry finds the winner's row."""
@@ -111,7 +111,7 @@ def _first_status(result: ChatSubmitted) -> ChatStatus:
     transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read."""
     ctx = native()
     if result.first is not None:
-        with autocommit(ctx.engine).connect() as connection:
+        with ctx.autocommit.connect() as connection:
             driver = connection.connection.driver_connection
             assert driver is not None
             with driver.cursor() as cursor:
@@ -171,7 +171,7 @@ def chat_status_view(id: str) -> Response:
     ctx = native()
     trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
     checked_headers("chat_status")
-    with Session(autocommit(ctx.engine), expire_on_commit=False) as session:
+    with Session(ctx.autocommit, expire_on_commit=False) as session:
         read = read_chat_request(session, id, request.headers.get(HEADER_APIKEY))
         body: dict[str, Any] = dict(chat_status(session, ctx.policy, read.wp, utcnow()))
     if read.reader_id is not None:

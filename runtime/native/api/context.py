@@ -23,10 +23,18 @@ EXTENSION = "horde_native"
 class NativeContext:
     settings: Settings
     engine: Engine
+    autocommit: Engine
+    """The same database without transactions (``stores.database.autocommit_engine``)."""
     sessions: sessionmaker[Session]
     redis: Redis
     policy: Policy
     objects: ObjectStore | None = None  # set once the service knows its URL
+
+    def close(self) -> None:
+        """Close the database pools and the Redis client."""
+        self.engine.dispose()
+        self.autocommit.dispose()
+        self.redis.close()
 
 
 def native() -> NativeContext:

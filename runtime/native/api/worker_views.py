@@ -79,7 +79,7 @@ from runtime.native.queue.webhooks import SENDER, Delivery
 from runtime.native.requests.chat import stored_request
 from runtime.native.requests.signals import final_status, publish_chat_event, publish_chat_events
 from runtime.observability import context as request_context
-from runtime.stores.database import autocommit, transaction
+from runtime.stores.database import transaction
 
 INT32 = 2**31 - 1
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def text_pop(req: LaneRequest) -> Reply:
     # an ORM session (issue 14: ~30-50 us of CPU a pop less); its begin() sends nothing in
     # autocommit, and its rollback on an error reaches the driver, so a connection lost to a
     # restart is a 503 and invalidates the pool, as the session's rollback did.
-    with autocommit(ctx.engine).connect() as connection, connection.begin():
+    with ctx.autocommit.connect() as connection, connection.begin():
         key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
         known, popped = register_and_pop(
             connection, ctx.policy, key_hash, body, now, declaration, count_skipped=count_skipped
@@ -286,7 +286,7 @@ def _chat_submitted(ctx: NativeContext, outcome: ChatSubmitOutcome) -> Reply:
     events published, the objects released, the webhook sent; then the answer."""
     # the status a woken front reads, stored under the outcome key before the events
     final = (
-        final_status(autocommit(ctx.engine), ctx.policy, outcome.wp_id, utcnow(), outcome.held)
+        final_status(ctx.autocommit, ctx.policy, outcome.wp_id, utcnow(), outcome.held)
         if outcome.ended
         else None
     )
@@ -339,7 +339,7 @@ def text_submit(req: LaneRequest) -> Reply:
     # while the job runs, and the claim is the payment's compare-and-set. The payload is
     # checked before the key, as ever.
     key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
-    with autocommit(ctx.engine).connect() as connection, connection.begin():
+    with ctx.autocommit.connect() as connection, connection.begin():
         found = find_text_submit(connection, key_hash, body["id"])
         submission = _chat_submission(ctx, body) if found.is_chat else _text_submission(body)
         if isinstance(submission, Submission) and _paid_here(found, submission):
@@ -353,7 +353,7 @@ def text_submit(req: LaneRequest) -> Reply:
             return Reply(dict(reward=float(reward)))
     if isinstance(submission, ChatSubmission):
         # Its reads and its payment in autocommit, a fault in a transaction of its own.
-        with Session(autocommit(ctx.engine), expire_on_commit=False) as session:
+        with Session(ctx.autocommit, expire_on_commit=False) as session:
             _registered(session, found, api_key)
             outcome = submit_chat_job(
                 session, ctx.policy, found.owner, submission, utcnow(), ctx.sessions
