@@ -9,11 +9,13 @@ it handlers of their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
+from typing import TextIO
 
 LOG_FORMAT_ENV = "HORDE_LOG_FORMAT"
 FORMATS = ("plain", "json")
@@ -35,12 +37,15 @@ class AccessLog:
         self.service = service
         self.format = fmt or log_format()
         self.logger = logging.getLogger(LOGGER_PREFIX + service)
+        self._handler: logging.StreamHandler[TextIO] | None = None
+        self._handlers: list[logging.Handler] = []
         if not self.logger.handlers:
             handler = logging.StreamHandler(sys.stderr)
             handler.setFormatter(logging.Formatter("%(message)s"))
             self.logger.addHandler(handler)
             self.logger.setLevel(logging.INFO)
             self.logger.propagate = False
+            self._handler, self._handlers = handler, [handler]
 
     def line(
         self,
@@ -77,4 +82,27 @@ class AccessLog:
         )
 
     def emit(self, **fields: object) -> None:
-        self.logger.info(self.line(**fields))  # type: ignore[arg-type]
+        line = self.line(**fields)  # type: ignore[arg-type]
+        if not self._write_direct(line):
+            self.logger.info(line)
+
+    def _write_direct(self, line: str) -> bool:
+        """Write ``line`` as the handler this class installed would, without a LogRecord
+        and the handler chain (issue 14: ~6 -> ~1.5 us of CPU a line, measured alone; two
+        lines a pop+submit cycle). False, nothing written, when the logger has other
+        handlers or filters (an operator's, a test's) or the write failed: ``logging``
+        then decides (and reports a failed write its way)."""
+        handler, logger = self._handler, self.logger
+        if handler is None or logger.handlers != self._handlers or logger.filters:
+            return False
+        if handler.filters or handler.level > logging.INFO:
+            return False
+        if not logger.isEnabledFor(logging.INFO):
+            return True  # silenced
+        try:
+            with handler.lock or contextlib.nullcontext():
+                handler.stream.write(line + handler.terminator)
+                handler.stream.flush()
+        except Exception:  # noqa: BLE001 - logging's handler reports it, as for any line
+            return False
+        return True
