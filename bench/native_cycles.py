@@ -150,6 +150,26 @@ the ORM Session's transaction (~65 us); of each request, the limiter's Redis scr
   pop_submit_server_cpu_ms 1.95/1.87 -> 1.84/1.83, cycles/s 449/450 -> 472/458 (1),
   574/532 -> 531/550 (2), load 0.5-2.
 
+Then (issue 14, 2026-12-04; each its own commit, A B A B against b4d3ae9 from clean
+copies, load 1.6-5.3). A lane thread's CPU per part over the 1-process run
+(time.thread_time around each, p50): the autocommit statements' checkout set and reset the
+isolation level each time (``execution_options`` on the transactions' pool: ~23 us of CPU
+and two driver calls a checkout alone), now a pool of their own in autocommit from the
+connect (``stores.database.autocommit_engine``): text pop 0.598 -> 0.541-0.567 ms, text
+submit 0.659 -> 0.601-0.625; the access log's line written straight to its handler's
+stream (``observability.access_log``, no LogRecord): finish_request 0.056 -> 0.023 ms a
+request; the limiter's hit on a Redis connection its thread holds, not one from the pool
+at each call: lane_hit 0.067 -> 0.046 ms a request. pop_submit_server_cpu_ms 1.73/1.75/1.83
+and 1.82/1.74 -> 1.57/1.61/1.62 (the first two) and 1.52/1.51 (all three);
+pop_submit_cycles_per_s 483/477/462 and 463/476 -> 526/511/494 and 517/537 (1 process);
+549/554/531 and 546/532 -> 571/575/569 and 602/544 (2). What is left, by py-spy --gil
+over the 1-process run after the first cut: the views ~56% (the pop's one statement ~11%,
+the submit's two ~13%: psycopg's parameter dumping and result handling; the limiter ~5%;
+the body's checks ~3%), the event loop ~23% (uvicorn's parsing, and its two socket sends a
+response, head and body: ~15 us of CPU each in the send alone). Measured and not kept: 4
+or 8 lane threads instead of 16 (477/482 and 481 vs 503/485 cycles/s); a shorter
+sys.setswitchinterval (within the noise at load 4-6).
+
 Not the limit: the requester's row, which every submit's charge locks (the bench queues
 every request for one requester). With the queue spread over 8 requesters, 418/393 vs
 390/402 cycles/s (1 process), 497/491 vs 482/439 (2): within the noise. One process is
