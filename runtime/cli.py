@@ -86,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # `kill -USR1 <pid>` prints every thread's stack on stderr: where a stuck service is
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # (POSIX only: Windows, where a volunteer may run the worker, has no SIGUSR1)
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if args.command in ("native", "front", "migrate"):
         return run_service(args)
     if args.command == "up":

@@ -72,7 +72,9 @@ def ping_if_idle(engine: Engine) -> Any:
 
 
 AUTOCOMMIT_POOL = (8, 8)
-"""An autocommit engine's pool (size, overflow): the workers' lane's statements (16 threads)."""
+"""An autocommit engine's pool (size, overflow). The native API's serves the workers' lane
+(pops and submits, 16 threads) and the clients' status reads; like the transactions' pool it
+is smaller than the threads that use it, which wait for a connection when all are out."""
 
 
 def autocommit_engine(url: str) -> Engine:

@@ -97,13 +97,14 @@ class CountingRedisStorage(RedisStorage):
             return int(count), max(int(ttl), 0) + time.time()
         raise AssertionError("unreachable")
 
+    def _pool(self) -> Any:
+        return cast(Redis, self.get_connection()).connection_pool  # limits' client is one
+
     def _connection(self) -> Any:
         """This thread's connection, taken from the pool at its first call."""
         connection = getattr(self._held, "connection", None)
         if connection is None:
-            pool = cast(Redis, self.get_connection()).connection_pool  # limits' client is one
-            connection = pool.get_connection()
-            self._held.connection = connection
+            connection = self._held.connection = self._pool().get_connection()
         return connection
 
     def _drop(self, connection: Any) -> None:
@@ -111,7 +112,7 @@ class CountingRedisStorage(RedisStorage):
         another."""
         self._held.connection = None
         connection.disconnect()
-        cast(Redis, self.get_connection()).connection_pool.release(connection)
+        self._pool().release(connection)
 
     def _packed(self, connection: Any, full_key: str, expiry: int, amount: int) -> Any:
         """The EVALSHA command for a key, packed once (the cache is cleared when full)."""
