@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -36,13 +35,13 @@ from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.test_service_commands import Running, command_env
 from tests.support.chat_worker import ChatTestWorker, echo_reply
+from tests.support.front import answer_once_waiting
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FRONT_LINE = r"chat front: (http://127\.0\.0\.1:\d+)/v1"
 SETTLE = 0.3
-"""Seconds from the front's wait being open to the worker's answer: the wait reads the
-request's outcome key once, milliseconds after it opens, then sleeps until woken."""
+"""Seconds from the front's wait being open to the worker's answer (``answer_once_waiting``)."""
 SHORT_GRACE = "3"
 """HORDE_FRONT_SHUTDOWN_GRACE for the drain test only: the shipped 20 s would hold the test
 for 20 s to show the same thing."""
@@ -111,19 +110,9 @@ def test_metrics_of_a_front_on_two_processes_count_every_process(
     front = front_processes(2)
     wait_ready(front.url)
 
-    def once_waiting(job: dict[str, Any]) -> dict[str, Any]:
-        # Answer once the front's wait is open and asleep, so it is woken (counted). A
-        # reply that lands before the wait reads the outcome key is taken from there with
-        # no wake at all: a worker as fast as the native API's now raced it (the scrapes
-        # then had no wake counter).
-        deadline = time.monotonic() + 30
-        while scrape(front.url).get("horde_front_open_waits", {}).get((), 0) < 1:
-            assert time.monotonic() < deadline, "the front's wait never opened"
-            time.sleep(0.02)
-        time.sleep(SETTLE)
-        return echo_reply(job)
-
-    with ChatTestWorker(native_url, owner.api_key, model="metrics-model", respond=once_waiting):
+    # answered once the wait sleeps, so it is woken (counted), not served from the outcome key
+    respond = answer_once_waiting(front.url, echo_reply, SETTLE)
+    with ChatTestWorker(native_url, owner.api_key, model="metrics-model", respond=respond):
         answered = chat(front.url, "metrics-model", requester.api_key)
         assert answered.status_code == 200, answered.text
         models = 8

@@ -13,7 +13,6 @@ import logging
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,15 +34,15 @@ from runtime.stores.embedded_redis import EmbeddedRedis
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.support.chat_worker import ChatTestWorker, Respond, echo_reply
-from tests.support.front import running_front
+from tests.support.front import answer_once_waiting, running_front
 
 pytestmark = pytest.mark.integration
 
 MODEL = "operator-model"
 SETTLE = 0.05
-"""Seconds from the front's wait being open to the worker's answer: the wait reads the
-request's outcome key once, milliseconds after it opens, then sleeps; well under FAST's
-poll interval (0.3 s, jittered), so the signal wakes it before any status read."""
+"""Seconds from the front's wait being open to the worker's answer (``answer_once_waiting``):
+well under FAST's poll interval (0.3 s, jittered), so the signal wakes it before any status
+read."""
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 FAST = {"poll_interval": 0.3, "grace": 2.0, "deadline": 10.0, "queue_info_wait": 0.5}
 CHAT_ASYNC = "/api/v2/generate/chat/async"
@@ -128,17 +127,8 @@ def test_metrics_parse_as_prometheus_text_and_a_chat_request_moves_its_counters(
 ) -> None:
     native_before, front_before = scrape(native_service.url), scrape(front_url)
 
-    def once_waiting(job: dict[str, Any]) -> dict[str, Any]:
-        # Answer once the front's wait is open and asleep, so it is woken (counted): a reply
-        # that lands before the wait reads the outcome key is taken from there unwoken.
-        deadline = time.monotonic() + 30
-        while value(scrape(front_url), "horde_front_open_waits") < 1:
-            assert time.monotonic() < deadline, "the front's wait never opened"
-            time.sleep(0.02)
-        time.sleep(SETTLE)
-        return echo_reply(job)
-
-    with serve(once_waiting):
+    # answered once the wait sleeps, so it is woken (counted), not served from the outcome key
+    with serve(answer_once_waiting(front_url, echo_reply, SETTLE)):
         raw = chat(front_url, requester.api_key)
         assert raw.http_response.status_code == 200
         native_during = scrape(native_service.url)

@@ -9,9 +9,13 @@ Keyword arguments are ``FrontConfig`` fields (budgets shortened for tests by the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from generated.signals import chat_channel
 from runtime.front.config import FrontConfig
@@ -32,3 +36,32 @@ def running_front(
         yield service
     finally:
         service.stop()
+
+
+def open_waits(front_url: str) -> float:
+    """The front's ``horde_front_open_waits``, from its /metrics (every process's, summed)."""
+    text = httpx.get(front_url + "/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "horde_front_open_waits":
+                return float(sample.value)
+    return 0.0
+
+
+def answer_once_waiting(
+    front_url: str, respond: Callable[[dict[str, Any]], Any], settle: float
+) -> Callable[[dict[str, Any]], Any]:
+    """A test worker's ``respond`` that answers once the front has a wait open, ``settle``
+    seconds later: the wait reads the request's outcome key once, milliseconds after it
+    opens, then sleeps until the signal wakes it (and counts the wake). A reply that lands
+    before that read is taken from the outcome key, unwoken."""
+
+    def answer(job: dict[str, Any]) -> Any:
+        deadline = time.monotonic() + 30
+        while open_waits(front_url) < 1:
+            assert time.monotonic() < deadline, "the front's wait never opened"
+            time.sleep(0.02)
+        time.sleep(settle)
+        return respond(job)
+
+    return answer
