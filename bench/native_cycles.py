@@ -196,7 +196,7 @@ from sqlalchemy import func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.native_stack import free_port, wait_ready
+from bench.native_stack import wait_ready
 from bench.support.cycle_client import measure
 from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
@@ -206,6 +206,7 @@ from runtime.native.queue.sweep import utcnow
 from runtime.native.server import NativeService
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
+from runtime.worker.llama_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUED = 10_000

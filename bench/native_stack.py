@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from runtime.native.server import NativeService
 from runtime.stores.database import make_engine, make_sessionmaker
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.redis_client import redis_client
+from runtime.worker.llama_server import free_port
 
 Job = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,13 +119,6 @@ def native_process() -> Iterator[NativeProcess]:
     finally:
         stores.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:

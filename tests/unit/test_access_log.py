@@ -66,12 +66,11 @@ def test_an_added_handler_gets_every_line(access_log: tuple[AccessLog, io.String
 
 def test_a_level_above_info_silences_it(access_log: tuple[AccessLog, io.StringIO]) -> None:
     log, stream = access_log
-    log.logger.setLevel(logging.WARNING)
+    log.logger.setLevel(logging.WARNING)  # the logger's level
     log.emit(**FIELDS)
-    assert log._handler is not None
-    log._handler.setLevel(logging.INFO)
     log.logger.setLevel(logging.INFO)
-    log._handler.setLevel(logging.ERROR)
+    assert log._handler is not None
+    log._handler.setLevel(logging.ERROR)  # the handler's level
     log.emit(**FIELDS)
     assert stream.getvalue() == ""
 
