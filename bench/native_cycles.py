@@ -196,7 +196,7 @@ from sqlalchemy import func, insert, select, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.native_stack import wait_ready
+from bench.native_stack import HORDE_CHAT, ROOT, wait_ready
 from bench.support.cycle_client import measure
 from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
@@ -208,13 +208,11 @@ from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.llama_server import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 QUEUED = 10_000
 WORKERS = 8
 SECONDS = 8.0
 WARMUP = 5
 RATE_LIMIT_SCALE = 100
-HORDE_CHAT = [sys.executable, "-m", "runtime.cli"]  # this tree's, whatever is installed
 
 
 def main() -> None:
