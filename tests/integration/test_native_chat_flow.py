@@ -4,14 +4,16 @@ who gets chat jobs, what a job carries, and the completion signal."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg import pq
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
@@ -345,6 +347,27 @@ def _call(call_id: str) -> dict[str, Any]:
     }
 
 
+def test_a_submit_is_read_by_its_jobs_kind_whatever_its_body_looks_like(native_client, make_user):
+    """A submit carrying a chat reply's fields is read as a chat job's first (issue 14: one
+    round trip); a text job's id sent so is answered as a text submit without a text, and a
+    chat job's fault, which carries no reply, is read as a chat job's."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    submit_text(native_client, requester.api_key)
+    text_job = pop(native_client, worker.api_key)["id"]
+    answered = submit_reply(native_client, worker.api_key, text_job, "a chat reply")
+    assert (answered.status_code, answered.json()["rc"]) == (400, "InvalidPayload")
+    assert "generation" in answered.json()["message"]
+    text_fault = submit_reply(native_client, worker.api_key, text_job, None, state="faulted")
+    assert text_fault.status_code == 200, text_fault.text
+
+    chat_pop(native_client, worker.api_key)
+    request_id = submit_chat(native_client, requester.api_key)
+    chat_job = chat_pop(native_client, worker.api_key)["id"]
+    faulted = submit_reply(native_client, worker.api_key, chat_job, None, state="faulted")
+    assert faulted.status_code == 200, faulted.text
+    assert chat_status(native_client, request_id)["restarted"] == 1
+
+
 @pytest.mark.parametrize(
     "reply",
     [
@@ -406,29 +429,40 @@ def test_a_final_status_after_restarts_is_what_the_status_route_answers(
     assert stored == chat_status(native_client, faulted)
 
 
-def test_a_reply_that_ends_its_request_reads_neither_the_request_nor_its_jobs_again(
-    native_client, native_service, make_user
+def test_a_reply_that_ends_its_request_is_read_in_one_round_trip_and_paid_in_one(
+    native_client, native_service, make_user, monkeypatch
 ):
-    """The final status of a request ended by its only job comes from the rows the submit
-    holds (issue 14): after the job's own read, no statement names the request."""
+    """A kept reply that ends its request (issue 14): its key, job and the online pool its
+    final status shows are read in one round trip (two statements in one pipeline), it is
+    paid by one statement, and nothing else is sent to the database, which the request's
+    final status is built without (its rows, and the pool, as the submit read them). Every
+    statement the driver runs is seen, whichever path (ORM, Core, raw cursor) sent it."""
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)
     request_id = submit_chat(native_client, requester.api_key)
     job = chat_pop(native_client, worker.api_key)
-    engine = native_service.context.engine
-    naming: list[str] = []
+    sent: list[tuple[str, bool]] = []
+    execute = psycopg.Cursor.execute
 
-    def seen(_conn, _cursor, statement, parameters, _context, _many) -> None:
-        if request_id in repr(parameters):
-            naming.append(statement)
+    def seen(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("horde-lane"):  # not the sweep's
+            text = query if isinstance(query, str) else bytes(query).decode()
+            pipelined = cursor.connection.pgconn.pipeline_status != pq.PipelineStatus.OFF
+            sent.append((" ".join(text.split())[:40], pipelined))
+        return execute(cursor, query, *args, **kwargs)
 
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
-        assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
-    assert naming == []
-    assert _stored_final_status(native_service, request_id)["done"]
+    monkeypatch.setattr(psycopg.Cursor, "execute", seen)
+    assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
+    monkeypatch.undo()
+    assert sent == [
+        ("SELECT owner.id, owner.trusted, job.* FR", True),
+        ("SELECT workers.id, workers.name, workers", True),
+        ("SELECT * FROM horde_pay( $1::uuid, $2::u", False),
+    ]
+    stored = _stored_final_status(native_service, request_id)
+    assert stored["done"]
+    assert stored["eligible_threads"] == 1
+    assert stored == chat_status(native_client, request_id)
 
 
 def test_a_submit_of_a_request_that_streams_no_deltas_leaves_the_leases_alone(

@@ -57,6 +57,7 @@ from runtime.native.progress.protocol import (
     relayed_before_fault,
     write_lease,
 )
+from runtime.native.queue.chat_find import find_chat_job
 from runtime.native.queue.chat_submit import (
     REPLY_KEYS,
     ChatSubmission,
@@ -72,7 +73,7 @@ from runtime.native.queue.jobs import (
     register_and_pop,
     register_worker,
 )
-from runtime.native.queue.submit import Found, Submission, find_text_submit, submit_text_job
+from runtime.native.queue.submit import Found, Owner, Submission, find_text_submit, submit_text_job
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.queue.webhooks import SENDER, Delivery
@@ -334,34 +335,44 @@ def text_submit(req: LaneRequest) -> Reply:
     # The key and the job are read in one statement, outside any transaction (issue 14):
     # a text job of the key's own worker with a result is then paid by one statement in
     # autocommit (``pay``: the database function horde_pay, a transaction of its own), two
-    # round trips in all; anything else (a chat job, a fault, an unknown key, id or
-    # worker) is the transaction below, as before. What the find read does not change
-    # while the job runs, and the claim is the payment's compare-and-set. The payload is
-    # checked before the key, as ever.
+    # round trips in all; a chat reply is read with the online pool its final status shows
+    # (``find_chat_job``, one round trip) and paid the same way; anything else (a fault, an
+    # unknown key, id or worker) is a transaction, as before. What the find read does not
+    # change while the job runs, and the claim is the payment's compare-and-set. The
+    # payload is checked before the key, as ever.
     key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
     with ctx.autocommit.connect() as connection, connection.begin():
-        found = find_text_submit(connection, key_hash, body["id"])
-        submission = _chat_submission(ctx, body) if found.is_chat else _text_submission(body)
-        if isinstance(submission, Submission) and _paid_here(found, submission):
-            request_context.set_user(found.owner.id)  # the access log's user id
-            moved: dict[str, Any] = {}
-            reward, webhook = submit_text_job(
-                connection, ctx.policy, found, submission, utcnow(), moved
-            )
-            count_committed(moved)  # committed with the statement that paid
-            _send_webhook(ctx, webhook)
-            return Reply(dict(reward=float(reward)))
-    if isinstance(submission, ChatSubmission):
-        # Its reads and its payment in autocommit, a fault in a transaction of its own.
+        chat = None
+        if _chat_reply(body):  # else (or a text job's id) the find tells the job's kind
+            chat = find_chat_job(connection, key_hash, body["id"], ctx.policy, utcnow())
+        if chat is None or chat.job is None:
+            found = find_text_submit(connection, key_hash, body["id"])
+            if found.is_chat:  # a chat fault, or a reply without a reply's fields
+                chat = find_chat_job(connection, key_hash, body["id"], ctx.policy, utcnow())
+            else:
+                chat = None
+                submission = _text_submission(body)
+                if _paid_here(found, submission):
+                    request_context.set_user(found.owner.id)  # the access log's user id
+                    moved: dict[str, Any] = {}
+                    reward, webhook = submit_text_job(
+                        connection, ctx.policy, found, submission, utcnow(), moved
+                    )
+                    count_committed(moved)  # committed with the statement that paid
+                    _send_webhook(ctx, webhook)
+                    return Reply(dict(reward=float(reward)))
+    if chat is not None:
+        reply = _chat_submission(ctx, body)  # the payload's checked before the key
+        # Its payment in autocommit, a fault in a transaction of its own.
         with Session(ctx.autocommit, expire_on_commit=False) as session:
-            _registered(session, found, api_key)
+            owner = Owner(_registered(session, chat.owner_id, api_key), chat.trusted)
             outcome = submit_chat_job(
-                session, ctx.policy, found.owner, submission, utcnow(), ctx.sessions
+                session, ctx.policy, owner, reply, utcnow(), ctx.sessions, chat
             )
             count_committed(session.info)  # what the payment moved, committed with it
         return _chat_submitted(ctx, outcome)
     with transaction(ctx.sessions) as session:
-        _registered(session, found, api_key)
+        _registered(session, found.owner_id, api_key)
         reward, webhook = submit_text_job(
             session, ctx.policy, found, submission, utcnow(), session.info
         )
@@ -371,12 +382,20 @@ def text_submit(req: LaneRequest) -> Reply:
     return Reply(dict(reward=float(reward)))
 
 
-def _registered(session: Session, found: Found, api_key: str | None) -> None:
-    """Refuse a key that is no registered user's (no such key, or anonymous); note the
-    user's id for the access log."""
-    if found.owner_id is None or found.owner_id == ANONYMOUS_USER_ID:
+def _chat_reply(body: dict[str, Any]) -> bool:
+    """The submit carries a chat reply's fields and no text: its job is most likely a chat
+    job, read first as one (a text job's id is then found by ``find_text_submit``)."""
+    return "generation" not in body and any(body.get(key) is not None for key in REPLY_KEYS)
+
+
+def _registered(session: Session, owner_id: int | None, api_key: str | None) -> int:
+    """The key's user (``owner_id``), refused when it is no registered user's (no such key,
+    or anonymous); its id is noted for the access log."""
+    if owner_id is None or owner_id == ANONYMOUS_USER_ID:
         worker_owner_for_key(session, api_key)  # refuses
-    request_context.set_user(found.owner.id)
+    assert owner_id is not None
+    request_context.set_user(owner_id)
+    return owner_id
 
 
 def _paid_here(found: Found, submission: Submission) -> bool:

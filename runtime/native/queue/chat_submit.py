@@ -47,15 +47,16 @@ from generated.chat.names import (
     REPLY_TOOL_CALLS,
 )
 from generated.chat.tables_reply import CHARGE_BASIS
-from generated.errors import ChatReplyRejected, HordeError
+from generated.errors import ChatReplyRejected, HordeError, InvalidJobID, WrongCredentials
 from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
 from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART, streams_deltas
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
-from runtime.native.db.tables import Generation, User, WaitingPrompt
+from runtime.native.db.tables import AnyWorker, Generation, User, WaitingPrompt
 from runtime.native.progress.protocol import Posted
+from runtime.native.queue.chat_find import FoundChat
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import (
     FAULTED,
@@ -64,7 +65,6 @@ from runtime.native.queue.submit import (
     Owner,
     fault_job,
     land_job,
-    load_job,
 )
 from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat import stored_request
@@ -183,24 +183,35 @@ def submit_chat_job(
     sub: ChatSubmission,
     now: datetime,
     faults: sessionmaker[Session],
+    found: FoundChat,
 ) -> ChatSubmitOutcome:
-    """A chat job's submit. ``session``: in autocommit (issue 14: no BEGIN or COMMIT on the
-    happy path): the job's rows are read, and a kept or censored reply is paid by one
-    statement (``pay``: a transaction of its own), its kudos noted in ``session.info`` for
-    the caller to count. A fault (the worker's, or a refused reply) is several writes: it
-    takes a transaction of ``faults``."""
-    gen, worker, wp = load_job(session, user, sub.generation_id, is_chat=True)
+    """A chat job's submit. ``found``: its job and the online pool, read with its key
+    (``chat_find.find_chat_job``); the job must be ``user``'s worker's (else
+    WrongCredentials). ``session``: in autocommit (issue 14: no BEGIN or COMMIT on the
+    happy path): a kept or censored reply is paid by one statement (``pay``: a transaction
+    of its own), its kudos noted in ``session.info`` for the caller to count. A fault (the
+    worker's, or a refused reply) is several writes: it takes a transaction of ``faults``."""
+    if found.job is None:
+        raise InvalidJobID(id=sub.generation_id)
+    gen, worker, wp = found.job.gen, found.job.worker, found.job.wp
+    if worker.user_id != user.id:
+        raise WrongCredentials()
     request = stored_request(wp)
     streamed = streams_deltas(request)
     if sub.state == FAULTED:
         with transaction(faults) as tx:
             outcome = _fault(tx, policy, gen, wp.id, now, sub.gen_metadata)
     elif sub.state != STATE_OK:
-        outcome = _land_censored(session, policy, user, sub, now, gen, worker, wp)
+        landed = _land_censored(session, policy, user, sub, now, gen, worker, wp)
+        outcome = _landed_outcome(landed, gen, worker, found.online)
     else:
-        outcome = _land_reply(
+        kept = _land_reply(
             session, policy, user, sub, now, gen, worker, wp, request, streamed, faults
         )
+        outcome = (
+            kept if isinstance(kept, ChatSubmitOutcome) else
+            _landed_outcome(kept, gen, worker, found.online)
+        )  # fmt: skip
     outcome.streamed = streamed
     return outcome
 
@@ -217,9 +228,9 @@ def _land_reply(
     request: dict[str, Any],
     streamed: bool,
     faults: sessionmaker[Session],
-) -> ChatSubmitOutcome:
+) -> Landed | ChatSubmitOutcome:
     """A kept reply verified against ``request`` (the stored one), landed and charged; a
-    refused one faults the job (the refusal is the outcome's, answered after the commit)."""
+    refused one faults the job (the outcome, with the refusal to answer after the commit)."""
     try:
         reply = verify_chat_reply(request, sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
@@ -239,10 +250,9 @@ def _land_reply(
         "gen_metadata": sub.gen_metadata,
     }
     received = _diverged_from(sub.read_relayed() if streamed else None, reply, wp.max_length)
-    landed = land_job(
+    return land_job(
         session, policy, user, worker, wp, gen, tokens, sub.state, now, stored, received
     )
-    return _landed_outcome(landed, gen, worker)
 
 
 def _diverged_from(relayed: Posted | None, reply: dict[str, Any], max_length: int) -> int | None:
@@ -267,7 +277,9 @@ def _shaped(reply: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def _landed_outcome(landed: Landed, gen: Generation, worker: JobWorker) -> ChatSubmitOutcome:
+def _landed_outcome(
+    landed: Landed, gen: Generation, worker: JobWorker, online: list[tuple[AnyWorker, bool]]
+) -> ChatSubmitOutcome:
     ended = ended_event(landed.wp)
     only_job = Jobs([(gen, worker.name)]) if landed.jobs == 1 else None
     return ChatSubmitOutcome(
@@ -277,7 +289,7 @@ def _landed_outcome(landed: Landed, gen: Generation, worker: JobWorker) -> ChatS
         landed=True,
         ended=ended,
         webhook=landed.webhook,
-        held=EndedStatus(landed.wp, only_job) if ended and only_job else None,
+        held=EndedStatus(landed.wp, only_job, online) if ended and only_job else None,
         owns_objects=bool(landed.wp.object_keys),
     )
 
@@ -291,7 +303,7 @@ def _land_censored(
     gen: Generation,
     worker: JobWorker,
     wp: WaitingPrompt,
-) -> ChatSubmitOutcome:
+) -> Landed:
     """A censored reply: paid on its output estimate, charged nothing, its text withheld."""
     tokens = output_estimate(_shaped(sub.reply), wp.max_length)
     withheld: dict[str, Any] = {
@@ -308,5 +320,4 @@ def _land_censored(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    landed = land_job(session, policy, user, worker, wp, gen, tokens, sub.state, now, stored)
-    return _landed_outcome(landed, gen, worker)
+    return land_job(session, policy, user, worker, wp, gen, tokens, sub.state, now, stored)

@@ -4,10 +4,10 @@ A submit claims its job with ``generation IS NULL AND NOT faulted AND NOT cancel
 (``claim_job``, and ``pay``'s first statement), so a job is paid at most once; a second
 submit is DuplicateGen, one on a job that ended (aborted, faulted, cancelled) AbortedGen.
 ``pay`` serves the text submit here and, through ``land_job``, the chat submit
-(``chat_submit``, with ``load_job`` and ``fault_job``); they differ only in what they store
-and how they count tokens. A text submit reads its key and job in one statement
-(``find_text_submit``) and pays in two (``pay``), on the session's driver connection: no
-SQL expression is built and no entity loaded on its happy path (issue 14).
+(``chat_submit``, which reads its job with ``chat_find``; and ``fault_job``); they differ
+only in what they store and how they count tokens. A text submit reads its key and job in
+one statement (``find_text_submit``) and pays in one (``pay``), on the session's driver
+connection: no SQL expression is built and no entity loaded on its happy path (issue 14).
 
 Every landed generation records its worker's speed sample (upstream's worker
 performance): its output estimate (the tokens it is paid for) over its time from pop to
@@ -19,7 +19,6 @@ webhook returns the call to make after the commit (``webhooks.generation_deliver
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,9 +28,9 @@ from decimal import Decimal
 from typing import Any, NamedTuple
 
 from psycopg.types.json import Jsonb
-from sqlalchemy import Connection, Select, Table, bindparam, select, update
+from sqlalchemy import Connection, Table, select, update
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session, undefer
+from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
@@ -198,51 +197,13 @@ def _session_on(db: Session | Connection) -> Iterator[Session]:
 
 
 class JobWorker(NamedTuple):
-    """What a chat submit reads of its job's worker (``load_job``): not the entity, whose
+    """What a chat submit reads of its job's worker (``chat_find``): not the entity, whose
     21 columns (two of them JSON) it never reads (issue 14)."""
 
     id: uuid.UUID
     user_id: int
     name: str
     bridge_agent: str
-
-
-def load_job(
-    session: Session, user: User | Owner, generation_id: str, *, is_chat: bool
-) -> tuple[Generation, JobWorker, WaitingPrompt]:
-    """A handed-out job of that kind with its worker and request; the worker must be the
-    user's (InvalidJobID for an unknown id or one of the other kind, else WrongCredentials)."""
-    try:
-        gen_id = uuid.UUID(generation_id)
-    except ValueError:
-        raise InvalidJobID(id=generation_id) from None
-    row = session.execute(_job_statement(is_chat), {"gen_id": gen_id}).first()
-    if row is None:
-        raise InvalidJobID(id=generation_id)
-    gen, worker_id, worker_user_id, name, bridge_agent, wp = row
-    if worker_user_id != user.id:
-        raise WrongCredentials()
-    return gen, JobWorker(worker_id, worker_user_id, name, bridge_agent), wp
-
-
-@functools.cache
-def _job_statement(is_chat: bool) -> Select[Generation, uuid.UUID, int, str, str, WaitingPrompt]:
-    """``load_job``'s statement, built once per kind (issue 14: built per call, it was the
-    chat submit's largest share of CPU); a chat job's request comes with its stored request
-    and messages, which verification reads (deferred, they were two more statements)."""
-    statement = (
-        select(
-            Generation, Worker.id, Worker.user_id, Worker.name, Worker.bridge_agent, WaitingPrompt
-        )
-        .join(Worker, Worker.id == Generation.worker_id)
-        .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
-        .where(Generation.id == bindparam("gen_id"), WaitingPrompt.is_chat.is_(is_chat))
-    )
-    if is_chat:
-        statement = statement.options(
-            undefer(WaitingPrompt.chat_request), undefer(WaitingPrompt.messages)
-        )
-    return statement
 
 
 def claim_job(session: Session, gen_id: uuid.UUID, values: dict[str, Any]) -> None:
@@ -299,8 +260,9 @@ def land_job(
     stored: dict[str, Any],
     charged_tokens: int | None = None,
 ) -> Landed:
-    """``pay`` for a job loaded as entities (``load_job``); ``wp`` gets what the payment
-    left of the request (n, active, faulted, cancelled) and is returned, locked."""
+    """``pay`` for a job read as entities (``queue.chat_find``); ``gen`` gets what the
+    claim wrote and ``wp`` what the payment left of the request (n, active, faulted,
+    cancelled); ``wp`` is returned, locked until the payment's commit."""
     job = Job(
         gen_id=gen.id, model=gen.model, start_time=gen.start_time, worker_id=worker.id,
         worker_user_id=user.id, bridge_agent=worker.bridge_agent,
@@ -313,6 +275,8 @@ def land_job(
     )  # fmt: skip
     for name in ("n", "active", "faulted", "cancelled"):
         set_committed_value(wp, name, getattr(paid, name))
+    for name, value in paid.claimed.items():  # a job read as rows is in no identity map
+        set_committed_value(gen, name, value)
     webhook = generation_delivery(session, wp, gen.id, paid.reward)
     return Landed(paid.reward, wp, webhook, paid.jobs)
 
@@ -330,6 +294,8 @@ class Paid:
     """The request has a webhook."""
     jobs: int
     """The request's jobs, this one included, counted after its row lock."""
+    claimed: dict[str, Any]
+    """The generation's columns the claim wrote, with their values."""
 
 
 def speed_sample(tokens: int, seconds: float) -> float:
@@ -420,7 +386,7 @@ def pay(
             synchronize(db, User, job.requester_id, {"kudos": requester_kudos})
         for user_id, balance in zip(held_by or [], balances or [], strict=True):
             synchronize(db, User, user_id, {"kudos": balance})
-    return Paid(reward, n, not complete, faulted, cancelled, bool(webhook), jobs)
+    return Paid(reward, n, not complete, faulted, cancelled, bool(webhook), jobs, claimed)
 
 
 JSON_COLUMNS = frozenset(c.name for c in GENERATIONS.columns if isinstance(c.type, JSONB))

@@ -255,6 +255,15 @@ def chat_status(
     return _status(policy, wp, jobs, pool, position)
 
 
+def held_status(policy: Policy, held: EndedStatus) -> ChatStatus | None:
+    """The final status from what the submit holds alone (``held``), or None when it needs
+    the database: its queue position, counted while it has jobs left to hand out (a
+    request that ended faulted or cancelled)."""
+    if held.wp.n > 0:
+        return None
+    return _status(policy, held.wp, held.jobs, pool_availability(held.online, held.wp), (0, 0))
+
+
 def _status(
     policy: Policy, wp: WaitingPrompt, jobs: Jobs, pool: Availability, position: tuple[int, int]
 ) -> ChatStatus:
@@ -301,13 +310,15 @@ class FirstStatus:
 class EndedStatus:
     """What of an ended request's final status the submit that ended it holds: its row as
     the payment left it (n, active, faulted, cancelled from the row it locked until its
-    commit; the rest written when it was queued) and its jobs, when the one it landed is the
-    only one (with its worker's name and the values the claim wrote). Only the online pool
-    (availability, and the queue position while jobs are left to hand out) is read, after
-    the commit (``signals.final_status``): no reload of the row or its jobs (issue 14)."""
+    commit; the rest written when it was queued), its jobs, when the one it landed is the
+    only one (with its worker's name and the values the claim wrote), and the online pool,
+    read with the job (``queue.chat_find``). Only a queue position (while jobs are left to
+    hand out) is read, after the commit (``signals.final_status``): no reload of the row or
+    its jobs, and no read of the pool (issue 14)."""
 
     wp: WaitingPrompt
     jobs: Jobs
+    online: list[tuple[AnyWorker, bool]]
 
 
 def first_status(

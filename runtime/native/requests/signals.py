@@ -6,10 +6,11 @@ new status. A Redis failure is logged and swallowed: the front's fallback poll c
 lost event.
 
 A request that ended with a worker's submit has its final status (``final_status``, right
-after the submit's commit: built from the rows the submit holds when the job it landed is the
-request's only one, the online pool read; else read) stored under its outcome key and the
-events name that key (``publish_chat_events``: the SET and the PUBLISHes in one round trip,
-the SET first), so a woken front reads the status from Redis instead of the status route.
+after the submit's commit: built from the rows and the online pool the submit read with its
+job when the job it landed is the request's only one; else read) stored under its outcome
+key and the events name that key (``publish_chat_events``: the SET and the PUBLISHes in one
+round trip, the SET first), so a woken front reads the status from Redis instead of the
+status route.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from generated.signals import (
 from generated.wire.native import ChatStatus
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.policy import Policy
-from runtime.native.requests.chat_status import EndedStatus, chat_status
+from runtime.native.requests.chat_status import EndedStatus, chat_status, held_status
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +68,12 @@ def final_status(
 ) -> ChatStatus | None:
     """The status of a request that just ended, after the commit that ended it, outside any
     transaction as the status route reads it (``autocommit``: an engine in autocommit; no
-    BEGIN, no COMMIT; each statement sees what was committed when it ran). ``held``: its row
-    and jobs as the submit left them, so only the online pool is read; without it, the row
-    and jobs are read too (a session of its own: none of the submit's objects, which its
-    UPDATEs left stale)."""
+    BEGIN, no COMMIT; each statement sees what was committed when it ran). ``held``: its row,
+    jobs and the online pool as the submit holds them, so nothing is read but a queue
+    position while it has jobs left to hand out; without it, the row, jobs and pool are read
+    (a session of its own: none of the submit's objects, which its UPDATEs left stale)."""
+    if held is not None and (status := held_status(policy, held)) is not None:
+        return status
     with Session(autocommit, expire_on_commit=False) as session:
         if held is not None:
             return chat_status(session, policy, held.wp, now, held.jobs)

@@ -208,18 +208,19 @@ def online_workers(
     maintenance) with their owners' trust, read as rows, not entities (``WorkerRow``)."""
     since = now - timedelta(seconds=policy.worker_stale_seconds)
     with raw_cursor(db) as cursor:
-        cursor.execute(_ONLINE.sql, _ONLINE.values({"since": since}))
+        cursor.execute(ONLINE_SQL.sql, ONLINE_SQL.values({"since": since}))
         rows = cursor.fetchall()
     return [(WorkerRow._make(row[:-1]), bool(row[-1])) for row in rows]
 
 
-_ONLINE = raw_sql(
+ONLINE_SQL = raw_sql(
     "SELECT "
     + ", ".join(f"workers.{name}" for name in WorkerRow._fields)
     + ", users.trusted FROM workers JOIN users ON users.id = workers.user_id"
     " WHERE workers.last_check_in > %(since)s AND workers.maintenance IS false"
 )
-"""``online_workers``' statement, in Postgres's placeholders once."""
+"""``online_workers``' statement, in Postgres's placeholders once (a chat submit sends it
+with its find: ``queue.chat_find``); its last column is the owner's trust."""
 ONLINE_WORKERS = (
     select(Worker, User.trusted)
     .join(User, User.id == Worker.user_id)

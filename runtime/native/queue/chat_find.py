@@ -1,0 +1,143 @@
+"""A chat submit's reads in one round trip (issue 14).
+
+A worker's chat submit read its key's user and its job's kind (one statement), then the job
+with its worker and request as ORM entities (a second), and after the payment the online pool
+for the request's final status (a third): three round trips and ~0.4 ms of the ORM's loading
+on the path from a worker's reply to the client's (bench/front.py's delivery). ``find_chat_job``
+reads all three in one round trip: the key's user and the job in one statement, the online
+pool in a second sent with it (psycopg's pipeline mode), both before the payment.
+
+The pool is then the one a status read would have measured ~1 ms before the request ended,
+not after: the payment changes no worker's check-in, maintenance, declaration or owner's
+trust, which is all availability reads of a worker.
+
+The job's rows are built as the ORM's loader builds them (``_detached``: each column's value
+in the instance's dict, committed, no history) without a session's identity map, so the
+payment's values reach them through ``land_job``, not ``synchronize``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from psycopg import RawCursor
+from sqlalchemy import Connection, inspect
+from sqlalchemy.orm import Session
+
+from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt, WorkerRow
+from runtime.native.queue.policy import Policy
+from runtime.native.queue.submit import JobWorker
+from runtime.native.requests.text import ONLINE_SQL
+from runtime.stores.raw_sql import raw_sql
+
+Entity = TypeVar("Entity", Generation, WaitingPrompt)
+
+
+def _columns(entity: type[Any], *, leave: frozenset[str] = frozenset()) -> tuple[str, ...]:
+    """The mapped columns' attribute names of ``entity``, in its mapper's order, but
+    ``leave``'s (each attribute maps one column of the same name)."""
+    names = []
+    for prop in inspect(entity).column_attrs:
+        (column,) = prop.columns
+        assert column.name == prop.key, (entity, prop.key)
+        if prop.key not in leave:
+            names.append(prop.key)
+    return tuple(names)
+
+
+GEN_COLUMNS = _columns(Generation)
+WP_COLUMNS = _columns(WaitingPrompt, leave=frozenset({"submitted_prompt"}))
+"""A chat request's columns a submit reads: all but the full flattened submission, which
+only moderation reads."""
+WORKER_COLUMNS = JobWorker._fields
+
+_FIND = raw_sql(f"""
+SELECT owner.id, owner.trusted, job.*
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
+    WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
+) AS owner ON true
+LEFT JOIN (
+    SELECT {", ".join(f"processing_gens.{c}" for c in GEN_COLUMNS)},
+        {", ".join(f"workers.{c}" for c in WORKER_COLUMNS)},
+        {", ".join(f"waiting_prompts.{c}" for c in WP_COLUMNS)}
+    FROM processing_gens
+    JOIN workers ON workers.id = processing_gens.worker_id
+    JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
+    WHERE processing_gens.id = %(gen_id)s AND waiting_prompts.is_chat
+) AS job ON true
+""")
+"""``find_chat_job``'s first statement: the key's user and the chat job (Postgres's
+placeholders once: ``RawSql``)."""
+
+
+@dataclass(frozen=True)
+class ChatJob:
+    """A handed-out chat job as its submit needs it: the job, its worker, its request."""
+
+    gen: Generation
+    worker: JobWorker
+    wp: WaitingPrompt
+
+
+@dataclass(frozen=True)
+class FoundChat:
+    """A chat submit's key and job, and the online pool, read together (``find_chat_job``)."""
+
+    owner_id: int | None
+    """The key's user (None: no such key)."""
+    trusted: bool
+    job: ChatJob | None
+    """None: no such job, a text job, or not a job id."""
+    online: list[tuple[AnyWorker, bool]]
+    """The online workers with their owners' trust (``requests.text.online_workers``)."""
+
+
+def find_chat_job(
+    db: Session | Connection, key_hash: str, generation_id: str, policy: Policy, now: datetime
+) -> FoundChat:
+    """The submit's key's user, its chat job (with its worker and request) and the online
+    pool as of ``now``, in one round trip (two statements in a pipeline, in autocommit each
+    its own snapshot, or both in the caller's transaction)."""
+    try:
+        gen_id: uuid.UUID | None = uuid.UUID(generation_id)
+    except ValueError:
+        gen_id = None
+    connection = db.connection() if isinstance(db, Session) else db
+    driver = connection.connection.driver_connection
+    assert driver is not None
+    since = now - timedelta(seconds=policy.worker_stale_seconds)
+    with RawCursor(driver) as find, RawCursor(driver) as pool:
+        with driver.pipeline():
+            find.execute(_FIND.sql, _FIND.values({"key_hash": key_hash, "gen_id": gen_id}))
+            pool.execute(ONLINE_SQL.sql, ONLINE_SQL.values({"since": since}))
+        row = find.fetchone()
+        workers = pool.fetchall()
+    assert row is not None
+    owner_id, trusted, *job = row
+    online: list[tuple[AnyWorker, bool]] = [(WorkerRow._make(w[:-1]), bool(w[-1])) for w in workers]
+    return FoundChat(owner_id, bool(trusted), _chat_job(job), online)
+
+
+def _chat_job(values: list[Any]) -> ChatJob | None:
+    if values[0] is None:
+        return None
+    at = len(GEN_COLUMNS)
+    then = at + len(WORKER_COLUMNS)
+    return ChatJob(
+        gen=_detached(Generation, GEN_COLUMNS, values[:at]),
+        worker=JobWorker._make(values[at:then]),
+        wp=_detached(WaitingPrompt, WP_COLUMNS, values[then:]),
+    )
+
+
+def _detached(entity: type[Entity], names: tuple[str, ...], values: list[Any]) -> Entity:
+    """An instance of ``entity`` holding ``values`` as the ORM's loader leaves a loaded
+    row's (in its dict, committed, no history), in no session."""
+    instance: Entity = inspect(entity).class_manager.new_instance()
+    instance.__dict__.update(zip(names, values, strict=True))
+    return instance
