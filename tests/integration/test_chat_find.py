@@ -1,7 +1,8 @@
 """runtime.native.queue.chat_find: a chat submit's key, job and online pool in one round trip
 (issue 14). The job's rows, built without the ORM's loader, hold what the ORM loads, value
-and type, for every column the submit reads; the pool is ``online_workers``'; a text job, an
-unknown id and an unknown key are told apart as the submit refuses them."""
+and type, for every column the submit reads (all but the request's conversation); the pool
+is ``online_workers``'; a text job, an unknown id and an unknown key are told apart as the
+submit refuses them."""
 
 from __future__ import annotations
 
@@ -60,12 +61,12 @@ def test_a_chat_job_is_read_as_the_orm_loads_it(native_service, native_client, m
         _same_columns(found.job.gen, gen, GEN_COLUMNS)
         _same_columns(found.job.wp, wp, WP_COLUMNS)
         assert found.job.wp.chat_request
-        assert found.job.wp.messages
+        assert wp.messages  # the request has a conversation, which the submit does not read
         assert (found.job.worker.id, found.job.worker.name) == (gen.worker_id, "chat-worker")
-    # every column of both tables but the flattened submission, which no submit reads
-    assert set(WP_COLUMNS) == {c.key for c in inspect(WaitingPrompt).column_attrs} - {
-        "submitted_prompt"
-    }
+    # every column of both tables but the request's conversation, which no submit reads
+    conversation = {"messages", "submitted_prompt"}
+    assert set(WP_COLUMNS) == {c.key for c in inspect(WaitingPrompt).column_attrs} - conversation
+    assert not conversation & set(found.job.wp.__dict__)
     assert set(GEN_COLUMNS) == {c.key for c in inspect(Generation).column_attrs}
     # built as loaded: in no session, nothing pending
     assert inspect(found.job.gen).transient

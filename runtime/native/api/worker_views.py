@@ -361,15 +361,17 @@ def text_submit(req: LaneRequest) -> Reply:
                     count_committed(moved)  # committed with the statement that paid
                     _send_webhook(ctx, webhook)
                     return Reply(dict(reward=float(reward)))
+        if chat is not None:
+            reply = _chat_submission(ctx, body)  # the payload's checked before the key
+            # Its payment on the find's connection (in autocommit), a fault in a transaction
+            # of its own.
+            with Session(connection, expire_on_commit=False) as session:
+                owner = Owner(_registered(session, chat.owner_id, api_key), chat.trusted)
+                outcome = submit_chat_job(
+                    session, ctx.policy, owner, reply, utcnow(), ctx.sessions, chat
+                )
+                count_committed(session.info)  # what the payment moved, committed with it
     if chat is not None:
-        reply = _chat_submission(ctx, body)  # the payload's checked before the key
-        # Its payment in autocommit, a fault in a transaction of its own.
-        with Session(ctx.autocommit, expire_on_commit=False) as session:
-            owner = Owner(_registered(session, chat.owner_id, api_key), chat.trusted)
-            outcome = submit_chat_job(
-                session, ctx.policy, owner, reply, utcnow(), ctx.sessions, chat
-            )
-            count_committed(session.info)  # what the payment moved, committed with it
         return _chat_submitted(ctx, outcome)
     with transaction(ctx.sessions) as session:
         _registered(session, found.owner_id, api_key)

@@ -49,9 +49,10 @@ def _columns(entity: type[Any], *, leave: frozenset[str] = frozenset()) -> tuple
 
 
 GEN_COLUMNS = _columns(Generation)
-WP_COLUMNS = _columns(WaitingPrompt, leave=frozenset({"submitted_prompt"}))
-"""A chat request's columns a submit reads: all but the full flattened submission, which
-only moderation reads."""
+WP_COLUMNS = _columns(WaitingPrompt, leave=frozenset({"messages", "submitted_prompt"}))
+"""A chat request's columns a submit reads: all but its conversation (the kept messages,
+as long as the client's, and the full flattened submission), which a reply is not checked
+against and its status does not show. They are left unset on the built row."""
 WORKER_COLUMNS = JobWorker._fields
 
 _FIND = raw_sql(f"""

@@ -67,7 +67,6 @@ from runtime.native.queue.submit import (
     land_job,
 )
 from runtime.native.queue.webhooks import Delivery
-from runtime.native.requests.chat import stored_request
 from runtime.native.requests.chat_status import EndedStatus
 from runtime.native.requests.status import Jobs
 from runtime.observability.context import KIND_CHAT
@@ -196,7 +195,7 @@ def submit_chat_job(
     gen, worker, wp = found.job.gen, found.job.worker, found.job.wp
     if worker.user_id != user.id:
         raise WrongCredentials()
-    request = stored_request(wp)
+    request = dict(wp.chat_request or {})  # its parameters: the job was read without messages
     streamed = streams_deltas(request)
     if sub.state == FAULTED:
         with transaction(faults) as tx:
