@@ -77,6 +77,33 @@ psutil, py-spy at 200 Hz, cProfile in the serving thread; 2 cores shared with ot
   pace (bench/native_cycles.py: pop_submit_server_cpu_ms 2.59/2.61 -> 2.59/2.37 ms,
   pop_submit_cycles_per_s 315/275 -> 296/331, load 2.8-5.3).
 
+Where a delivery's time goes (2026-12-04, perf_counter stamps in the native API, the front
+and this bench, comparable across processes; the idle 2-core VM, whose speed moved ~25%
+within the hour, so only pairs from one sitting compare):
+- Before (050c259), p50 from the submit reaching the native ASGI app to the front holding the
+  final status: 3.40 ms. Of it: the key and the job's kind 0.33, the job as ORM entities
+  0.54, the payment 0.94, the online pool for the final status 0.39, the Redis SET and
+  PUBLISHes 0.24, the lane's hop and rate limit 0.14.
+- Now a chat reply's key, job and the online pool are one round trip (two statements in a
+  pipeline, the job's rows built without the ORM's loader and without the conversation:
+  runtime/native/queue/chat_find.py), 0.57 ms, and the final status needs no read (0.06):
+  2.90 ms. A B A B in one sitting (12:20-12:23, idle, 269f48e): delivery p50/p99 4.69/6.30
+  and 5.01/6.38 ms -> 4.32/5.63 and 4.21/5.62; at 12:32-12:35, slower, 724cbff: 5.88/7.59,
+  6.02/7.83, 5.98/7.99 -> 5.16/6.72, 5.15/6.85, 5.57/7.35. chat_pop_submit_cycles_per_s
+  (bench/native_chat.py) 256 -> 309.
+- The payment is the largest part: horde_pay's executor time is ~0.38 ms (auto_explain,
+  median), its statements' own ~0.2; its commit waits for the WAL flush. The same run with
+  synchronous_commit off (an experiment, never a setting) took the payment from 1.14 to
+  0.87 ms p50 and 2.16 to 1.23 ms p99: the flush is ~0.27 ms p50 and most of the tail.
+- The find's two statements take 0.07 ms on the server; alone, the call is 0.24 ms
+  (0.21 the pipeline); in the bench 0.57: the lane thread and Postgres waking on 2 cores
+  after the idle SETTLE.
+- The ends are clients': the worker's httpx submit to the ASGI app 0.40 ms p50; the front's
+  answer sent to the client (httpx) holding it 0.44 ms. The front itself, event published to
+  answer sent: 0.13 woken, 0.29 the outcome GET and its reading, 0.09 the response.
+- Garbage collection is not the tail: 6 of 300 deliveries overlapped a collection in the
+  native API or the front (gc.callbacks); a larger first threshold made 8.7 ms pauses.
+
 What an open wait holds (2026-12-03, tracemalloc of the front at 1,000-2,000 waits; the
 figure is RSS, ~33.5 KiB a wait on ec355f1 at 2,000 waits, 33.3 at 10,000):
 - asyncio: three tasks a wait beyond the request's and its disconnect listener (the work and
