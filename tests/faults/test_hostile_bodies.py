@@ -268,7 +268,9 @@ def test_hostile_bodies_are_refused_in_bounds_while_others_are_served(
 def test_a_parser_process_killed_costs_one_answer_at_most() -> None:
     """A parser process SIGKILLed (the kernel's OOM killer) breaks its pool: the body that
     meets the broken pool is answered 503 FrontAtCapacity at worst, and the next is parsed
-    by a new pool (the front needs no restart)."""
+    by a new pool (the front needs no restart). The pool's own thread notices the death on
+    its own time, so a body may still be parsed by a surviving process first (a fresh-clone
+    run answered InvalidJSON, then FrontAtCapacity): one answer lost at most, in any order."""
     parser = Parser()
     parser.open()
     try:
@@ -279,12 +281,13 @@ def test_a_parser_process_killed_costs_one_answer_at_most() -> None:
         os.kill(victim, signal.SIGKILL)
         until(lambda: not alive(victim), "the parser process gone")
         answers = []
-        for _ in range(2):
+        for _ in range(3):
             try:
                 asyncio.run(parser.run(body))
             except HordeError as refused:
                 answers.append(refused.code)
         assert answers[-1] == "InvalidJSON", answers
+        assert answers.count("FrontAtCapacity") <= 1, answers
         assert set(answers) <= {"InvalidJSON", "FrontAtCapacity"}, answers
         assert victim not in parser.pids()
     finally:
