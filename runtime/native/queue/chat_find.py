@@ -29,9 +29,8 @@ from sqlalchemy.orm import Session
 
 from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt, WorkerRow
 from runtime.native.queue.policy import Policy
-from runtime.native.queue.submit import JobWorker
+from runtime.native.queue.submit import JobWorker, key_and_job
 from runtime.native.requests.text import ONLINE_SQL
-from runtime.stores.raw_sql import raw_sql
 
 Entity = TypeVar("Entity", Generation, WaitingPrompt)
 
@@ -55,14 +54,7 @@ as long as the client's, and the full flattened submission), which a reply is no
 against and its status does not show. They are left unset on the built row."""
 WORKER_COLUMNS = JobWorker._fields
 
-_FIND = raw_sql(f"""
-SELECT owner.id, owner.trusted, job.*
-FROM (SELECT 1) AS one
-LEFT JOIN (
-    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
-    WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
-) AS owner ON true
-LEFT JOIN (
+_FIND = key_and_job(f"""
     SELECT {", ".join(f"processing_gens.{c}" for c in GEN_COLUMNS)},
         {", ".join(f"workers.{c}" for c in WORKER_COLUMNS)},
         {", ".join(f"waiting_prompts.{c}" for c in WP_COLUMNS)}
@@ -70,10 +62,8 @@ LEFT JOIN (
     JOIN workers ON workers.id = processing_gens.worker_id
     JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
     WHERE processing_gens.id = %(gen_id)s AND waiting_prompts.is_chat
-) AS job ON true
 """)
-"""``find_chat_job``'s first statement: the key's user and the chat job (Postgres's
-placeholders once: ``RawSql``)."""
+"""``find_chat_job``'s first statement: the key's user and the chat job."""
 
 
 @dataclass(frozen=True)

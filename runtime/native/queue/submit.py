@@ -44,7 +44,7 @@ from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.observability.context import KIND_TEXT, note_kudos, note_worker_fault
-from runtime.stores.raw_sql import raw_sql
+from runtime.stores.raw_sql import RawSql, raw_sql
 
 FAULTED = STATE_FAULTED
 GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
@@ -114,14 +114,22 @@ class Found:
         return Owner(self.owner_id, self.trusted)
 
 
-_FIND = raw_sql("""
+def key_and_job(job: str) -> RawSql:
+    """A submit's one read: its key's user (``%(key_hash)s``; id and trust, NULL when no
+    such key) and the row of ``job`` (a SELECT of at most one row; NULL when none), in
+    Postgres's placeholders once (``RawSql``: psycopg would split it on every run)."""
+    return raw_sql(f"""
 SELECT owner.id, owner.trusted, job.*
 FROM (SELECT 1) AS one
 LEFT JOIN (
     SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
     WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
 ) AS owner ON true
-LEFT JOIN (
+LEFT JOIN ({job}) AS job ON true
+""")
+
+
+_FIND = key_and_job("""
     SELECT waiting_prompts.is_chat, processing_gens.id, processing_gens.model,
         processing_gens.start_time, workers.id, workers.user_id, workers.bridge_agent,
         waiting_prompts.id, waiting_prompts.prompt, waiting_prompts.max_length,
@@ -130,10 +138,8 @@ LEFT JOIN (
     JOIN workers ON workers.id = processing_gens.worker_id
     JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
     WHERE processing_gens.id = %(gen_id)s
-) AS job ON true
 """)
-"""``find_text_submit``'s statement, in Postgres's placeholders once (``RawSql``: psycopg
-would split it on every run; issue 14)."""
+"""``find_text_submit``'s statement (issue 14)."""
 
 
 def find_text_submit(db: Session | Connection, key_hash: str, generation_id: str) -> Found:
