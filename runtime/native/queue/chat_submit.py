@@ -56,7 +56,7 @@ from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
 from runtime.native.db.tables import AnyWorker, Generation, User, WaitingPrompt
 from runtime.native.progress.protocol import Posted
-from runtime.native.queue.chat_find import FoundChat
+from runtime.native.queue.chat_find import ChatJob, FoundChat
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import (
     FAULTED,
@@ -190,9 +190,10 @@ def submit_chat_job(
     happy path): a kept or censored reply is paid by one statement (``pay``: a transaction
     of its own), its kudos noted in ``session.info`` for the caller to count. A fault (the
     worker's, or a refused reply) is several writes: it takes a transaction of ``faults``."""
-    if found.job is None:
+    job, online = found.job, found.online
+    if job is None:
         raise InvalidJobID(id=sub.generation_id)
-    gen, worker, wp = found.job.gen, found.job.worker, found.job.wp
+    gen, worker, wp = job.gen, job.worker, job.wp
     if worker.user_id != user.id:
         raise WrongCredentials()
     request = dict(wp.chat_request or {})  # its parameters: the job was read without messages
@@ -201,16 +202,11 @@ def submit_chat_job(
         with transaction(faults) as tx:
             outcome = _fault(tx, policy, gen, wp.id, now, sub.gen_metadata)
     elif sub.state != STATE_OK:
-        landed = _land_censored(session, policy, user, sub, now, gen, worker, wp)
-        outcome = _landed_outcome(landed, gen, worker, found.online)
+        outcome = _land_censored(session, policy, user, sub, now, job, online)
     else:
-        kept = _land_reply(
-            session, policy, user, sub, now, gen, worker, wp, request, streamed, faults
+        outcome = _land_reply(
+            session, policy, user, sub, now, job, online, request, streamed, faults
         )
-        outcome = (
-            kept if isinstance(kept, ChatSubmitOutcome) else
-            _landed_outcome(kept, gen, worker, found.online)
-        )  # fmt: skip
     outcome.streamed = streamed
     return outcome
 
@@ -221,15 +217,15 @@ def _land_reply(
     user: User | Owner,
     sub: ChatSubmission,
     now: datetime,
-    gen: Generation,
-    worker: JobWorker,
-    wp: WaitingPrompt,
+    job: ChatJob,
+    online: list[tuple[AnyWorker, bool]],
     request: dict[str, Any],
     streamed: bool,
     faults: sessionmaker[Session],
-) -> Landed | ChatSubmitOutcome:
+) -> ChatSubmitOutcome:
     """A kept reply verified against ``request`` (the stored one), landed and charged; a
-    refused one faults the job (the outcome, with the refusal to answer after the commit)."""
+    refused one faults the job (the refusal is the outcome's, answered after the commit)."""
+    gen, worker, wp = job.gen, job.worker, job.wp
     try:
         reply = verify_chat_reply(request, sub.reply, max_length=wp.max_length)
     except ChatReplyRejected as refusal:
@@ -249,9 +245,10 @@ def _land_reply(
         "gen_metadata": sub.gen_metadata,
     }
     received = _diverged_from(sub.read_relayed() if streamed else None, reply, wp.max_length)
-    return land_job(
+    landed = land_job(
         session, policy, user, worker, wp, gen, tokens, sub.state, now, stored, received
     )
+    return _landed_outcome(landed, gen, worker, online)
 
 
 def _diverged_from(relayed: Posted | None, reply: dict[str, Any], max_length: int) -> int | None:
@@ -299,11 +296,11 @@ def _land_censored(
     user: User | Owner,
     sub: ChatSubmission,
     now: datetime,
-    gen: Generation,
-    worker: JobWorker,
-    wp: WaitingPrompt,
-) -> Landed:
+    job: ChatJob,
+    online: list[tuple[AnyWorker, bool]],
+) -> ChatSubmitOutcome:
     """A censored reply: paid on its output estimate, charged nothing, its text withheld."""
+    gen, worker, wp = job.gen, job.worker, job.wp
     tokens = output_estimate(_shaped(sub.reply), wp.max_length)
     withheld: dict[str, Any] = {
         REPLY_CONTENT: None,
@@ -319,4 +316,5 @@ def _land_censored(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    return land_job(session, policy, user, worker, wp, gen, tokens, sub.state, now, stored)
+    landed = land_job(session, policy, user, worker, wp, gen, tokens, sub.state, now, stored)
+    return _landed_outcome(landed, gen, worker, online)
