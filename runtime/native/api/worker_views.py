@@ -385,9 +385,9 @@ def text_submit(req: LaneRequest) -> Reply:
 
 
 def _chat_reply(body: dict[str, Any]) -> bool:
-    """The submit carries a chat reply's fields and no text: its job is most likely a chat
-    job, read first as one (a text job's id is then found by ``find_text_submit``)."""
-    return "generation" not in body and any(body.get(key) is not None for key in REPLY_KEYS)
+    """The submit carries a chat reply's fields: its job is most likely a chat job, read
+    first as one (a text job's id is then found by ``find_text_submit``)."""
+    return any(body.get(key) is not None for key in REPLY_KEYS)
 
 
 def _registered(session: Session, owner_id: int | None, api_key: str | None) -> int:

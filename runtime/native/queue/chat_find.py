@@ -18,19 +18,19 @@ payment's values reach them through ``land_job``, not ``synchronize``.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from psycopg import RawCursor
 from sqlalchemy import Connection, inspect
 from sqlalchemy.orm import Session
 
-from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt, WorkerRow
+from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt
+from runtime.native.queue.jobs import driver_of
 from runtime.native.queue.policy import Policy
-from runtime.native.queue.submit import JobWorker, key_and_job
-from runtime.native.requests.text import ONLINE_SQL
+from runtime.native.queue.submit import JobWorker, job_id, key_and_job
+from runtime.native.requests.text import ONLINE_SQL, online_rows, online_values
 
 Entity = TypeVar("Entity", Generation, WaitingPrompt)
 
@@ -94,23 +94,16 @@ def find_chat_job(
     """The submit's key's user, its chat job (with its worker and request) and the online
     pool as of ``now``, in one round trip (two statements in a pipeline, in autocommit each
     its own snapshot, or both in the caller's transaction)."""
-    try:
-        gen_id: uuid.UUID | None = uuid.UUID(generation_id)
-    except ValueError:
-        gen_id = None
-    connection = db.connection() if isinstance(db, Session) else db
-    driver = connection.connection.driver_connection
-    assert driver is not None
-    since = now - timedelta(seconds=policy.worker_stale_seconds)
+    driver = driver_of(db)
+    params = {"key_hash": key_hash, "gen_id": job_id(generation_id)}
     with RawCursor(driver) as find, RawCursor(driver) as pool:
         with driver.pipeline():
-            find.execute(_FIND.sql, _FIND.values({"key_hash": key_hash, "gen_id": gen_id}))
-            pool.execute(ONLINE_SQL.sql, ONLINE_SQL.values({"since": since}))
+            find.execute(_FIND.sql, _FIND.values(params))
+            pool.execute(ONLINE_SQL.sql, online_values(policy, now))
         row = find.fetchone()
-        workers = pool.fetchall()
+        online = online_rows(pool.fetchall())
     assert row is not None
     owner_id, trusted, *job = row
-    online: list[tuple[AnyWorker, bool]] = [(WorkerRow._make(w[:-1]), bool(w[-1])) for w in workers]
     return FoundChat(owner_id, bool(trusted), _chat_job(job), online)
 
 

@@ -331,11 +331,16 @@ def driver_cursor(session: Session) -> Iterator[Any]:
 def raw_cursor(session: Session | Connection) -> Iterator[Any]:
     """A ``RawCursor`` of the driver's connection under the session's (or connection's)
     transaction: it runs a ``RawSql`` statement without parsing it again."""
-    connection = session.connection() if isinstance(session, Session) else session
+    with RawCursor(driver_of(session)) as cursor:
+        yield cursor
+
+
+def driver_of(db: Session | Connection) -> Any:
+    """The psycopg connection under the session's (or connection's) transaction."""
+    connection = db.connection() if isinstance(db, Session) else db
     driver = connection.connection.driver_connection
     assert driver is not None
-    with RawCursor(driver) as cursor:
-        yield cursor
+    return driver
 
 
 DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]

@@ -114,6 +114,14 @@ class Found:
         return Owner(self.owner_id, self.trusted)
 
 
+def job_id(generation_id: str) -> uuid.UUID | None:
+    """A submitted job id as the finds bind it (None: not an id, so no job is found)."""
+    try:
+        return uuid.UUID(generation_id)
+    except ValueError:
+        return None
+
+
 def key_and_job(job: str) -> RawSql:
     """A submit's one read: its key's user (``%(key_hash)s``; id and trust, NULL when no
     such key) and the row of ``job`` (a SELECT of at most one row; NULL when none), in
@@ -144,12 +152,9 @@ _FIND = key_and_job("""
 
 def find_text_submit(db: Session | Connection, key_hash: str, generation_id: str) -> Found:
     """A submit's key's user and its job (with its worker and request) in one statement."""
-    try:
-        gen_id: uuid.UUID | None = uuid.UUID(generation_id)
-    except ValueError:
-        gen_id = None
+    params = {"key_hash": key_hash, "gen_id": job_id(generation_id)}
     with raw_cursor(db) as cursor:
-        cursor.execute(_FIND.sql, _FIND.values({"key_hash": key_hash, "gen_id": gen_id}))
+        cursor.execute(_FIND.sql, _FIND.values(params))
         row = cursor.fetchone()
     assert row is not None
     owner_id, trusted, is_chat, *job = row

@@ -206,10 +206,19 @@ def online_workers(
 ) -> list[tuple[AnyWorker, bool]]:
     """The workers online now (checked in within ``Policy.worker_stale_seconds``, not in
     maintenance) with their owners' trust, read as rows, not entities (``WorkerRow``)."""
-    since = now - timedelta(seconds=policy.worker_stale_seconds)
     with raw_cursor(db) as cursor:
-        cursor.execute(ONLINE_SQL.sql, ONLINE_SQL.values({"since": since}))
-        rows = cursor.fetchall()
+        cursor.execute(ONLINE_SQL.sql, online_values(policy, now))
+        return online_rows(cursor.fetchall())
+
+
+def online_values(policy: Policy, now: datetime) -> tuple[Any, ...]:
+    """``ONLINE_SQL``'s values: the workers checked in within the stale window of ``now``."""
+    return ONLINE_SQL.values({"since": now - timedelta(seconds=policy.worker_stale_seconds)})
+
+
+def online_rows(rows: list[Any]) -> list[tuple[AnyWorker, bool]]:
+    """``ONLINE_SQL``'s rows as ``online_workers`` answers them: each worker's row and its
+    owner's trust."""
     return [(WorkerRow._make(row[:-1]), bool(row[-1])) for row in rows]
 
 
