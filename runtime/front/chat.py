@@ -154,6 +154,7 @@ class _Life:
         body, normalised = await admitted_body(raw)  # off the event loop when large
         self.state.drain.refuse_if_started()  # a stopping front submits nothing new
         operation_key = new_operation_key()
+        since = self.state.hub.mark()  # what the hub hears from here on reaches the wait
         try:
             accepted = await self.state.native.submit(
                 body, api_key=api_key, operation_key=operation_key, source=self.source
@@ -183,6 +184,7 @@ class _Life:
                 normalised,
                 config.budget,
                 source=self.source,
+                since=since,
             ) as wait:
                 try:
                     await watch.run(wait.open(first))  # the submit's status

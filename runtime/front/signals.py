@@ -1,23 +1,35 @@
-"""Completion signals: one shared Redis pub/sub connection for every open wait.
+"""Completion signals: one Redis pattern subscription for every open wait.
 
-A wait costs a channel subscription and a ``Signal`` (a ``Flag``: an event), not a
-connection: the hub owns one ``redis.asyncio`` PubSub, a reader task sets the signal of the
-channel a message arrives on (noting the outcome key the event names, where the native API
-stored the request's final status), and ``watch(request_id)`` subscribes (waiting for Redis
-to confirm, so a signal published after ``watch`` returns is never missed) and unsubscribes
-on exit. ``outcome(key)`` reads a final status stored there (None when it is not, or Redis
-cannot answer: read the status route).
+The hub owns one ``redis.asyncio`` PubSub subscribed to every chat request's channel at
+once (``channel_of("*")``, one PSUBSCRIBE a connection); a reader task sets the signal of
+the open wait whose channel a message arrives on (noting the outcome key the event names,
+where the native API stored the request's final status). Opening and closing a wait send
+Redis nothing: ``subscribe(request_id)`` and ``release`` only file its ``Signal`` (a
+``Flag``) by channel. Before, each wait subscribed to its channel, waited for the
+confirmation and unsubscribed: two round trips and three of the front's ~6 wakes a request
+(issue 14). The price is that every front reads every request's events, a few small JSON
+messages a request (spec/signals.yaml: no text), and drops those of requests it does not
+wait on.
 
-Redis may fail or restart at any time and no wait fails for it: a lost connection (or a
-subscribe that fails) marks the hub broken; while broken, new waits subscribe nothing and
-do not wait for a confirmation, and the reader reconnects with a growing pause, subscribes
-again to every open channel and then wakes every wait once, since signals may have been lost
-meanwhile. Waits also poll slowly, so a lost signal only delays a reply.
+A wait opens right after its submit's answer, and a fast worker's first event can reach the
+front before it (the two travel apart). So the hub keeps the last ``RECENT`` messages of
+channels no wait holds, and a wait opened with the ``mark`` taken before its submit was sent
+gets what its channel had meanwhile; its ``heard`` says none can have been missed (the same
+connection listened throughout, nothing dropped), and then it need not look the request's
+outcome key up. ``outcome(key)`` reads a final status stored there (None when it is not, or
+Redis cannot answer: read the status route).
+
+Redis may fail or restart at any time and no wait fails for it: a lost connection (or one
+refused) marks the hub broken; while broken, waits open without waiting and are not
+``heard``, and the reader reconnects with a growing pause, subscribes again, and on the
+confirmation wakes every open wait once, since signals may have been lost meanwhile. Waits
+also poll slowly, so a lost signal only delays a reply.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -33,6 +45,10 @@ from generated.wire.native import ChatStatus
 log = logging.getLogger(__name__)
 
 CONFIRM_TIMEOUT = 2.0
+"""How long a wait opened while the hub connects waits for it to listen."""
+RECENT = 1024
+"""Messages of channels no open wait holds, kept for waits about to open (a submit's
+answer and its first event race: either may reach the front first)."""
 RECONNECT_DELAY = 0.5
 """The first pause before reconnecting (doubled after each failure, up to RECONNECT_MAX)."""
 RECONNECT_MAX = 4.0
@@ -101,19 +117,24 @@ class Signal(Flag):
     """Set whenever the request's channel gets a message (clear it yourself); ``outcome``
     is the outcome key the latest event named, if any."""
 
-    __slots__ = ("outcome",)
+    __slots__ = ("heard", "outcome")
 
     def __init__(self) -> None:
         super().__init__()
         self.outcome: str | None = None
+        self.heard = False
+        """Set by ``subscribe``: no message since the submit can have been missed."""
 
 
-class _Channel:
-    __slots__ = ("confirmed", "events")
+class Mark:
+    """Where the hub stood when a submit was sent (``SignalHub.mark``): its connection's
+    epoch and the number of messages it had read."""
 
-    def __init__(self) -> None:
-        self.events: set[Signal] = set()
-        self.confirmed = Flag()
+    __slots__ = ("epoch", "seq")
+
+    def __init__(self, epoch: int, seq: int) -> None:
+        self.epoch = epoch
+        self.seq = seq
 
 
 class SignalHub:
@@ -122,20 +143,32 @@ class SignalHub:
     def __init__(self, redis: Redis, channel_of: Callable[[str], str]) -> None:
         self.redis = redis
         self.channel_of = channel_of
-        self.channels: dict[str, _Channel] = {}
+        self.pattern = channel_of("*")
+        """Every request's channel: the hub's one pattern subscription."""
+        self.channels: dict[str, set[Signal]] = {}
+        """The open waits' signals, by their channel."""
         self.received = 0
+        """Messages read (their sequence numbers)."""
         self.reconnects = 0
         self.broken = False
         """The pub/sub connection is lost; the reader is reconnecting."""
+        self.listening = Flag()
+        """Redis confirmed the pattern subscription on the current connection."""
+        self.epoch = 0
+        """The current connection's number (a message read on an earlier one is another's)."""
+        self._recent: dict[str, tuple[int, str | None]] = {}
+        """Channels with no open wait that got a message: the latest's sequence number and
+        the outcome key the latest naming one named (a wait opened right after its submit
+        finds there what arrived meanwhile)."""
+        self._recent_order: collections.deque[tuple[int, str]] = collections.deque()
+        self._forgotten = 0
+        """The newest sequence number dropped from ``_recent``."""
+        self._outage_logged = False
         self._pubsub: Any = None
         self._reader: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
-        # redis-py's PubSub opens its connection on the first command; commands sent
-        # concurrently before it exists would each open one (and be read by nobody).
-        self._commands = asyncio.Lock()
 
     async def start(self) -> None:
-        self._pubsub = self.redis.pubsub()
+        """Starts the reader, which connects and subscribes (a front starts without Redis)."""
         self._reader = asyncio.create_task(self._read_forever(), name="front-signals")
 
     async def stop(self) -> None:
@@ -147,6 +180,14 @@ class SignalHub:
             with contextlib.suppress(RedisError, OSError):
                 await self._pubsub.aclose()
 
+    def mark(self) -> Mark | None:
+        """Taken before a submit is sent: ``subscribe(request_id, mark)`` then holds every
+        message of the request's channel, those read meanwhile included, when the hub
+        listened throughout. None while it does not listen."""
+        if not self.listening.is_set():
+            return None
+        return Mark(self.epoch, self.received)
+
     @contextlib.asynccontextmanager
     async def watch(self, request_id: str) -> AsyncIterator[Signal]:
         """A signal set whenever the request's channel gets a message."""
@@ -154,39 +195,50 @@ class SignalHub:
         try:
             yield event
         finally:
-            await self.release(request_id, event)
+            self.release(request_id, event)
 
-    async def subscribe(self, request_id: str) -> Signal:
-        """``watch`` without its context manager (a wait holds no generator frame for it):
-        the request's signal, once Redis confirmed the subscription; ``release`` it."""
+    async def subscribe(self, request_id: str, since: Mark | None = None) -> Signal:
+        """The request's signal (``release`` it): set for every message its channel gets
+        from here on, while Redis answers (on a hub still connecting, once it listens, or
+        after ``CONFIRM_TIMEOUT``). Its ``heard`` is True when no message since ``since``
+        can have been missed: those read meanwhile have set it already."""
         name = self.channel_of(request_id)
         event = Signal()
-        channel = self.channels.get(name)
-        try:
-            if channel is None:
-                channel = self.channels[name] = _Channel()
-                channel.events.add(event)
-                sent = await self._send("subscribe", name)
-            else:
-                channel.events.add(event)
-                sent = not self.broken
-            if sent:
-                await channel.confirmed.wait(CONFIRM_TIMEOUT)
-        except BaseException:
-            await self.release(request_id, event)
-            raise
+        events = self.channels.get(name)
+        fresh = events is None
+        if events is None:
+            events = self.channels[name] = set()
+        events.add(event)
+        if not self.listening.is_set() and not self.broken:
+            try:
+                await self.listening.wait(CONFIRM_TIMEOUT)
+            except BaseException:
+                self.release(request_id, event)
+                raise
+        if fresh and since is not None and self._heard_since(since):
+            event.heard = True
+            seen = self._recent.get(name)
+            if seen is not None and seen[0] > since.seq:
+                event.outcome = seen[1]
+                event.set()
         return event
 
-    async def release(self, request_id: str, event: Signal) -> None:
-        """The end of a ``subscribe``: the last signal of a channel unsubscribes it."""
+    def _heard_since(self, since: Mark) -> bool:
+        """Every message read since ``since`` either reached an open wait or is in
+        ``_recent``: the same connection listened throughout and nothing was dropped."""
+        return (
+            self.listening.is_set() and self.epoch == since.epoch and self._forgotten <= since.seq
+        )
+
+    def release(self, request_id: str, event: Signal) -> None:
+        """The end of a ``subscribe``."""
         name = self.channel_of(request_id)
-        channel = self.channels.get(name)
-        if channel is None or event not in channel.events:
+        events = self.channels.get(name)
+        if events is None or event not in events:
             return
-        channel.events.discard(event)
-        if not channel.events:
+        events.discard(event)
+        if not events:
             del self.channels[name]
-            await self._send("unsubscribe", name)
 
     async def outcome(self, key: str) -> ChatStatus | None:
         """The final status stored under ``key``; None when absent or unreadable."""
@@ -203,85 +255,87 @@ class SignalHub:
             return None
         return cast(ChatStatus, status) if isinstance(status, dict) else None
 
-    async def _send(self, command: str, name: str) -> bool:
-        """True when Redis took the command; while broken, nothing is sent (the reader
-        subscribes every open channel once it reconnects)."""
-        if self.broken:
-            return False
-        try:
-            async with self._commands:
-                await getattr(self._pubsub, command)(name)
-        except (RedisError, OSError) as exc:
-            log.warning("signal %s %s failed (the fallback poll covers it): %s", command, name, exc)
-            self._lost()
-            return False
-        self._wake.set()
-        return True
-
-    def _lost(self) -> None:
-        self.broken = True
-        self._wake.set()
-
     async def _read_forever(self) -> None:
         delay = RECONNECT_DELAY
         while True:
             try:
-                if self.broken:
-                    await self._resubscribe()
-                    self.broken = False
-                    self.reconnects += 1
+                if self._pubsub is None or self.broken:
+                    await self._connect()
+                    self.broken = False  # waits opened now wait for the confirmation
                     delay = RECONNECT_DELAY
-                    log.info("signal connection restored (%d channels)", len(self.channels))
-                    self._wake_all()
-                    continue
-                if not self._pubsub.subscribed:
-                    self._wake.clear()
-                    await self._wake.wait()
                     continue
                 message = await self._pubsub.get_message(timeout=None)
                 if message is not None:
                     self._dispatch(message)
             except (RedisError, OSError) as exc:
-                if not self.broken:
-                    log.warning("signal connection lost, reconnecting: %s", exc)
+                if not self._outage_logged:
+                    log.warning("signal connection lost or refused, reconnecting: %s", exc)
+                    self._outage_logged = True
                 self.broken = True
+                self.listening.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
 
+    async def _connect(self) -> None:
+        """A new PubSub with the pattern subscription sent; raises while Redis is away. Its
+        confirmation, when read, makes the hub listen."""
+        if self._pubsub is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await self._pubsub.aclose()
+        self._pubsub = self.redis.pubsub()
+        await self._pubsub.psubscribe(self.pattern)
+
     def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "psubscribe":
+            self._listen()
+            return
+        if kind != "pmessage":
+            return
+        self.received += 1
         name = message.get("channel")
         if isinstance(name, bytes):
             name = name.decode()
-        channel = self.channels.get(name) if isinstance(name, str) else None
-        if channel is None:
+        if not isinstance(name, str):
             return
-        if message.get("type") == "subscribe":
-            channel.confirmed.set()
-        elif message.get("type") == "message":
-            self.received += 1
-            outcome = _outcome_of(message.get("data"))
-            for event in channel.events:
-                if outcome is not None:
-                    event.outcome = outcome
-                event.set()
+        outcome = _outcome_of(message.get("data"))
+        events = self.channels.get(name)
+        if events is None:
+            self._remember(name, outcome)
+            return
+        for event in events:
+            if outcome is not None:
+                event.outcome = outcome
+            event.set()
 
-    async def _resubscribe(self) -> None:
-        """A new PubSub subscribed to every open channel; raises while Redis is away."""
-        async with self._commands:
-            with contextlib.suppress(RedisError, OSError):
-                await self._pubsub.aclose()
-            self._pubsub = self.redis.pubsub()
-            names = list(self.channels)
-            if names:
-                await self._pubsub.subscribe(*names)
-            else:
-                await self.redis.ping()
+    def _remember(self, name: str, outcome: str | None) -> None:
+        """A message no open wait holds, kept for a wait about to open (the last
+        ``RECENT`` of them)."""
+        seen = self._recent.get(name)
+        if outcome is None and seen is not None:
+            outcome = seen[1]
+        self._recent[name] = (self.received, outcome)
+        self._recent_order.append((self.received, name))
+        while len(self._recent_order) > RECENT:
+            seq, old = self._recent_order.popleft()
+            self._forgotten = seq
+            if self._recent.get(old, (None,))[0] == seq:
+                del self._recent[old]
 
-    def _wake_all(self) -> None:
-        for channel in self.channels.values():
-            channel.confirmed.set()
-            for event in channel.events:
-                event.set()
+    def _listen(self) -> None:
+        """Redis confirmed the pattern subscription: a new epoch. Every open wait is woken
+        once when it is not the first, since messages may have been lost meanwhile."""
+        self.epoch += 1
+        self._outage_logged = False
+        self._recent.clear()
+        self._recent_order.clear()
+        if self.epoch > 1:
+            self.reconnects += 1
+            log.info("signal connection restored (%d channels)", len(self.channels))
+            for events in self.channels.values():
+                for event in events:
+                    event.set()
+        self.listening.set()
 
 
 def _outcome_of(data: Any) -> str | None:

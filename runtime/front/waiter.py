@@ -1,9 +1,11 @@
 """The wait for a submitted request's reply: the design doc's Submitted -> Waiting states.
 
-``ReplyWait`` subscribes to the request's completion signal (``async with``);
+``ReplyWait`` subscribes to the request's completion signal (``async with``; with the hub's
+``mark`` taken before the submit, it holds what the channel had meanwhile);
 ``ReplyWait.open(first)`` takes the status the native submit answered with (``first``; a
-status read only when the submit carried none), and first looks up the request's outcome key
-once (a request that ended before the subscription was confirmed is found there). That first
+status read only when the submit carried none), and first reads the request's outcome key
+when the signal named it, or looks it up once when the hub may have missed a message since
+the submit (a request that ended unheard is found there). That first
 status turns a declaration gap (missing_features: 404) or a limits gap (exceeded_limits: 400)
 into an error, and under fail_fast it decides queue_unavailable (no eligible thread, or a
 wait_time over the budget left), reading again up to ``queue_info_wait`` seconds for a status
@@ -53,7 +55,7 @@ from runtime.contract.validator import horde_option
 from runtime.front.native_client import NativeClient, RequestGone, Transient
 from runtime.front.observe import OPEN_WAITS, WAKE_POLL, WAKE_SIGNAL, WAKES
 from runtime.front.responses import Reply
-from runtime.front.signals import Signal, SignalHub
+from runtime.front.signals import Mark, Signal, SignalHub
 
 FAIL_FAST = "fail_fast"
 READ_WHILE_WAITING = (
@@ -163,6 +165,7 @@ class ReplyWait:
         "_impossible_since",
         "_retry_after",
         "_signal",
+        "_since",
         "budget",
         "clock",
         "fail_fast",
@@ -186,6 +189,7 @@ class ReplyWait:
         budget: WaitBudget,
         clock: Callable[[], float] | None = None,
         source: str | None = None,
+        since: Mark | None = None,
     ) -> None:
         self.native = native
         self.source = source
@@ -205,16 +209,18 @@ class ReplyWait:
         self._retry_after: float | None = None
         self._impossible_since: float | None = None
         self._signal: Signal | None = None
+        self._since = since
 
     async def __aenter__(self) -> ReplyWait:
-        self._signal = await self.hub.subscribe(self.request_id)
+        self._signal = await self.hub.subscribe(self.request_id, self._since)
+        self._since = None
         OPEN_WAITS.inc()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         if self._signal is not None:
             OPEN_WAITS.dec()
-            await self.hub.release(self.request_id, self._signal)
+            self.hub.release(self.request_id, self._signal)
 
     def _left(self) -> float:
         return self.started + self.budget.deadline - self.clock()
@@ -285,10 +291,16 @@ class ReplyWait:
     async def open(self, first: ChatStatus | None = None) -> None:
         """From the submit's status (``first``; else reads until one succeeds) to the
         fail_fast decision; gaps raise here. A request that already ended is taken from its
-        outcome key (it may have ended before the subscription was confirmed)."""
-        status = await self._outcome_of(chat_outcome_key(self.request_id))
-        if status is not None:
+        outcome key: the one its signal named when the hub heard everything since the
+        submit (``Signal.heard``), else looked up (it may have ended unheard)."""
+        assert self._signal is not None
+        if self._signal.heard:
+            key, self._signal.outcome = self._signal.outcome, None
+        else:
+            key = chat_outcome_key(self.request_id)
+        if key is not None and await self._outcome_of(key) is not None:
             return
+        status: ChatStatus | None
         if first is not None:
             self._keep(first)
             status = first

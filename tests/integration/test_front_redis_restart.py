@@ -104,19 +104,34 @@ def until(condition: Callable[[], Any], what: str, seconds: float = 20) -> Any:
     raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
-def subscribed(server: EmbeddedRedis, request_id: str) -> bool:
+def listening(server: EmbeddedRedis) -> bool:
+    """The front's signal hub holds its pattern subscription (its only one)."""
     client = redis.Redis.from_url(server.url)
     try:
-        return (
-            dict(client.pubsub_numsub(chat_channel(request_id))).get(
-                chat_channel(request_id).encode(), 0
-            )
-            == 1
-        )
+        return int(client.pubsub_numpat()) == 1
     except redis.RedisError:
         return False
     finally:
         client.close()
+
+
+def subscriptions(server: EmbeddedRedis) -> dict[str, int]:
+    """How many (un)subscribe commands of any kind Redis has run."""
+    client = redis.Redis.from_url(server.url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    names = ("subscribe", "unsubscribe", "psubscribe", "punsubscribe")
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names}
+
+
+def open_waits(front_url: str) -> float:
+    """The front's open waits, from its /metrics."""
+    for line in httpx.get(front_url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("horde_front_open_waits "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def chat_rows(sessions: sessionmaker[Session]) -> list[WaitingPrompt]:
@@ -139,7 +154,11 @@ def test_a_plain_request_costs_the_front_no_status_read(
         ChatTestWorker(native_url, owner.api_key, model=MODEL, respond=reply),
         openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key) as sdk,
     ):
+        until(lambda: listening(own_redis), "the front's signal hub")
+        before = subscriptions(own_redis)
         completion = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+        # the front's one pattern subscription heard it: the wait sent Redis none of its own
+        assert subscriptions(own_redis) == before
     assert completion.choices[0].message.content == "Hello there."
     # the submit's answer held the first status, the signal named the outcome key
     assert proxy.sent(STATUS) == []
@@ -269,11 +288,12 @@ def test_a_wait_and_a_stream_survive_a_redis_restart(
         caller.start()
         until(posted.is_set, "the worker holding the job")
         (row,) = chat_rows(native_db)
-        until(lambda: subscribed(own_redis, str(row.id)), "the front's subscription")
+        until(lambda: open_waits(front.url) == 1, "the front's wait open")
+        assert listening(own_redis)
         if stream:
             until(lambda: "".join(texts) == "Hello ", "the first delta relayed")
         restart(own_redis)
-        until(lambda: subscribed(own_redis, str(row.id)), "the front's subscription again")
+        until(lambda: listening(own_redis), "the front's subscription again")
         answer.set()
         caller.join(CLIENT_TIMEOUT + 5)
     assert "error" not in outcome, outcome.get("error")

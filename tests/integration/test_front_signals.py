@@ -1,28 +1,62 @@
-"""The front's signal hub on a real Redis: one connection for every wait, the right wait
-woken, subscriptions released, and a dropped connection survived (waits woken to re-read)."""
+"""The front's signal hub on a real Redis: one pattern subscription for every wait, the right
+wait woken, opening and closing a wait sending Redis nothing, a message that arrives before
+its wait opens held for it, and a dropped connection survived (waits woken to re-read)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
 
-from generated.signals import chat_channel, chat_event
+from generated.signals import chat_channel, chat_event, chat_outcome_key
+from runtime.front import signals
+from runtime.front.native_client import NativeClient, native_session
 from runtime.front.signals import SignalHub
+from runtime.front.waiter import ReplyWait, WaitBudget
 from runtime.stores.embedded import EmbeddedStores
 
 pytestmark = pytest.mark.integration
 
 WAITS = 500
+BUDGET = WaitBudget(deadline=30, grace=20, poll_interval=10, queue_info_wait=2)
+
+
+async def _calls(redis: Redis, *commands: str) -> dict[str, int]:
+    """How many times Redis ran each command since it started (INFO commandstats)."""
+    stats = await redis.info("commandstats")
+    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in commands}
+
+
+async def _until(condition: Callable[[], Awaitable[bool] | bool], what: str) -> None:
+    for _ in range(400):
+        value = condition()
+        if await value if isinstance(value, Awaitable) else value:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError(f"{what} did not happen within 10 s")
+
+
+async def _listening_hub(redis_url: str) -> tuple[SignalHub, Redis]:
+    hub = SignalHub(Redis.from_url(redis_url, decode_responses=True), chat_channel)
+    await hub.start()
+    await hub.listening.wait(10)
+    return hub, Redis.from_url(redis_url, decode_responses=True)
+
+
+async def _close(hub: SignalHub, publisher: Redis) -> None:
+    await hub.stop()
+    await hub.redis.aclose()
+    await publisher.aclose()
 
 
 async def _hub_round_trip(redis_url: str) -> None:
-    redis = Redis.from_url(redis_url, decode_responses=True)
-    publisher = Redis.from_url(redis_url, decode_responses=True)
-    hub = SignalHub(redis, chat_channel)
-    await hub.start()
+    hub, publisher = await _listening_hub(redis_url)
     try:
+        assert await publisher.pubsub_numpat() == 1
+        before = await _calls(publisher, "subscribe", "unsubscribe", "psubscribe")
         woken: list[str] = []
 
         async def wait(request_id: str) -> None:
@@ -32,18 +66,16 @@ async def _hub_round_trip(redis_url: str) -> None:
 
         ids = [f"hub-{i}" for i in range(WAITS)]
         tasks = [asyncio.create_task(wait(i)) for i in ids]
-        while len(hub.channels) < WAITS or not all(
-            c.confirmed.is_set() for c in hub.channels.values()
-        ):
-            await asyncio.sleep(0.01)
-        numsub = dict(await publisher.pubsub_numsub(chat_channel(ids[0]), chat_channel("nobody")))
-        assert numsub == {chat_channel(ids[0]): 1, chat_channel("nobody"): 0}
+        await _until(lambda: len(hub.channels) == WAITS, "every wait open")
+        assert await publisher.pubsub_channels(chat_channel("*")) == []  # none of its own
         for request_id in reversed(ids):
             await publisher.publish(chat_channel(request_id), chat_event("done", request_id))
         await asyncio.gather(*tasks)
         assert sorted(woken) == sorted(ids)
-        assert hub.channels == {}  # every subscription released with its wait
+        assert hub.channels == {}  # every wait released
         assert hub.received == WAITS
+        # 500 waits opened and closed, and Redis was sent no subscription of any kind
+        assert await _calls(publisher, "subscribe", "unsubscribe", "psubscribe") == before
 
         # The pub/sub connection drops: the hub reconnects, wakes the open wait (signals may
         # have been lost meanwhile), and later signals arrive again.
@@ -51,19 +83,122 @@ async def _hub_round_trip(redis_url: str) -> None:
             await publisher.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
             await asyncio.wait_for(event.wait(), 10)
             event.clear()
-            for _ in range(100):
-                if await publisher.pubsub_numsub(chat_channel("survivor")) == [
-                    (chat_channel("survivor"), 1)
-                ]:
-                    break
-                await asyncio.sleep(0.05)
+            assert hub.reconnects == 1
+            assert await publisher.pubsub_numpat() == 1
             await publisher.publish(chat_channel("survivor"), chat_event("done", "survivor"))
             await asyncio.wait_for(event.wait(), 10)
     finally:
-        await hub.stop()
-        await redis.aclose()
-        await publisher.aclose()
+        await _close(hub, publisher)
 
 
 def test_signal_hub(horde_stores: EmbeddedStores) -> None:
     asyncio.run(_hub_round_trip(horde_stores.redis_url))
+
+
+async def _held_for_the_wait(redis_url: str) -> None:
+    hub, publisher = await _listening_hub(redis_url)
+    try:
+        # the submit is sent; its request ends and its event arrives before the wait opens
+        since = hub.mark()
+        assert since is not None
+        key = chat_outcome_key("early")
+        await publisher.publish(chat_channel("early"), chat_event("done", "early", outcome=key))
+        await _until(lambda: hub.received == 1, "the event read")
+        early = await hub.subscribe("early", since)
+        assert (early.heard, early.is_set(), early.outcome) == (True, True, key)
+        quiet = await hub.subscribe("quiet", since)  # nothing arrived for this one
+        assert (quiet.heard, quiet.is_set(), quiet.outcome) == (True, False, None)
+        unmarked = await hub.subscribe("unmarked")  # no mark: anything may have been missed
+        assert unmarked.heard is False
+        for request_id, signal in (("early", early), ("quiet", quiet), ("unmarked", unmarked)):
+            hub.release(request_id, signal)
+
+        # more messages than the hub keeps arrive meanwhile: the mark is no longer heard
+        since = hub.mark()
+        assert since is not None
+        for i in range(signals.RECENT + 1):
+            await publisher.publish(chat_channel(f"other-{i}"), chat_event("done", f"other-{i}"))
+        await _until(lambda: hub.received == signals.RECENT + 2, "the events read")
+        overrun = await hub.subscribe("overrun", since)
+        assert overrun.heard is False
+        hub.release("overrun", overrun)
+        since = hub.mark()
+        assert since is not None
+        assert (await hub.subscribe("after", since)).heard is True
+
+        # the connection drops after the mark: the new one may have missed its messages
+        await publisher.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        await _until(lambda: hub.epoch == 2 and hub.listening.is_set(), "the hub back")
+        assert (await hub.subscribe("across", since)).heard is False
+        assert (await hub.subscribe("across", hub.mark())).heard is False  # the channel's
+        # second signal cannot know what the first was sent
+    finally:
+        await _close(hub, publisher)
+
+
+def test_a_message_read_before_its_wait_opens_is_held_for_it(
+    horde_stores: EmbeddedStores,
+) -> None:
+    asyncio.run(_held_for_the_wait(horde_stores.redis_url))
+
+
+async def _open(
+    hub: SignalHub, request_id: str, since: signals.Mark | None
+) -> tuple[ReplyWait, int]:
+    """A wait opened on ``request_id`` with a status that needs nothing more, and the Redis
+    GETs its opening sent (the native client points at a closed port: no status read)."""
+    first: Any = {"done": False, "is_possible": True, "eligible_threads": 1}
+    async with native_session() as http:
+        native = NativeClient(
+            http, ("http://127.0.0.1:9",), passkey=None, client_agent="test:0:test"
+        )
+        before = await _calls(hub.redis, "get")
+        async with ReplyWait(native, hub, request_id, {}, BUDGET, since=since) as wait:
+            await wait.open(first)
+        after = await _calls(hub.redis, "get")
+    return wait, after["get"] - before["get"]
+
+
+async def _opening_reads(redis_url: str) -> None:
+    hub, publisher = await _listening_hub(redis_url)
+    try:
+        # heard, nothing arrived: the wait opens without asking Redis anything
+        wait, gets = await _open(hub, "heard-quiet", hub.mark())
+        assert (wait.reads, wait.outcome_reads, gets) == (0, 0, 0)
+        # not heard: it looks the outcome key up once
+        wait, gets = await _open(hub, "unheard", None)
+        assert (wait.reads, wait.outcome_reads, gets) == (0, 0, 1)
+        # heard, and its event named the outcome key: the final status is read from there
+        since = hub.mark()
+        key = chat_outcome_key("heard-done")
+        await publisher.set(key, '{"done": true, "faulted": false, "generations": []}')
+        await publisher.publish(
+            chat_channel("heard-done"), chat_event("done", "heard-done", outcome=key)
+        )
+        await _until(lambda: hub.received == 1, "the event read")
+        wait, gets = await _open(hub, "heard-done", since)
+        assert (wait.reads, wait.outcome_reads, gets) == (0, 1, 1)
+        assert wait.status is not None
+        assert wait.status["done"] is True
+    finally:
+        await _close(hub, publisher)
+
+
+def test_a_heard_wait_opens_without_looking_its_outcome_up(horde_stores: EmbeddedStores) -> None:
+    asyncio.run(_opening_reads(horde_stores.redis_url))
+
+
+def test_a_hub_without_redis_opens_waits_at_once_and_unheard() -> None:
+    async def run() -> None:
+        hub = SignalHub(Redis.from_url("redis://127.0.0.1:9", decode_responses=True), chat_channel)
+        await hub.start()
+        try:
+            signal = await asyncio.wait_for(hub.subscribe("no-redis", None), 5)
+            assert signal.heard is False
+            await _until(lambda: hub.broken, "the refusal noticed")
+            assert hub.mark() is None
+        finally:
+            await hub.stop()
+            await hub.redis.aclose()
+
+    asyncio.run(run())
