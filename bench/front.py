@@ -175,7 +175,8 @@ from bench.front_stack import (
     stop_front,
 )
 from bench.native_stack import NativeProcess, native_process
-from generated.signals import CHAT_FIELD_OUTCOME, chat_channel
+from generated.signals import CHAT_FIELD_OUTCOME, chat_channel, parse_chat_event
+from tests.support.front import open_waits as open_wait_count
 
 SAMPLES = int(os.environ.get("BENCH_FRONT_SAMPLES", "300"))
 WARMUP = 20
@@ -186,7 +187,6 @@ SETTLE = 0.03
 """After the front counted the wait open: time for it to take the submit's status."""
 POLL = 0.005
 """How often the delivery leg reads the front's open waits (each read is a request to it)."""
-OPEN_WAITS_METRIC = "horde_front_open_waits"
 TIMEOUT = 30.0
 OPEN_TIMEOUT = 1800.0
 """Bounds the memory leg's opening and its draining (thousands of native submits, pops)."""
@@ -237,7 +237,7 @@ class Heard:
                 raise TimeoutError(f"request {request_id} not answered")
             message = self.pubsub.get_message(timeout=TIMEOUT)
             if message is not None:
-                key = json.loads(message["data"]).get(CHAT_FIELD_OUTCOME)
+                key = parse_chat_event(message["data"]).get(CHAT_FIELD_OUTCOME)
                 if key is not None:
                     self.held[message["channel"]] = key
         return self.held.pop(channel)
@@ -364,22 +364,13 @@ class Published(threading.Thread):
         self.pubsub.close()
 
 
-def open_waits_of(front_url: str) -> float:
-    """The front's open waits (``horde_front_open_waits`` on its /metrics)."""
-    scraped = httpx.get(front_url + "/metrics", timeout=TIMEOUT).text
-    for line in scraped.splitlines():
-        if line.startswith(OPEN_WAITS_METRIC + " "):
-            return float(line.split()[1])
-    raise RuntimeError(f"{front_url}/metrics has no {OPEN_WAITS_METRIC}")
-
-
 def submit_to_reply(
     front: httpx.Client, front_url: str, worker: BenchWorker, redis: Redis
 ) -> list[Delivery]:
     samples: list[Delivery] = []
     with Published(redis) as published:
         for _ in range(SAMPLES):
-            until(lambda: not open_waits_of(front_url), TIMEOUT, "the last wait's end", POLL)
+            until(lambda: not open_wait_count(front_url), TIMEOUT, "the last wait's end", POLL)
             worker.want()
             front_request(front)
             arrived = time.perf_counter()
@@ -397,7 +388,7 @@ def submit_to_reply(
 
 def hold_until_waiting(front_url: str) -> Callable[[dict[str, Any]], None]:
     def hold(job: dict[str, Any]) -> None:
-        until(lambda: open_waits_of(front_url), TIMEOUT, "the front's wait", POLL)
+        until(lambda: open_wait_count(front_url), TIMEOUT, "the front's wait", POLL)
         time.sleep(SETTLE)
 
     return hold
@@ -437,7 +428,7 @@ def open_waits(front: str, key: str, worker: BenchWorker, redis: Redis, pid: int
     client.start()
     try:
         until(
-            lambda: not client.is_alive() or open_waits_of(front) >= WAITS,
+            lambda: not client.is_alive() or open_wait_count(front) >= WAITS,
             OPEN_TIMEOUT,
             "every wait to open",
             step=0.2,

@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -57,8 +57,8 @@ RECONNECT_MAX = 4.0
 class Flag:
     """asyncio.Event's set / clear / is_set / wait, with a timeout of its own and no deque.
 
-    An open wait holds its Signal, its channel's confirmation flag and its client's
-    disconnect flag until it ends: as asyncio.Events they were ~2.3 KiB of a wait's ~33 (each
+    An open wait holds its Signal and its client's disconnect flag until it ends (and held
+    its channel's confirmation flag too): as asyncio.Events they were ~2.3 KiB of a wait's ~33 (each
     Event allocates a deque of its waiters, ~0.76 KiB, and a dict), and waiting on one with
     a timeout took asyncio.wait_for, a Task wrapping ``wait()``. Here the waiters are a list
     made on the first wait, and ``wait(timeout)`` is one future and one timer in the caller's
@@ -126,15 +126,12 @@ class Signal(Flag):
         """Set by ``subscribe``: no message since the submit can have been missed."""
 
 
-class Mark:
+class Mark(NamedTuple):
     """Where the hub stood when a submit was sent (``SignalHub.mark``): its connection's
     epoch and the number of messages it had read."""
 
-    __slots__ = ("epoch", "seq")
-
-    def __init__(self, epoch: int, seq: int) -> None:
-        self.epoch = epoch
-        self.seq = seq
+    epoch: int
+    seq: int
 
 
 class SignalHub:

@@ -42,8 +42,9 @@ from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.native_flow import ledger
 from tests.support.chat_worker import ChatTestWorker, Respond
 from tests.support.dropping_proxy import DroppingProxy
-from tests.support.front import running_front
+from tests.support.front import open_waits, running_front
 from tests.support.native import running_native_with_objects
+from tests.support.redis_commands import command_calls
 
 pytestmark = pytest.mark.integration
 
@@ -122,16 +123,7 @@ def subscriptions(server: EmbeddedRedis) -> dict[str, int]:
         stats = client.info("commandstats")
     finally:
         client.close()
-    names = ("subscribe", "unsubscribe", "psubscribe", "punsubscribe", "get")
-    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names}
-
-
-def open_waits(front_url: str) -> float:
-    """The front's open waits, from its /metrics."""
-    for line in httpx.get(front_url + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("horde_front_open_waits "):
-            return float(line.split()[1])
-    return 0.0
+    return command_calls(stats, "subscribe", "unsubscribe", "psubscribe", "punsubscribe", "get")
 
 
 def chat_rows(sessions: sessionmaker[Session]) -> list[WaitingPrompt]:

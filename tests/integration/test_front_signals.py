@@ -5,18 +5,20 @@ its wait opens held for it, and a dropped connection survived (waits woken to re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import cast
 
 import pytest
 from redis.asyncio import Redis
 
 from generated.signals import chat_channel, chat_event, chat_outcome_key
+from generated.wire.native import ChatStatus
 from runtime.front import signals
 from runtime.front.native_client import NativeClient, native_session
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import ReplyWait, WaitBudget
 from runtime.stores.embedded import EmbeddedStores
+from tests.support.redis_commands import command_calls
 
 pytestmark = pytest.mark.integration
 
@@ -25,15 +27,12 @@ BUDGET = WaitBudget(deadline=30, grace=20, poll_interval=10, queue_info_wait=2)
 
 
 async def _calls(redis: Redis, *commands: str) -> dict[str, int]:
-    """How many times Redis ran each command since it started (INFO commandstats)."""
-    stats = await redis.info("commandstats")
-    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in commands}
+    return command_calls(await redis.info("commandstats"), *commands)
 
 
-async def _until(condition: Callable[[], Awaitable[bool] | bool], what: str) -> None:
+async def _until(condition: Callable[[], bool], what: str) -> None:
     for _ in range(400):
-        value = condition()
-        if await value if isinstance(value, Awaitable) else value:
+        if condition():
             return
         await asyncio.sleep(0.025)
     raise AssertionError(f"{what} did not happen within 10 s")
@@ -130,8 +129,8 @@ async def _held_for_the_wait(redis_url: str) -> None:
         await publisher.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
         await _until(lambda: hub.epoch == 2 and hub.listening.is_set(), "the hub back")
         assert (await hub.subscribe("across", since)).heard is False
-        assert (await hub.subscribe("across", hub.mark())).heard is False  # the channel's
-        # second signal cannot know what the first was sent
+        # a channel's second wait cannot know what reached its first: it looks the key up
+        assert (await hub.subscribe("across", hub.mark())).heard is False
     finally:
         await _close(hub, publisher)
 
@@ -147,7 +146,7 @@ async def _open(
 ) -> tuple[ReplyWait, int]:
     """A wait opened on ``request_id`` with a status that needs nothing more, and the Redis
     GETs its opening sent (the native client points at a closed port: no status read)."""
-    first: Any = {"done": False, "is_possible": True, "eligible_threads": 1}
+    first = cast(ChatStatus, {"done": False, "is_possible": True, "eligible_threads": 1})
     async with native_session() as http:
         native = NativeClient(
             http, ("http://127.0.0.1:9",), passkey=None, client_agent="test:0:test"

@@ -15,14 +15,13 @@ import pytest
 from generated.rate_limits import KEY_PEER, RateLimit
 from runtime.native.server import NativeService
 from tests.support.native import route_limits
+from tests.support.redis_commands import command_calls
 
 pytestmark = pytest.mark.integration
 
 
 def _calls(service: NativeService) -> dict[str, int]:
-    stats = service.context.redis.info("commandstats")
-    names = ("get", "ttl", "evalsha")
-    return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in names}
+    return command_calls(service.context.redis.info("commandstats"), "get", "ttl", "evalsha")
 
 
 def test_a_limited_call_reads_no_count_back_and_its_headers_match_redis(

@@ -52,9 +52,10 @@ def answer_once_waiting(
     front_url: str, respond: Callable[[dict[str, Any]], Any], settle: float
 ) -> Callable[[dict[str, Any]], Any]:
     """A test worker's ``respond`` that answers once the front has a wait open, ``settle``
-    seconds later: the wait reads the request's outcome key once, milliseconds after it
-    opens, then sleeps until the signal wakes it (and counts the wake). A reply that lands
-    before that read is taken from the outcome key, unwoken."""
+    seconds later: the wait takes the submit's status (looking the request's outcome key up
+    first only when its hub may have missed an event), then sleeps until the signal wakes
+    it (and counts the wake). A reply that lands before the wait opens is taken from the
+    outcome key its held event names, unwoken."""
 
     def answer(job: dict[str, Any]) -> Any:
         deadline = time.monotonic() + 30
