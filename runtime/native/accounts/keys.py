@@ -30,11 +30,16 @@ def new_api_key() -> str:
             return key
 
 
+def key_hash_of(api_key: str | None) -> str:
+    """The digest a request's ``api_key`` header is looked up by; a missing (or empty)
+    header means the anonymous key, as upstream."""
+    return hash_key(api_key if api_key else ANONYMOUS_API_KEY)
+
+
 def user_for_key(session: Session, api_key: str | None, *, for_update: bool = False) -> User:
     """The user owning ``api_key``; a missing header means the anonymous key, as upstream."""
-    key = api_key if api_key else ANONYMOUS_API_KEY
     query = _USER_FOR_UPDATE if for_update else _USER
-    user = session.scalars(query, {"key_hash": hash_key(key)}).first()
+    user = session.scalars(query, {"key_hash": key_hash_of(api_key)}).first()
     if user is None:
         raise InvalidAPIKey()
     request_context.set_user(user.id)  # the access log's user id

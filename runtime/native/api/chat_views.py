@@ -142,11 +142,10 @@ def _create(
     for attempt in range(OPERATION_KEY_ATTEMPTS):
         try:
             with transaction(ctx.sessions) as session:
-                user = user_for_key(session, request.headers.get(HEADER_APIKEY), for_update=True)
                 return create_chat_request(
                     session,
                     ctx.policy,
-                    user,
+                    request.headers.get(HEADER_APIKEY),
                     stored_request,
                     moderation_patterns=ctx.settings.moderation_patterns,
                     operation_key=request.headers.get(HEADER_X_OPERATION_KEY),

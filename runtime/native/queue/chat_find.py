@@ -11,7 +11,7 @@ The pool is then the one a status read would have measured ~1 ms before the requ
 not after: the payment changes no worker's check-in, maintenance, declaration or owner's
 trust, which is all availability reads of a worker.
 
-The job's rows are built as the ORM's loader builds them (``_detached``: each column's value
+The job's rows are built as the ORM's loader builds them (``db.detached``: each column's value
 in the instance's dict, committed, no history) without a session's identity map, so the
 payment's values reach them through ``land_job``, not ``synchronize``.
 """
@@ -20,35 +20,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from psycopg import RawCursor
-from sqlalchemy import Connection, inspect
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from runtime.native.db.detached import column_names, detached
 from runtime.native.db.tables import AnyWorker, Generation, WaitingPrompt
 from runtime.native.queue.jobs import driver_of
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import JobWorker, job_id, key_and_job
 from runtime.native.requests.text import ONLINE_SQL, online_rows, online_values
 
-Entity = TypeVar("Entity", Generation, WaitingPrompt)
-
-
-def _columns(entity: type[Any], *, leave: frozenset[str] = frozenset()) -> tuple[str, ...]:
-    """The mapped columns' attribute names of ``entity``, in its mapper's order, but
-    ``leave``'s (each attribute maps one column of the same name)."""
-    names = []
-    for prop in inspect(entity).column_attrs:
-        (column,) = prop.columns
-        assert column.name == prop.key, (entity, prop.key)
-        if prop.key not in leave:
-            names.append(prop.key)
-    return tuple(names)
-
-
-GEN_COLUMNS = _columns(Generation)
-WP_COLUMNS = _columns(WaitingPrompt, leave=frozenset({"messages", "submitted_prompt"}))
+GEN_COLUMNS = column_names(Generation)
+WP_COLUMNS = column_names(WaitingPrompt, leave=frozenset({"messages", "submitted_prompt"}))
 """A chat request's columns a submit reads: all but its conversation (the kept messages,
 as long as the client's, and the full flattened submission), which a reply is not checked
 against and its status does not show. They are left unset on the built row."""
@@ -113,15 +99,7 @@ def _chat_job(values: list[Any]) -> ChatJob | None:
     at = len(GEN_COLUMNS)
     then = at + len(WORKER_COLUMNS)
     return ChatJob(
-        gen=_detached(Generation, GEN_COLUMNS, values[:at]),
+        gen=detached(Generation, GEN_COLUMNS, values[:at]),
         worker=JobWorker._make(values[at:then]),
-        wp=_detached(WaitingPrompt, WP_COLUMNS, values[then:]),
+        wp=detached(WaitingPrompt, WP_COLUMNS, values[then:]),
     )
-
-
-def _detached(entity: type[Entity], names: tuple[str, ...], values: list[Any]) -> Entity:
-    """An instance of ``entity`` holding ``values`` as the ORM's loader leaves a loaded
-    row's (in its dict, committed, no history), in no session."""
-    instance: Entity = inspect(entity).class_manager.new_instance()
-    instance.__dict__.update(zip(names, values, strict=True))
-    return instance

@@ -1,8 +1,9 @@
 """Chat requests: admission against the online pool, then a text request row with is_chat.
 
 ``create_chat_request`` takes a request already normalised by
-``runtime.contract.validator.validate_chat_request`` and, in the caller's transaction (the user row
-locked FOR UPDATE), in this order:
+``runtime.contract.validator.validate_chat_request`` and, in the caller's transaction, in
+this order (the key's user locked FOR UPDATE, its operation key, the online pool and its
+queued jobs read first, in one round trip: ``chat_admission``):
 
 1. an operation key already used by the user returns its request (same id, same kudos), or
    is refused with 422 when the body's fingerprint differs; nothing is charged again;
@@ -68,18 +69,17 @@ from runtime.native.db.tables import AnyWorker, ApiKey, OperationKey, User, Wait
 from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
+from runtime.native.requests.chat_admission import Operation, read_admission
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.chat_status import FirstStatus, first_status
 from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import (
-    QUEUED_JOBS,
     admit_jobs,
     charge_queued,
     find_request,
     queue_priority,
     request_uuid,
 )
-from runtime.native.requests.text import ONLINE_WORKERS
 from runtime.observability import context
 
 REQUEST_TYPE = "Chat Waiting Prompt"
@@ -100,19 +100,13 @@ class OperationKeyRace(Exception):
     """Another transaction claimed the same (user, key) first: retry, and find it."""
 
 
-def _existing_operation(
-    session: Session, user_id: int, key: str, fingerprint: str
-) -> ChatSubmitted | None:
-    row = session.scalars(
-        select(OperationKey).where(OperationKey.user_id == user_id, OperationKey.key == key)
-    ).first()
-    if row is None:
-        return None
-    if row.wp_id is None:  # retired by a cancel that came first
+def _replayed(operation: Operation, key: str, fingerprint: str) -> ChatSubmitted:
+    """The request already queued under the user's operation key, or its refusal."""
+    if operation.wp_id is None:  # retired by a cancel that came first
         raise OperationCancelled(key=key)
-    if row.fingerprint != fingerprint:
+    if operation.fingerprint != fingerprint:
         raise OperationKeyMismatch(key=key)
-    return ChatSubmitted(id=row.wp_id, kudos=row.kudos, existing=True)
+    return ChatSubmitted(id=operation.wp_id, kudos=operation.kudos, existing=True)
 
 
 def retire_operation(session: Session, user_id: int, key: str) -> uuid.UUID | None:
@@ -183,24 +177,10 @@ def _check_kudos_cap(request: dict[str, Any], cost: Decimal) -> None:
         raise KudosCapExceeded(quote=float(cost), max_kudos=cap)
 
 
-_ONLINE_AND_QUEUED = ONLINE_WORKERS.add_columns(QUEUED_JOBS)
-
-
-def _online_and_queued(
-    session: Session, policy: Policy, user_id: int, now: datetime
-) -> tuple[list[tuple[AnyWorker, bool]], int | None]:
-    """``online_workers`` and the user's ``queued_jobs`` in one statement (the user's row is
-    locked: the count is as a statement of its own after the lock would read it). With no
-    worker online there is no row to carry the count: None (and no request is admitted)."""
-    since = now - timedelta(seconds=policy.worker_stale_seconds)
-    rows = session.execute(_ONLINE_AND_QUEUED, {"since": since, "user_id": user_id}).all()
-    return [(w, bool(t)) for w, t, _ in rows], (int(rows[0][2]) if rows else None)
-
-
 def create_chat_request(
     session: Session,
     policy: Policy,
-    user: User,
+    api_key: str | None,
     request: dict[str, Any],
     *,
     moderation_patterns: tuple[str, ...],
@@ -212,21 +192,21 @@ def create_chat_request(
     objects: ChatObjects | None = None,
     admission_only: bool = False,
 ) -> ChatSubmitted:
-    """Queue (or quote, or recover) a chat request; ``user`` must be locked FOR UPDATE.
+    """Queue (or quote, or recover) a chat request of ``api_key``'s user, in the session's
+    transaction, which locks the user's row FOR UPDATE first (``chat_admission``).
 
     ``admission_only``: run every refusal that needs no image (operation key, moderation,
     model and pool, features, kudos cap, concurrency, upfront kudos) and stop before the
     row: the caller does it before fetching or decoding any image, so a request refused
     anyway costs no fetch. The result's id is None unless an operation key was replayed."""
+    admission = read_admission(session, policy, api_key, operation_key or None, now)
+    user, online, counted = admission.user, admission.online, admission.queued
     fingerprint = operation_fingerprint(original or request) if operation_key else ""
-    if operation_key:
-        existing = _existing_operation(session, user.id, operation_key, fingerprint)
-        if existing is not None:
-            return existing
+    if operation_key and admission.operation is not None:
+        return _replayed(admission.operation, operation_key, fingerprint)
     full_prompt = flatten_messages(request[PARAM_MESSAGES])
     screen(moderation_patterns, full_prompt)
     models = requested_models(request)
-    online, counted = _online_and_queued(session, policy, user.id, now)
     unknown = _unknown_model(session, [m for m in models if not _online_serves(online, m)])
     if unknown is not None:
         raise ModelNotFound(model=unknown, param=_model_param(request, unknown))

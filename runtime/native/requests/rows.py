@@ -71,8 +71,9 @@ def queued_jobs(session: Session, user_id: int) -> int:
     return int(session.execute(_QUEUED_JOBS, {"user_id": user_id}).scalar_one())
 
 
-def _queued_jobs() -> ColumnElement[int]:
-    user_id = bindparam("user_id", type_=Integer())
+def queued_jobs_of(user_id: ColumnElement[int]) -> ColumnElement[int]:
+    """``queued_jobs`` as a column, for the user ``user_id`` (a parameter, or a subquery
+    naming the user some other way)."""
     waiting = (
         select(func.coalesce(func.sum(WaitingPrompt.n), 0))
         .where(WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True))
@@ -88,7 +89,7 @@ def _queued_jobs() -> ColumnElement[int]:
     return (waiting + processing).label("queued_jobs")
 
 
-QUEUED_JOBS = _queued_jobs()
+QUEUED_JOBS = queued_jobs_of(bindparam("user_id", type_=Integer()))
 """The user's concurrency count as a column, on the parameter ``user_id``: a statement
 that runs after the user's row lock may carry it (the chat submit's online workers)."""
 _QUEUED_JOBS = select(QUEUED_JOBS)

@@ -222,12 +222,14 @@ def online_rows(rows: list[Any]) -> list[tuple[AnyWorker, bool]]:
     return [(WorkerRow._make(row[:-1]), bool(row[-1])) for row in rows]
 
 
-ONLINE_SQL = raw_sql(
-    "SELECT "
-    + ", ".join(f"workers.{name}" for name in WorkerRow._fields)
-    + ", users.trusted FROM workers JOIN users ON users.id = workers.user_id"
+ONLINE_COLUMNS = ", ".join(f"workers.{name}" for name in WorkerRow._fields) + ", users.trusted"
+"""``ONLINE_SQL``'s columns (``online_rows`` reads them): the worker's row, its owner's trust."""
+ONLINE_FROM = (
+    " FROM workers JOIN users ON users.id = workers.user_id"
     " WHERE workers.last_check_in > %(since)s AND workers.maintenance IS false"
 )
+"""``ONLINE_SQL`` but its columns: a statement may read more of the online workers' rows."""
+ONLINE_SQL = raw_sql(f"SELECT {ONLINE_COLUMNS}{ONLINE_FROM}")
 """``online_workers``' statement, in Postgres's placeholders once (a chat submit sends it
 with its find: ``queue.chat_find``); its last column is the owner's trust."""
 ONLINE_WORKERS = (

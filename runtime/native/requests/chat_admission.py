@@ -1,0 +1,122 @@
+"""A chat submit's admission reads in one round trip (issue 14).
+
+A chat submit's transaction began with four round trips before any write: BEGIN, the key's
+user locked FOR UPDATE, the user's operation key looked up, and the online pool with the
+user's queued jobs. ``read_admission`` sends them as two statements in one pipeline
+(psycopg's pipeline mode; BEGIN rides with them):
+
+1. the key's user, locked, with the operation key's row (a LEFT JOIN: none without a key);
+2. the online workers with the user's queued jobs, the user named by the key's digest.
+
+Postgres runs a connection's statements in order, so the second's snapshot is taken after
+the first holds the user's lock: the queued count is what a statement of its own after the
+lock read (the concurrency check stays exact under the lock). The operation key is read by
+the locking statement: a concurrent submit under the same key that committed while this one
+waited for the lock is not seen there (the lock's re-check reads the user's row again, not
+the join), so this one's claim then finds the key taken and the submit is retried
+(``requests.chat.OperationKeyRace``), and the retry finds the winner's request.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from psycopg import RawCursor
+from sqlalchemy import String, bindparam, select
+from sqlalchemy.orm import Session
+
+from generated.errors import InvalidAPIKey
+from runtime.native.accounts.keys import key_hash_of
+from runtime.native.db.detached import column_names, detached
+from runtime.native.db.tables import AnyWorker, ApiKey, User
+from runtime.native.queue.jobs import DIALECT, driver_of
+from runtime.native.queue.policy import Policy
+from runtime.native.requests.rows import queued_jobs_of
+from runtime.native.requests.text import ONLINE_COLUMNS, ONLINE_FROM, online_rows
+from runtime.observability import context as request_context
+from runtime.stores.raw_sql import raw_sql
+
+USER_COLUMNS = column_names(User)
+
+_USER_AND_OPERATION = raw_sql(f"""
+SELECT {", ".join(f"users.{c}" for c in USER_COLUMNS)},
+    operation_keys.id, operation_keys.wp_id, operation_keys.fingerprint, operation_keys.kudos
+FROM api_keys JOIN users ON users.id = api_keys.user_id
+LEFT JOIN operation_keys
+    ON operation_keys.user_id = users.id AND operation_keys.key = %(operation_key)s
+WHERE api_keys.key_hash = %(key_hash)s
+FOR UPDATE OF users
+""")
+"""The key's user, locked, and the user's row of the operation key (NULLs when none)."""
+
+_KEY_OWNER = (
+    select(ApiKey.user_id)
+    .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
+    .scalar_subquery()
+)
+_QUEUED = select(queued_jobs_of(_KEY_OWNER)).compile(dialect=DIALECT)
+_POOL = raw_sql(f"SELECT ({_QUEUED.string}), {ONLINE_COLUMNS}{ONLINE_FROM}")
+"""The key's user's queued jobs (``rows.queued_jobs``) on every online worker's row."""
+_POOL_LITERALS = {k: v for k, v in _QUEUED.params.items() if k != "key_hash"}
+"""The queued count's literal parameters, as SQLAlchemy compiled them (its zeros)."""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The user's row of a submit's operation key."""
+
+    wp_id: uuid.UUID | None
+    """None: the key was retired by a cancel that found no request under it."""
+    fingerprint: str
+    kudos: Decimal
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a chat submit's admission reads, under the user's row lock."""
+
+    user: User
+    """The key's user, locked FOR UPDATE, in no session (``db.detached``)."""
+    operation: Operation | None
+    """The request already under the operation key (None: no key, or a key not used yet)."""
+    online: list[tuple[AnyWorker, bool]]
+    """The online workers with their owners' trust (``requests.text.online_workers``)."""
+    queued: int | None
+    """The user's ``queued_jobs``; None when no worker is online (no row carried it)."""
+
+
+def read_admission(
+    session: Session,
+    policy: Policy,
+    api_key: str | None,
+    operation_key: str | None,
+    now: datetime,
+) -> Admission:
+    """The submit's user (InvalidAPIKey for an unknown key; no key is the anonymous one),
+    locked, its operation key's row, the online pool as of ``now`` and the user's queued
+    jobs: one round trip in the session's transaction."""
+    params = {
+        **_POOL_LITERALS,
+        "key_hash": key_hash_of(api_key),
+        "operation_key": operation_key,
+        "since": now - timedelta(seconds=policy.worker_stale_seconds),
+    }
+    driver = driver_of(session)
+    with RawCursor(driver) as lock, RawCursor(driver) as pool:
+        with driver.pipeline():
+            lock.execute(_USER_AND_OPERATION.sql, _USER_AND_OPERATION.values(params))
+            pool.execute(_POOL.sql, _POOL.values(params))
+        row = lock.fetchone()
+        rows = pool.fetchall()
+    if row is None:
+        raise InvalidAPIKey()
+    at = len(USER_COLUMNS)
+    user = detached(User, USER_COLUMNS, row[:at])
+    request_context.set_user(user.id)  # the access log's user id
+    operation_id, wp_id, fingerprint, kudos = row[at:]
+    operation = None if operation_id is None else Operation(wp_id, fingerprint, kudos)
+    queued = int(rows[0][0]) if rows else None
+    return Admission(user, operation, online_rows([r[1:] for r in rows]), queued)
