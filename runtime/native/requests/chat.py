@@ -70,12 +70,12 @@ from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.chat_admission import Operation, read_admission
+from runtime.native.requests.chat_enqueue import enqueue_chat
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.chat_status import FirstStatus, first_status
 from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import (
     admit_jobs,
-    charge_queued,
     find_request,
     queue_priority,
     request_uuid,
@@ -126,20 +126,6 @@ def retire_operation(session: Session, user_id: int, key: str) -> uuid.UUID | No
     return session.scalar(
         select(OperationKey.wp_id).where(OperationKey.user_id == user_id, OperationKey.key == key)
     )
-
-
-def _claim_operation(
-    session: Session, user_id: int, key: str, fingerprint: str, wp: WaitingPrompt
-) -> None:
-    values = {"user_id": user_id, "key": key, "fingerprint": fingerprint}
-    claimed = session.execute(
-        insert(OperationKey)
-        .values(**values, wp_id=wp.id, kudos=wp.kudos_estimate)
-        .on_conflict_do_nothing(constraint="uq_operation_keys_user_key")
-        .returning(OperationKey.id)
-    ).first()
-    if claimed is None:
-        raise OperationKeyRace(key)
 
 
 def _unknown_model(session: Session, models: list[str]) -> str | None:
@@ -231,11 +217,11 @@ def create_chat_request(
         wp.messages_object = objects.offload(plan.messages)
         owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
         wp.object_keys = owned
-    session.add(wp)
-    session.flush()
-    charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
-    if operation_key:
-        _claim_operation(session, user.id, operation_key, fingerprint, wp)
+    operation = (operation_key, fingerprint) if operation_key else None
+    if not enqueue_chat(session, wp, Decimal(policy.horde_tax), operation):
+        raise OperationKeyRace(operation_key)
+    if needs_upfront:
+        kudos.hold_upfront(session, user.id, wp.id, cost)
     return ChatSubmitted(
         id=wp.id,
         kudos=cost,

@@ -134,6 +134,6 @@ def charge_queued(
     session: Session, policy: Policy, user_id: int, wp_id: uuid.UUID, cost: Decimal, upfront: bool
 ) -> None:
     """What queuing a request costs at once: the horde tax, and the upfront hold if needed."""
-    kudos.apply_kudos(session, user_id, -policy.horde_tax, "horde_tax", wp_id=wp_id)
+    kudos.apply_kudos(session, user_id, -policy.horde_tax, kudos.HORDE_TAX_REASON, wp_id=wp_id)
     if upfront:
         kudos.hold_upfront(session, user_id, wp_id, cost)

@@ -1,0 +1,119 @@
+"""A new chat request's writes in one statement (issue 14).
+
+Queuing an admitted chat request wrote its row (the ORM's flush), then the horde tax (the
+user's balance and its ledger row) and then its operation key: three round trips in the
+submit's transaction. ``enqueue_chat`` sends one statement whose CTEs make all three writes
+(Postgres runs every data-modifying CTE of a statement, and checks the operation key's
+foreign key on the new row at the statement's end). The operation key is claimed ON
+CONFLICT DO NOTHING: a key another submit claimed first leaves the claim empty and the
+caller retries (``requests.chat.OperationKeyRace``), the row and the tax rolled back with
+the transaction. An upfront hold, which few requests need, is written after it as before
+(``accounts.kudos.hold_upfront``).
+
+The row is written from the ``WaitingPrompt`` the admission built, which stays out of any
+session: every column is bound, a column the row was not given takes the column's Python
+default (as the ORM's flush would), and the row is given it too, so its status reads what
+was stored.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Select, Table, bindparam, func, select
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.orm import Session
+from sqlalchemy.schema import ColumnDefault
+
+from runtime.native.accounts import kudos
+from runtime.native.db.tables import OperationKey, WaitingPrompt
+from runtime.observability.context import note_kudos
+
+REQUESTS: Table = WaitingPrompt.__table__  # type: ignore[assignment]
+OPERATION_KEYS: Table = OperationKey.__table__  # type: ignore[assignment]
+
+
+def _bound(column: Any) -> Any:
+    """The row's parameter for ``column`` (``row_<name>``); a nullable JSON column's None
+    is SQL NULL, as a column the ORM's flush was not given."""
+    kind = JSONB(none_as_null=True) if isinstance(column.type, JSONB) else column.type
+    return bindparam(f"row_{column.key}", type_=kind)
+
+
+def _enqueue(claim: bool) -> Select[Any]:
+    queued = (
+        insert(REQUESTS)
+        .values({c.key: _bound(c) for c in REQUESTS.columns})
+        .returning(REQUESTS.c.id)
+        .cte("queued")
+    )
+    taxed = kudos.APPLY_KUDOS.cte("taxed")
+    columns = [
+        select(queued.c.id).scalar_subquery().label("queued"),
+        select(taxed.c.balance_after).scalar_subquery().label("balance"),
+    ]
+    if claim:
+        claimed = (
+            insert(OPERATION_KEYS)
+            .values(
+                user_id=bindparam("user_id"),
+                key=bindparam("operation_key"),
+                fingerprint=bindparam("fingerprint"),
+                wp_id=bindparam("wp_id"),
+                kudos=bindparam("cost"),
+            )
+            .on_conflict_do_nothing(constraint="uq_operation_keys_user_key")
+            .returning(OPERATION_KEYS.c.id)
+            .cte("claimed")
+        )
+        columns.append(select(func.count()).select_from(claimed).scalar_subquery().label("claimed"))
+    return select(*columns)
+
+
+_ENQUEUE = _enqueue(claim=False)
+_ENQUEUE_AND_CLAIM = _enqueue(claim=True)
+"""``enqueue_chat``'s statements, built once: without an operation key, and with one."""
+
+
+def row_values(wp: WaitingPrompt) -> dict[str, Any]:
+    """Every column's value of the new row ``wp``: what it was given, else its column's
+    Python default, which ``wp`` is then given as well. A column with a server default
+    alone must be given (none such is left to the database)."""
+    values = {}
+    for column in REQUESTS.columns:
+        name = column.key
+        if name not in wp.__dict__:
+            default = column.default
+            if isinstance(default, ColumnDefault):
+                setattr(wp, name, default.arg if default.is_scalar else default.arg(None))
+            else:
+                assert column.server_default is None, f"{name} must be given"
+        values[f"row_{name}"] = wp.__dict__.get(name)
+    return values
+
+
+def enqueue_chat(
+    session: Session,
+    wp: WaitingPrompt,
+    tax: Decimal,
+    operation: tuple[str, str] | None,
+) -> bool:
+    """Write the new request ``wp`` and its owner's horde tax, and claim the operation key
+    (``operation``: the key and the body's fingerprint), in one statement of the session's
+    transaction. False: another submit claimed the key first (nothing is to be kept)."""
+    delta = kudos.money(-tax)
+    params = {
+        **row_values(wp),
+        "user_id": wp.user_id,
+        "delta": delta,
+        "reason": kudos.HORDE_TAX_REASON,
+        "wp_id": wp.id,
+        "generation_id": None,
+        "worker_id": None,
+    }
+    if operation is not None:
+        params.update(operation_key=operation[0], fingerprint=operation[1], cost=wp.kudos_estimate)
+    row = session.execute(_ENQUEUE if operation is None else _ENQUEUE_AND_CLAIM, params).one()
+    note_kudos(session.info, kudos.HORDE_TAX_REASON, delta)  # counted once committed
+    return operation is None or row.claimed == 1

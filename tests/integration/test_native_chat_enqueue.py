@@ -1,0 +1,125 @@
+"""A new chat request's writes in one statement (``requests.chat_enqueue``): the row is the
+one the ORM's flush would have written, the horde tax and the operation key go with it, a
+key claimed first leaves the claim empty, and an upfront hold still follows the tax."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sqlalchemy import Text, cast, func, select
+
+from generated.chat.names import HORDE_SLOW_WORKERS, PARAM_HORDE
+from runtime.native.accounts.kudos import HORDE_TAX_REASON
+from runtime.native.db.tables import KudosHold, OperationKey, User, WaitingPrompt
+from runtime.native.queue.sweep import utcnow
+from runtime.native.requests.chat_enqueue import REQUESTS, enqueue_chat
+from runtime.stores.database import transaction
+from tests.integration.chat_flow import chat_async, chat_body, chat_pop
+from tests.integration.native_flow import ledger
+
+pytestmark = pytest.mark.integration
+
+TAX = Decimal("1.00")
+
+
+def _given(user_id: int, now: datetime | None = None) -> dict[str, Any]:
+    """A chat row's values, most columns left to their defaults (the nullable JSON ones,
+    the conversation, unset)."""
+    now = now or utcnow()
+    return {
+        "id": uuid.uuid4(), "is_chat": True, "user_id": user_id, "prompt": "p", "n": 1,
+        "jobs": 1, "max_length": 80, "max_context_length": 1024, "created": now,
+        "expiry": now + timedelta(hours=1), "kudos_estimate": Decimal("3.50"),
+    }  # fmt: skip
+
+
+def _stored(native_db, wp_id: uuid.UUID) -> dict[str, str | None]:
+    """Every column of the row but its id, as Postgres spells it: a JSON null is "null",
+    SQL NULL is None."""
+    columns = [c for c in REQUESTS.columns if c.key != "id"]
+    with native_db() as session:
+        row = session.execute(
+            select(*(cast(c, Text) for c in columns)).where(REQUESTS.c.id == wp_id)
+        ).one()
+    return {c.key: value for c, value in zip(columns, row, strict=True)}
+
+
+def test_the_row_is_the_one_the_orm_would_have_written(native_db, make_user):
+    requester = make_user("req", kudos=10)
+    now = utcnow()
+    enqueued = WaitingPrompt(**_given(requester.id, now))
+    flushed = WaitingPrompt(**_given(requester.id, now))
+    with transaction(native_db) as session:
+        assert enqueue_chat(session, enqueued, TAX, None)
+        session.add(flushed)
+        session.flush()
+        flushed_values = dict(flushed.__dict__)
+    stored = _stored(native_db, enqueued.id)
+    assert stored == _stored(native_db, flushed.id)
+    assert (stored["messages"], stored["chat_request"]) == (None, None)  # SQL NULL
+    assert (stored["object_keys"], stored["active"]) == ("[]", "true")
+    # The row holds the defaults it was stored with, as a flushed one does.
+    for column in REQUESTS.columns:
+        if column.key != "id" and column.key in flushed_values:
+            assert enqueued.__dict__[column.key] == flushed_values[column.key], column.key
+    assert ledger(native_db, requester.id)[-1] == (HORDE_TAX_REASON, -TAX)
+    with native_db() as session:
+        assert session.get(User, requester.id).kudos == Decimal(10) - TAX
+
+
+def test_the_operation_key_is_claimed_with_the_row(native_db, make_user):
+    requester = make_user("req", kudos=10)
+    wp = WaitingPrompt(**_given(requester.id))
+    with transaction(native_db) as session:
+        assert enqueue_chat(session, wp, TAX, ("op-1", "print"))
+    with native_db() as session:
+        claim = session.scalars(select(OperationKey)).one()
+    assert (claim.user_id, claim.key, claim.fingerprint) == (requester.id, "op-1", "print")
+    assert (claim.wp_id, claim.kudos) == (wp.id, Decimal("3.50"))
+
+
+def test_a_key_claimed_first_leaves_the_claim_empty(native_db, make_user):
+    requester = make_user("req", kudos=10)
+    first = WaitingPrompt(**_given(requester.id))
+    with transaction(native_db) as session:
+        assert enqueue_chat(session, first, TAX, ("op-1", "print"))
+    late = WaitingPrompt(**_given(requester.id))
+    with native_db() as session:
+        assert not enqueue_chat(session, late, TAX, ("op-1", "print"))
+        session.rollback()  # the caller's retry: nothing of the late one is kept
+    with native_db() as session:
+        assert session.scalar(select(func.count()).select_from(WaitingPrompt)) == 1
+        assert session.scalar(select(OperationKey.wp_id)) == first.id
+    assert [reason for reason, _ in ledger(native_db, requester.id)] == [
+        "grant",
+        HORDE_TAX_REASON,
+    ]
+
+
+def test_a_chat_request_that_keeps_slow_workers_away_holds_its_quote(
+    native_client, native_db, make_user
+):
+    # slow_workers false needs the quote upfront (as upstream's require_upfront_kudos): the
+    # hold follows the tax in the ledger, and a user who cannot cover it queues nothing.
+    requester, poor, worker = make_user("req", 1000), make_user("poor"), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    body = chat_body(**{PARAM_HORDE: {HORDE_SLOW_WORKERS: False}})
+    queued = chat_async(native_client, requester.api_key, body)
+    assert queued.status_code == 202, queued.text
+    quote = Decimal(str(queued.json()["kudos"]))
+    moves = ledger(native_db, requester.id)
+    assert [reason for reason, _ in moves] == ["grant", HORDE_TAX_REASON, "upfront_hold"]
+    with native_db() as session:
+        hold = session.scalars(select(KudosHold)).one()
+        balance = session.get(User, requester.id).kudos
+    assert (str(hold.wp_id), hold.amount) == (queued.json()["id"], quote)
+    assert balance == sum(delta for _, delta in moves)
+    refused = chat_async(native_client, poor.api_key, body)
+    assert refused.json()["rc"] == "KudosUpfront", refused.text
+    assert ledger(native_db, poor.id) == []
+    with native_db() as session:
+        assert session.scalar(select(func.count()).select_from(WaitingPrompt)) == 1
