@@ -94,6 +94,25 @@ GIL beside the submit's thread): traced TOTAL p50 14.7/16.9 ms (5 ms, the defaul
 20.4/17.4 (1 ms), the pop's statement 3.25/3.07 vs 3.73/3.08 ms of wall, at load 7-8: no
 gain. Not done, measured too small: a woken run re-checking its pop's body (headers, parse,
 schema: 12 us of CPU) and building its transient ORM Worker (~10 us).
+
+Then (2026-12-04, the chat submit's transaction, issue 14): its reads before any write were
+BEGIN, the key's user FOR UPDATE, the operation key, the online workers with the concurrency
+count (four round trips), now two statements in one pipeline
+(``runtime/native/requests/chat_admission.py``); its writes were the row (the ORM's flush
+and its unit of work), the horde tax and the operation key's claim (three), now one
+statement (``runtime/native/requests/chat_enqueue.py``). Before the commit: 9 round trips ->
+3 (the reads, the writes, COMMIT). In process (one client, the route through httpx, 600
+submits with an operation key): the route's wall p50 17.0 -> 15.4 (the reads) -> 10.2 ms,
+the process's CPU per submit 14.1 -> 12.5 -> 8.2 ms; py-spy's samples in the view 3,151 ->
+1,743 for the same 600. Server stamps (this bench, in process, p50): the view's entry to
+its commit 5.6 ms, the commit to the woken pop's last run 0.55, that run 3.05, the commit
+to the submit's answer 2.7 (its first status read and the wake's publish). On the server,
+auto_explain's p50: the reads 0.09 + 0.25 ms, the writes 0.47, COMMIT 0.68 (the WAL's
+fdatasync is ~0.32 ms on this disk), the pop's one statement 0.5-0.9. A B A B against
+d13e805 (idle, 17:23-17:27): dispatch_p50_ms 15.3/16.5 -> 13.8/15.7,
+dispatch_submit_answer_p50_ms 16.0/16.6 -> 14.5/15.7, dispatch_server_cpu_ms_per_request
+19.5/20.7 -> 17.9/20.5 ms. Measured and not kept: the first status read before the wake, so
+the woken pop does not share the GIL with it (dispatch_p50_ms 14.3/15.2 -> 13.7/15.6).
 """
 
 from __future__ import annotations

@@ -18,6 +18,12 @@ The client runs in a process of its own (spawned), sequential requests, so no le
 interpreter with the server it measures. Figures: ``e2e_direct_p50_ms``,
 ``e2e_litellm_p50_ms``, ``e2e_horde_p50_ms``, ``e2e_horde_p99_ms`` (and the direct p99 and the
 horde's p50 overhead over the direct call).
+
+The chat submit's transaction in 3 round trips before its commit, not 9 (2026-12-04, issue
+14: bench/dispatch.py says how), A B A B against d13e805 on this 2-core VM, whose speed
+moves more than the change from one run to the next: e2e_horde_p50_ms 44.91 / 39.31 ->
+25.18 / 33.08 ms (17:17-17:19); a second sitting (17:55-17:58), A B A B A B: 33.07 / 46.92 /
+46.33 -> 36.64 / 36.96 / 32.32 ms, the direct call 8.9-10.3 ms throughout.
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ from sqlalchemy import func, select
 
 from generated.chat.names import PARAM_MODELS
 from generated.routes import HEADER_X_OPERATION_KEY
-from runtime.native.db.tables import OperationKey, WaitingPrompt
+from runtime.contract.dispatch import operation_fingerprint
+from runtime.contract.validator import validate_chat_request
+from runtime.native.db.tables import OperationKey, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import sweep, utcnow
 from tests.integration.chat_flow import MODEL, chat_async, chat_body, chat_pop
@@ -106,6 +108,38 @@ def test_concurrent_identical_submits_give_one_request_and_one_charge(
     assert _rows(native_db) == 1
     with native_db() as session:
         assert session.scalar(select(func.count()).select_from(OperationKey)) == 1
+    taxes = [r for r, _ in ledger(native_db, requester.id) if r == "horde_tax"]
+    assert taxes == ["horde_tax"]
+
+
+def test_a_key_claimed_while_the_submit_waits_for_its_lock_is_replayed(
+    native_client, native_db, make_user
+):
+    # A submit reads its operation key with the statement that locks its user
+    # (requests.chat_admission): a claim committed while it waited for that lock is not in
+    # what it read, so its own claim finds the key taken and it is retried. The client gets
+    # the claimed request, and nothing of the second attempt is kept or charged.
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    queued = _keyed(native_client, requester.api_key, "op-1", chat_body()).json()
+    body = chat_body("again")
+    with native_db() as holder, ThreadPoolExecutor(1) as pool:
+        holder.get(User, requester.id, with_for_update=True)  # the user's row lock
+        late = pool.submit(_keyed, native_client, requester.api_key, "op-2", body)
+        with pytest.raises(TimeoutError):
+            late.result(timeout=1.0)  # blocked on the user's row
+        fingerprint = operation_fingerprint(validate_chat_request(body))
+        holder.add(
+            OperationKey(
+                user_id=requester.id, key="op-2", fingerprint=fingerprint,
+                wp_id=uuid.UUID(queued["id"]), kudos=queued["kudos"],
+            )
+        )  # fmt: skip
+        holder.commit()
+        answer = late.result(timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] == queued["id"]
+    assert _rows(native_db) == 1
     taxes = [r for r, _ in ledger(native_db, requester.id) if r == "horde_tax"]
     assert taxes == ["horde_tax"]
 
