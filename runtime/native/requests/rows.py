@@ -73,7 +73,8 @@ def queued_jobs(session: Session, user_id: int) -> int:
 
 def queued_jobs_of(user_id: ColumnElement[int]) -> ColumnElement[int]:
     """``queued_jobs`` as a column, for the user ``user_id`` (a parameter, or a subquery
-    naming the user some other way)."""
+    naming the user some other way): a statement that runs after the user's row lock may
+    carry it (a chat request's admission reads it with the online workers)."""
     waiting = (
         select(func.coalesce(func.sum(WaitingPrompt.n), 0))
         .where(WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True))
@@ -89,10 +90,7 @@ def queued_jobs_of(user_id: ColumnElement[int]) -> ColumnElement[int]:
     return (waiting + processing).label("queued_jobs")
 
 
-QUEUED_JOBS = queued_jobs_of(bindparam("user_id", type_=Integer()))
-"""The user's concurrency count as a column, on the parameter ``user_id``: a statement
-that runs after the user's row lock may carry it (the chat submit's online workers)."""
-_QUEUED_JOBS = select(QUEUED_JOBS)
+_QUEUED_JOBS = select(queued_jobs_of(bindparam("user_id", type_=Integer())))
 """``queued_jobs``' statement, built once (building it cost each submit ~0.4 ms of CPU;
 SQLAlchemy keeps a statement's cache key on it, so a kept one is not walked again)."""
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Connection, DateTime, bindparam, func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.orm import Session
 
 from generated.errors import (
@@ -29,7 +29,6 @@ from runtime.native.db.tables import (
     Generation,
     User,
     WaitingPrompt,
-    Worker,
     WorkerRow,
 )
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, worker_fits
@@ -231,14 +230,5 @@ ONLINE_FROM = (
 """``ONLINE_SQL`` but its columns: a statement may read more of the online workers' rows."""
 ONLINE_SQL = raw_sql(f"SELECT {ONLINE_COLUMNS}{ONLINE_FROM}")
 """``online_workers``' statement, in Postgres's placeholders once (a chat submit sends it
-with its find: ``queue.chat_find``); its last column is the owner's trust."""
-ONLINE_WORKERS = (
-    select(Worker, User.trusted)
-    .join(User, User.id == Worker.user_id)
-    .where(
-        Worker.last_check_in > bindparam("since", type_=DateTime(timezone=True)),
-        Worker.maintenance.is_(False),
-    )
-)
-"""The online workers as entities, on the parameter ``since`` (a chat request's admission
-reads them with the user's queued jobs in one statement: ``requests.chat``)."""
+with its find: ``queue.chat_find``; a chat request's admission reads these columns with the
+user's queued jobs: ``requests.chat_admission``); its last column is the owner's trust."""
