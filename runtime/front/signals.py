@@ -57,10 +57,11 @@ RECONNECT_MAX = 4.0
 class Flag:
     """asyncio.Event's set / clear / is_set / wait, with a timeout of its own and no deque.
 
-    An open wait holds its Signal and its client's disconnect flag until it ends (and held
-    its channel's confirmation flag too): as asyncio.Events they were ~2.3 KiB of a wait's ~33 (each
-    Event allocates a deque of its waiters, ~0.76 KiB, and a dict), and waiting on one with
-    a timeout took asyncio.wait_for, a Task wrapping ``wait()``. Here the waiters are a list
+    An open wait holds its Signal and its client's disconnect flag until it ends (until
+    issue 14's pattern subscription, a channel confirmation flag too): as asyncio.Events
+    they were ~2.3 KiB of a wait's ~33 (each Event allocates a deque of its waiters,
+    ~0.76 KiB, and a dict), and waiting on one with a timeout took asyncio.wait_for, a Task
+    wrapping ``wait()``. Here the waiters are a list
     made on the first wait, and ``wait(timeout)`` is one future and one timer in the caller's
     own task."""
 

@@ -52,6 +52,13 @@ _USER = (
     .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
 )
 _USER_FOR_UPDATE = _USER.with_for_update(of=User)
+KEY_OWNER = (
+    select(ApiKey.user_id)
+    .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
+    .scalar_subquery()
+)
+"""The id of the user owning the key whose digest is the parameter ``key_hash`` (NULL for
+none), for a statement that names the user by its key."""
 """``user_for_key``'s statements, built once (each chat submit and status built one)."""
 
 

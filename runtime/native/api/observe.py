@@ -24,6 +24,7 @@ from sqlalchemy import event, func, select, true
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated.errors import NotReady
+from runtime.native.accounts.kudos import HORDE_TAX_REASON
 from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.fit import chat_model
@@ -64,7 +65,7 @@ KUDOS_CHARGED = Counter(
 KUDOS_REWARDED = Counter(
     "horde_kudos_rewarded", "Kudos paid to workers' owners.", registry=REGISTRY
 )
-CHARGE_REASONS = ("charge", "horde_tax")
+CHARGE_REASONS = ("charge", HORDE_TAX_REASON)
 REWARD_REASON = "reward"
 ANY_MODEL = ""
 """The model label of requests that accept any model."""

@@ -40,10 +40,15 @@ from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
 from generated.streaming import streams_deltas
-from generated.wire import ANONYMOUS_API_KEY, STATE_FAULTED
+from generated.wire import STATE_FAULTED
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.contract.dispatch import chat_job_payload
-from runtime.native.accounts.keys import ANONYMOUS_USER_ID, hash_key, worker_owner_for_key
+from runtime.native.accounts.keys import (
+    ANONYMOUS_USER_ID,
+    hash_key,
+    key_hash_of,
+    worker_owner_for_key,
+)
 from runtime.native.api.body import check_headers, int64, parsed_body
 from runtime.native.api.context import NativeContext
 from runtime.native.api.lane import LaneRequest, Reply
@@ -130,7 +135,7 @@ def text_pop(req: LaneRequest) -> Reply:
     # autocommit, and its rollback on an error reaches the driver, so a connection lost to a
     # restart is a 503 and invalidates the pool, as the session's rollback did.
     with ctx.autocommit.connect() as connection, connection.begin():
-        key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
+        key_hash = key_hash_of(api_key)
         known, popped = register_and_pop(
             connection, ctx.policy, key_hash, body, now, declaration, count_skipped=count_skipped
         )
@@ -340,7 +345,7 @@ def text_submit(req: LaneRequest) -> Reply:
     # unknown key, id or worker) is a transaction, as before. What the find read does not
     # change while the job runs, and the claim is the payment's compare-and-set. The
     # payload is checked before the key, as ever.
-    key_hash = hash_key(api_key or ANONYMOUS_API_KEY)
+    key_hash = key_hash_of(api_key)
     with ctx.autocommit.connect() as connection, connection.begin():
         chat = None
         if _chat_reply(body):  # else (or a text job's id) the find tells the job's kind

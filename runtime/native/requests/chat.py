@@ -64,8 +64,8 @@ from runtime.contract.conversation import flatten_messages
 from runtime.contract.dispatch import operation_fingerprint
 from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos
-from runtime.native.accounts.keys import hash_key
-from runtime.native.db.tables import AnyWorker, ApiKey, OperationKey, User, WaitingPrompt, Worker
+from runtime.native.accounts.keys import KEY_OWNER, hash_key
+from runtime.native.db.tables import AnyWorker, OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
@@ -283,7 +283,7 @@ END_USER_FIELDS = (PARAM_USER, PARAM_SAFETY_IDENTIFIER)
 _STATUS_READ = (
     select(
         WaitingPrompt,
-        select(ApiKey.user_id).where(ApiKey.key_hash == bindparam("key_hash")).scalar_subquery(),
+        KEY_OWNER,
         *(WaitingPrompt.chat_request[name] for name in END_USER_FIELDS),
     )
     .options(defer(WaitingPrompt.prompt))

@@ -25,13 +25,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from psycopg import RawCursor
-from sqlalchemy import String, bindparam, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.errors import InvalidAPIKey
-from runtime.native.accounts.keys import key_hash_of
+from runtime.native.accounts.keys import KEY_OWNER, key_hash_of
 from runtime.native.db.detached import column_names, detached
-from runtime.native.db.tables import AnyWorker, ApiKey, User
+from runtime.native.db.tables import AnyWorker, User
 from runtime.native.queue.jobs import DIALECT, driver_of
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued_jobs_of
@@ -52,12 +52,7 @@ FOR UPDATE OF users
 """)
 """The key's user, locked, and the user's row of the operation key (NULLs when none)."""
 
-_KEY_OWNER = (
-    select(ApiKey.user_id)
-    .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
-    .scalar_subquery()
-)
-_QUEUED = select(queued_jobs_of(_KEY_OWNER)).compile(dialect=DIALECT)
+_QUEUED = select(queued_jobs_of(KEY_OWNER)).compile(dialect=DIALECT)
 _POOL = raw_sql(f"SELECT ({_QUEUED.string}), {ONLINE_COLUMNS}{ONLINE_FROM}")
 """The key's user's queued jobs (``rows.queued_jobs``) on every online worker's row."""
 _POOL_LITERALS = {k: v for k, v in _QUEUED.params.items() if k != "key_hash"}
