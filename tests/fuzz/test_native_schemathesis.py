@@ -10,6 +10,7 @@ document. Every operation the app serves (``VIEWS``) is fuzzed, the chat routes 
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from schemathesis.checks import positive_data_acceptance, use_after_free
 from schemathesis.core.parameters import ParameterLocation
 from schemathesis.generation.stateful.state_machine import StepInput, StepOutput
 
-from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY, HEADER_X_OPERATION_KEY
 from generated.signals import POP_MAX_WAIT_SECONDS
 from runtime.native.api.app import VIEWS
 from tests.support.chat_worker import ChatTestWorker
@@ -116,6 +117,21 @@ def _no_long_poll(case: Any) -> None:
         case.body["wait"] = 0
 
 
+def _fresh_operation_key(case: Any) -> None:
+    # A derandomized run generates the same X-Operation-Key in many scenarios, and the native
+    # API remembers every key it saw: a key another scenario (or the generating phases) used
+    # replays that request, or answers 409 OperationCancelled after its cancel by key, so the
+    # same draws met different answers and hypothesis stopped the run as flaky
+    # (FlakyStrategyDefinition: a link's bundle filled in one scenario, empty in the next).
+    # A schema-valid key is made unique per step; an invalid one is sent for its refusal.
+    if (
+        case.headers
+        and HEADER_X_OPERATION_KEY in case.headers
+        and not _negative(case, ParameterLocation.HEADER)
+    ):
+        case.headers[HEADER_X_OPERATION_KEY] = secrets.token_urlsafe(24)
+
+
 def _negative(case: Any, location: ParameterLocation) -> bool:
     """The case's ``location`` was generated to break the schema (its refusal is checked)."""
     info = case.meta.components.get(location) if case.meta is not None else None
@@ -163,6 +179,7 @@ def test_native_api_stateful(native_url, fuzz_user, chat_worker):
                 case.headers.pop(HEADER_X_HORDE_SERVICE_PASSKEY, None)
             if case.operation.label == CHAT_SUBMIT and not _negative(case, ParameterLocation.BODY):
                 case.body = {"model": chat_worker, "messages": [{"role": "user", "content": "hi"}]}
+            _fresh_operation_key(case)
             output = super().step(input)
             transition = input.transition
             if transition is not None and not transition.is_inferred and input.is_applied:
