@@ -130,6 +130,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.support.host import print_host_figures
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
     DECL_CHAT_JOBS,
@@ -154,6 +155,7 @@ POLL_INTERVAL = 1.0
 
 
 def main() -> None:
+    print_host_figures()  # how fast the machine is at the start (bench/support/host.py)
     data_dir = Path(tempfile.mkdtemp(prefix="horde-bench-dispatch-"))
     stores = EmbeddedStores.start(Settings(data_dir=data_dir))
     try:

@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.front_stack import bench_users, start_front, stop_front
 from bench.native_stack import native_service
+from bench.support.host import print_host_figures
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
 
@@ -210,6 +211,7 @@ def _wait_worker(native: str, worker: subprocess.Popen[bytes], output: Any) -> N
 
 
 def main() -> None:
+    print_host_figures()  # how fast the machine is at the start (bench/support/host.py)
     with tempfile.TemporaryDirectory(prefix="bench-e2e-") as folder:
         model = Path(folder) / "demo.gguf"
         build_tiny_model(model)

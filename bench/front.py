@@ -175,6 +175,7 @@ from bench.front_stack import (
     stop_front,
 )
 from bench.native_stack import NativeProcess, native_process
+from bench.support.host import print_host_figures
 from generated.signals import CHAT_FIELD_OUTCOME, chat_channel, parse_chat_event
 from tests.support.front import open_waits as open_wait_count
 
@@ -530,6 +531,7 @@ def print_memory(memory: Memory) -> None:
 
 
 def main() -> None:
+    print_host_figures()  # how fast the machine is at the start (bench/support/host.py)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # busy threads, as expected
     with native_process() as native_api:
         requester, owner = bench_users(native_api.sessions)
