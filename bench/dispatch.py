@@ -98,9 +98,9 @@ schema: 12 us of CPU) and building its transient ORM Worker (~10 us).
 Then (2026-12-04, the chat submit's transaction, issue 14): its reads before any write were
 BEGIN, the key's user FOR UPDATE, the operation key, the online workers with the concurrency
 count (four round trips), now two statements in one pipeline
-(``runtime/native/requests/chat_admission.py``); its writes were the row (the ORM's flush
+(``runtime/native/requests/admission.py``); its writes were the row (the ORM's flush
 and its unit of work), the horde tax and the operation key's claim (three), now one
-statement (``runtime/native/requests/chat_enqueue.py``). Before the commit: 9 round trips ->
+statement (``runtime/native/requests/enqueue.py``). Before the commit: 9 round trips ->
 3 (the reads, the writes, COMMIT). In process (one client, the route through httpx, 600
 submits with an operation key): the route's wall p50 17.0 -> 15.4 (the reads) -> 10.2 ms,
 the process's CPU per submit 14.1 -> 12.5 -> 8.2 ms; py-spy's samples in the view 3,151 ->

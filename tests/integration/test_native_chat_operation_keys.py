@@ -116,7 +116,7 @@ def test_a_key_claimed_while_the_submit_waits_for_its_lock_is_replayed(
     native_client, native_db, make_user
 ):
     # A submit reads its operation key with the statement that locks its user
-    # (requests.chat_admission): a claim committed while it waited for that lock is not in
+    # (requests.admission): a claim committed while it waited for that lock is not in
     # what it read, so its own claim finds the key taken and it is retried. The client gets
     # the claimed request, and nothing of the second attempt is kept or charged.
     requester, worker = make_user("req", 1000), make_user("wk")

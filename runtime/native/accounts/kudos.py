@@ -134,7 +134,7 @@ APPLY_KUDOS = _apply_kudos()
 """``apply_kudos``' statement, built once (its values are parameters: ``user_id``,
 ``delta``, ``reason``, ``wp_id``, ``generation_id``, ``worker_id``; it returns the balance
 after): a chat submit moved kudos with a statement built anew, ~0.2 ms of CPU. A statement
-that moves kudos among other writes takes it as a CTE (``requests.chat_enqueue``)."""
+that moves kudos among other writes takes it as a CTE (``requests.enqueue``)."""
 
 
 def hold_upfront(session: Session, user_id: int, wp_id: uuid.UUID, amount: Decimal) -> bool:

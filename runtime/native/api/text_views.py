@@ -5,11 +5,11 @@ from __future__ import annotations
 from flask import Response, jsonify, request
 
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT
-from runtime.native.accounts.keys import user_for_key
 from runtime.native.api.body import checked_headers, json_body
 from runtime.native.api.context import native
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
+from runtime.native.requests.admission import read_admission
 from runtime.native.requests.text import (
     cancel_text_request,
     create_text_request,
@@ -25,16 +25,21 @@ def text_async() -> tuple[Response, int]:
     checked_headers("text_async")
     body = json_body("text_async")
     ctx = native()
+    now = utcnow()
     with transaction(ctx.sessions) as session:
-        user = user_for_key(session, request.headers.get(HEADER_APIKEY), for_update=True)
+        # the key's user, locked, and its queued jobs: one round trip (requests.admission)
+        admission = read_admission(
+            session, ctx.policy, request.headers.get(HEADER_APIKEY), None, now, pool=False
+        )
         result = create_text_request(
             session,
             ctx.policy,
-            user,
+            admission.user,
             body,
             client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
             ipaddr=request.remote_addr or "",
-            now=utcnow(),
+            now=now,
+            counted=admission.queued,
         )
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200

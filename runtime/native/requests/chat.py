@@ -3,7 +3,7 @@
 ``create_chat_request`` takes a request already normalised by
 ``runtime.contract.validator.validate_chat_request`` and, in the caller's transaction, in
 this order (the key's user locked FOR UPDATE, its operation key, the online pool and its
-queued jobs read first, in one round trip: ``chat_admission``):
+queued jobs read first, in one round trip: ``requests.admission``):
 
 1. an operation key already used by the user returns its request (same id, same kudos), or
    is refused with 422 when the body's fingerprint differs; nothing is charged again;
@@ -69,10 +69,10 @@ from runtime.native.db.tables import AnyWorker, OperationKey, User, WaitingPromp
 from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
 from runtime.native.queue.policy import Policy
-from runtime.native.requests.chat_admission import Operation, read_admission
-from runtime.native.requests.chat_enqueue import enqueue_chat
+from runtime.native.requests.admission import Operation, read_admission
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.chat_status import FirstStatus, first_status
+from runtime.native.requests.enqueue import enqueue_request
 from runtime.native.requests.moderation import screen
 from runtime.native.requests.rows import (
     admit_jobs,
@@ -179,7 +179,7 @@ def create_chat_request(
     admission_only: bool = False,
 ) -> ChatSubmitted:
     """Queue (or quote, or recover) a chat request of ``api_key``'s user, in the session's
-    transaction, which locks the user's row FOR UPDATE first (``chat_admission``).
+    transaction, which locks the user's row FOR UPDATE first (``requests.admission``).
 
     ``admission_only``: run every refusal that needs no image (operation key, moderation,
     model and pool, features, kudos cap, concurrency, upfront kudos) and stop before the
@@ -218,7 +218,7 @@ def create_chat_request(
         owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
         wp.object_keys = owned
     operation = (operation_key, fingerprint) if operation_key else None
-    if not enqueue_chat(session, wp, Decimal(policy.horde_tax), operation):
+    if not enqueue_request(session, wp, Decimal(policy.horde_tax), operation):
         raise OperationKeyRace(operation_key)
     if needs_upfront:
         kudos.hold_upfront(session, user.id, wp.id, cost)

@@ -15,7 +15,6 @@ from sqlalchemy import ColumnElement, Integer, bindparam, func, literal_column, 
 from sqlalchemy.orm import Session
 
 from generated.errors import KudosUpfront, RequestNotFound, TooManyPrompts
-from runtime.native.accounts import kudos
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID
 from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
@@ -126,12 +125,3 @@ def queue_priority(policy: Policy, user: User) -> Decimal:
     if user.id == ANONYMOUS_USER_ID:
         return Decimal(policy.anonymous_priority)
     return user.kudos
-
-
-def charge_queued(
-    session: Session, policy: Policy, user_id: int, wp_id: uuid.UUID, cost: Decimal, upfront: bool
-) -> None:
-    """What queuing a request costs at once: the horde tax, and the upfront hold if needed."""
-    kudos.apply_kudos(session, user_id, -policy.horde_tax, kudos.HORDE_TAX_REASON, wp_id=wp_id)
-    if upfront:
-        kudos.hold_upfront(session, user_id, wp_id, cost)

@@ -34,9 +34,9 @@ from runtime.native.db.tables import (
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, worker_fits
 from runtime.native.queue.jobs import raw_cursor
 from runtime.native.queue.policy import Policy
+from runtime.native.requests.enqueue import enqueue_request
 from runtime.native.requests.rows import (
     admit_jobs,
-    charge_queued,
     find_request,
     queue_priority,
     unfinished,
@@ -85,8 +85,11 @@ def create_text_request(
     client_agent: str,
     ipaddr: str,
     now: datetime,
+    counted: int | None = None,
 ) -> Submitted:
-    """Queue a text request (or quote it on dry_run); ``user`` must be locked FOR UPDATE."""
+    """Queue a text request (or quote it on dry_run); ``user`` must be locked FOR UPDATE
+    (``requests.admission``, which reads its queued jobs as well: ``counted``). The row and
+    the horde tax are one statement (``requests.enqueue``); ``user`` may be in no session."""
     params = dict(body["params"])
     check_text_params(body["prompt"], params)
     n = int(params.pop("n", 1))
@@ -104,6 +107,7 @@ def create_text_request(
         params["max_length"],
         cost,
         slow_workers=bool(body.get("slow_workers", True)),
+        counted=counted,
     )
     wp = WaitingPrompt(
         id=uuid.uuid4(),
@@ -131,9 +135,9 @@ def create_text_request(
         created=now,
         expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
     )
-    session.add(wp)
-    session.flush()
-    charge_queued(session, policy, user.id, wp.id, cost, needs_upfront)
+    enqueue_request(session, wp, Decimal(policy.horde_tax), None)
+    if needs_upfront:
+        kudos.hold_upfront(session, user.id, wp.id, cost)
     return Submitted(id=wp.id, kudos=cost)
 
 
@@ -231,4 +235,4 @@ ONLINE_FROM = (
 ONLINE_SQL = raw_sql(f"SELECT {ONLINE_COLUMNS}{ONLINE_FROM}")
 """``online_workers``' statement, in Postgres's placeholders once (a chat submit sends it
 with its find: ``queue.chat_find``; a chat request's admission reads these columns with the
-user's queued jobs: ``requests.chat_admission``); its last column is the owner's trust."""
+user's queued jobs: ``requests.admission``); its last column is the owner's trust."""

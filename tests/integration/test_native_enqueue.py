@@ -1,6 +1,7 @@
-"""A new chat request's writes in one statement (``requests.chat_enqueue``): the row is the
-one the ORM's flush would have written, the horde tax and the operation key go with it, a
-key claimed first leaves the claim empty, and an upfront hold still follows the tax."""
+"""A new request's writes in one statement (``requests.enqueue``): the row is the one the
+ORM's flush would have written, the horde tax and the operation key go with it, a key
+claimed first leaves the claim empty, and an upfront hold still follows the tax; the text
+route queues its requests the same way."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from generated.chat.names import HORDE_SLOW_WORKERS, PARAM_HORDE
 from runtime.native.accounts.kudos import HORDE_TAX_REASON
 from runtime.native.db.tables import KudosHold, OperationKey, User, WaitingPrompt
 from runtime.native.queue.sweep import utcnow
-from runtime.native.requests.chat_enqueue import REQUESTS, enqueue_chat
+from runtime.native.requests.enqueue import REQUESTS, enqueue_request
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
@@ -54,7 +55,7 @@ def test_the_row_is_the_one_the_orm_would_have_written(native_db, make_user):
     enqueued = WaitingPrompt(**_given(requester.id, now))
     flushed = WaitingPrompt(**_given(requester.id, now))
     with transaction(native_db) as session:
-        assert enqueue_chat(session, enqueued, TAX, None)
+        assert enqueue_request(session, enqueued, TAX, None)
         session.add(flushed)
         session.flush()
         flushed_values = dict(flushed.__dict__)
@@ -75,7 +76,7 @@ def test_the_operation_key_is_claimed_with_the_row(native_db, make_user):
     requester = make_user("req", kudos=10)
     wp = WaitingPrompt(**_given(requester.id))
     with transaction(native_db) as session:
-        assert enqueue_chat(session, wp, TAX, ("op-1", "print"))
+        assert enqueue_request(session, wp, TAX, ("op-1", "print"))
     with native_db() as session:
         claim = session.scalars(select(OperationKey)).one()
     assert (claim.user_id, claim.key, claim.fingerprint) == (requester.id, "op-1", "print")
@@ -86,10 +87,10 @@ def test_a_key_claimed_first_leaves_the_claim_empty(native_db, make_user):
     requester = make_user("req", kudos=10)
     first = WaitingPrompt(**_given(requester.id))
     with transaction(native_db) as session:
-        assert enqueue_chat(session, first, TAX, ("op-1", "print"))
+        assert enqueue_request(session, first, TAX, ("op-1", "print"))
     late = WaitingPrompt(**_given(requester.id))
     with native_db() as session:
-        assert not enqueue_chat(session, late, TAX, ("op-1", "print"))
+        assert not enqueue_request(session, late, TAX, ("op-1", "print"))
         session.rollback()  # the caller's retry: nothing of the late one is kept
     with native_db() as session:
         assert session.scalar(select(func.count()).select_from(WaitingPrompt)) == 1
@@ -123,3 +124,50 @@ def test_a_chat_request_that_keeps_slow_workers_away_holds_its_quote(
     assert ledger(native_db, poor.id) == []
     with native_db() as session:
         assert session.scalar(select(func.count()).select_from(WaitingPrompt)) == 1
+
+
+def test_a_text_request_is_queued_by_the_same_statement(native_client, native_db, make_user):
+    # The text route's admission and writes are the chat route's (requests.admission,
+    # requests.enqueue): the row with its defaults, the tax, the queue priority read under
+    # the lock; then the concurrency counted in the same round trip refuses the next one.
+    requester = make_user("txt", kudos=10, concurrency=2)
+    body = {
+        "prompt": "Once upon a time",
+        "params": {"max_length": 80, "n": 2, "stop_sequence": ["\n"]},
+        "models": ["test-model-7B"],
+        "slow_workers": True,
+    }
+    queued = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": requester.api_key, "Client-Agent": "enqueue-test:1:tests"},
+        json=body,
+    )
+    assert queued.status_code == 202, queued.text
+    stored = _stored(native_db, uuid.UUID(queued.json()["id"]))
+    assert (stored["is_chat"], stored["active"], stored["prompt"]) == (
+        "false",
+        "true",
+        "Once upon a time",
+    )
+    assert (stored["n"], stored["jobs"], stored["max_length"]) == ("2", "2", "80")
+    assert (stored["messages"], stored["chat_request"], stored["object_keys"]) == (
+        None,
+        None,
+        "[]",
+    )
+    assert stored["models"] == '["test-model-7B"]'
+    assert stored["client_agent"] == "enqueue-test:1:tests"
+    assert Decimal(stored["extra_priority"]) == Decimal(10)  # the balance before the tax
+    assert Decimal(stored["kudos_estimate"]) == Decimal(str(queued.json()["kudos"]))
+    with native_db() as session:
+        row = session.get(WaitingPrompt, uuid.UUID(queued.json()["id"]))
+        assert row.params["stop_sequence"] == ["\n"]
+        assert row.expiry > row.created
+        balance = session.get(User, requester.id).kudos
+    moves = ledger(native_db, requester.id)
+    assert [reason for reason, _ in moves] == ["grant", HORDE_TAX_REASON]
+    assert balance == sum(delta for _, delta in moves)
+    refused = native_client.post(
+        "/generate/text/async", headers={"apikey": requester.api_key}, json=body
+    )
+    assert (refused.status_code, refused.json()["rc"]) == (429, "TooManyPrompts")

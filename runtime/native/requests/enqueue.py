@@ -1,13 +1,14 @@
-"""A new chat request's writes in one statement (issue 14).
+"""A new request's writes in one statement (issue 14), chat or text.
 
 Queuing an admitted chat request wrote its row (the ORM's flush), then the horde tax (the
 user's balance and its ledger row) and then its operation key: three round trips in the
-submit's transaction. ``enqueue_chat`` sends one statement whose CTEs make all three writes
-(Postgres runs every data-modifying CTE of a statement, and checks the operation key's
-foreign key on the new row at the statement's end). The operation key is claimed ON
-CONFLICT DO NOTHING: a key another submit claimed first leaves the claim empty and the
-caller retries (``requests.chat.OperationKeyRace``), the row and the tax rolled back with
-the transaction. An upfront hold, which few requests need, is written after it as before
+submit's transaction (a text request, which has no operation key, two). ``enqueue_request``
+sends one statement whose CTEs make all the writes (Postgres runs every data-modifying CTE
+of a statement, and checks the operation key's foreign key on the new row at the
+statement's end). The operation key is claimed ON CONFLICT DO NOTHING: a key another submit
+claimed first leaves the claim empty and the caller retries
+(``requests.chat.OperationKeyRace``), the row and the tax rolled back with the transaction.
+An upfront hold, which few requests need, is written after it as before
 (``accounts.kudos.hold_upfront``).
 
 The row is written from the ``WaitingPrompt`` the admission built, which stays out of any
@@ -73,7 +74,7 @@ def _enqueue(claim: bool) -> Select[Any]:
 
 _ENQUEUE = _enqueue(claim=False)
 _ENQUEUE_AND_CLAIM = _enqueue(claim=True)
-"""``enqueue_chat``'s statements, built once: without an operation key, and with one."""
+"""``enqueue_request``'s statements, built once: without an operation key, and with one."""
 
 
 def row_values(wp: WaitingPrompt) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def row_values(wp: WaitingPrompt) -> dict[str, Any]:
     return values
 
 
-def enqueue_chat(
+def enqueue_request(
     session: Session,
     wp: WaitingPrompt,
     tax: Decimal,

@@ -1,12 +1,15 @@
-"""A chat submit's admission reads in one round trip (issue 14).
+"""A submit's admission reads in one round trip (issue 14), chat or text.
 
 A chat submit's transaction began with four round trips before any write: BEGIN, the key's
 user locked FOR UPDATE, the user's operation key looked up, and the online pool with the
-user's queued jobs. ``read_admission`` sends them as two statements in one pipeline
-(psycopg's pipeline mode; BEGIN rides with them):
+user's queued jobs (a text submit's, three: no operation key, the queued jobs alone).
+``read_admission`` sends them as two statements in one pipeline (psycopg's pipeline mode;
+BEGIN rides with them):
 
 1. the key's user, locked, with the operation key's row (a LEFT JOIN: none without a key);
-2. the online workers with the user's queued jobs, the user named by the key's digest.
+2. the user's queued jobs, the user named by the key's digest: for a chat submit on every
+   online worker's row (the pool its gaps and first status are read from), for a text
+   submit alone (``pool=False``; a text request is queued whoever is online).
 
 Postgres runs a connection's statements in order, so the second's snapshot is taken after
 the first holds the user's lock: the queued count is what a statement of its own after the
@@ -55,6 +58,8 @@ FOR UPDATE OF users
 _QUEUED = select(queued_jobs_of(KEY_OWNER)).compile(dialect=DIALECT)
 _POOL = raw_sql(f"SELECT ({_QUEUED.string}), {ONLINE_COLUMNS}{ONLINE_FROM}")
 """The key's user's queued jobs (``rows.queued_jobs``) on every online worker's row."""
+_QUEUED_ALONE = raw_sql(f"SELECT ({_QUEUED.string})")
+"""The key's user's queued jobs, for a submit that needs no pool (a text submit)."""
 _POOL_LITERALS = {k: v for k, v in _QUEUED.params.items() if k != "key_hash"}
 """The queued count's literal parameters, as SQLAlchemy compiled them (its zeros)."""
 
@@ -71,16 +76,18 @@ class Operation:
 
 @dataclass(frozen=True)
 class Admission:
-    """What a chat submit's admission reads, under the user's row lock."""
+    """What a submit's admission reads, under the user's row lock."""
 
     user: User
     """The key's user, locked FOR UPDATE, in no session (``db.detached``)."""
     operation: Operation | None
     """The request already under the operation key (None: no key, or a key not used yet)."""
     online: list[tuple[AnyWorker, bool]]
-    """The online workers with their owners' trust (``requests.text.online_workers``)."""
+    """The online workers with their owners' trust (``requests.text.online_workers``);
+    none read when the pool was not asked for."""
     queued: int | None
-    """The user's ``queued_jobs``; None when no worker is online (no row carried it)."""
+    """The user's ``queued_jobs``; None when the pool was read and no worker is online
+    (no row carried it)."""
 
 
 def read_admission(
@@ -89,23 +96,26 @@ def read_admission(
     api_key: str | None,
     operation_key: str | None,
     now: datetime,
+    *,
+    pool: bool = True,
 ) -> Admission:
     """The submit's user (InvalidAPIKey for an unknown key; no key is the anonymous one),
-    locked, its operation key's row, the online pool as of ``now`` and the user's queued
-    jobs: one round trip in the session's transaction."""
+    locked, its operation key's row, the online pool as of ``now`` (unless ``pool`` is
+    false) and the user's queued jobs: one round trip in the session's transaction."""
     params = {
         **_POOL_LITERALS,
         "key_hash": key_hash_of(api_key),
         "operation_key": operation_key,
         "since": now - timedelta(seconds=policy.worker_stale_seconds),
     }
+    counted = _POOL if pool else _QUEUED_ALONE
     driver = driver_of(session)
-    with RawCursor(driver) as lock, RawCursor(driver) as pool:
+    with RawCursor(driver) as lock, RawCursor(driver) as count:
         with driver.pipeline():
             lock.execute(_USER_AND_OPERATION.sql, _USER_AND_OPERATION.values(params))
-            pool.execute(_POOL.sql, _POOL.values(params))
+            count.execute(counted.sql, counted.values(params))
         row = lock.fetchone()
-        rows = pool.fetchall()
+        rows = count.fetchall()
     if row is None:
         raise InvalidAPIKey()
     at = len(USER_COLUMNS)
@@ -114,4 +124,5 @@ def read_admission(
     operation_id, wp_id, fingerprint, kudos = row[at:]
     operation = None if operation_id is None else Operation(wp_id, fingerprint, kudos)
     queued = int(rows[0][0]) if rows else None
-    return Admission(user, operation, online_rows([r[1:] for r in rows]), queued)
+    online = online_rows([r[1:] for r in rows]) if pool else []
+    return Admission(user, operation, online, queued)
