@@ -90,17 +90,22 @@ def access_lines() -> Iterator[dict[str, list[str]]]:
             logging.getLogger(LOGGER_PREFIX + service).removeHandler(handler)
 
 
+def _front(stores: EmbeddedStores, native: NativeService, **budget: float) -> Any:
+    """A front on the test's native API and Redis, with these wait budgets."""
+    return running_front(
+        stores.redis_url,
+        [native.url],
+        service_passkey=SERVICE_PASSKEY,
+        submit_timeout=5.0,
+        **budget,
+    )
+
+
 @pytest.fixture
 def front_url(
     horde_stores: EmbeddedStores, native_service: NativeService, native_db: Any
 ) -> Iterator[str]:
-    with running_front(
-        horde_stores.redis_url,
-        [native_service.url],
-        service_passkey=SERVICE_PASSKEY,
-        submit_timeout=5.0,
-        **FAST,
-    ) as front:
+    with _front(horde_stores, native_service, **FAST) as front:
         yield front.url
 
 
@@ -112,15 +117,8 @@ def signalled_front_url(
     of what a signalled wait costs the native API must not race FAST's 0.3 s poll (a CI
     host where the worker's pop, the settle and its submit took over 0.24 s read the status
     once, and the test failed on its count)."""
-    fast = {**FAST}
-    del fast["poll_interval"]
-    with running_front(
-        horde_stores.redis_url,
-        [native_service.url],
-        service_passkey=SERVICE_PASSKEY,
-        submit_timeout=5.0,
-        **fast,
-    ) as front:
+    shipped_poll = {name: value for name, value in FAST.items() if name != "poll_interval"}
+    with _front(horde_stores, native_service, **shipped_poll) as front:
         yield front.url
 
 
