@@ -143,6 +143,16 @@ figure is RSS, ~33.5 KiB a wait on ec355f1 at 2,000 waits, 33.3 at 10,000):
   Redis round trips and Python of the rest. Measured and not kept: the body read under
   asyncio.timeout in the request's task instead of asyncio.wait_for's task (3.30/3.30 vs
   3.27/3.07 ms, load 1.8-6.7).
+
+uvloop as both servers' event loop (2026-12-04, measured and not kept; uvicorn's
+loop="auto" takes it when installed): A B A B against asyncio's loop, 50 waits, 20:12-20:21,
+load ~1: front_cpu_per_request_ms 4.00 / 4.27 (asyncio) vs 4.17 / 3.97 (uvloop),
+front_added_p50_ms 4.17 / 2.98 vs 3.49 / 4.00, delivery_p99_ms 16.75 / 16.65 vs 15.56 /
+15.44; bench/e2e_overhead.py's e2e_horde_p50_ms 40.68 / 57.93 vs 47.04 / 37.37. No
+difference a run could tell from the noise: the front's time is Python in the handlers,
+redis-py and aiohttp (py-spy, 500 Hz: no frame of the request's own above ~4% of its busy
+samples but the socket writes, ~34%, where the woken reader takes the CPU on 2 cores),
+not the loop's own scheduling.
 """
 
 from __future__ import annotations
