@@ -114,7 +114,7 @@ def settle_cancelled_streams(
         select(Generation)
         .where(Generation.wp_id == wp.id, *unfinished())
         .order_by(Generation.start_time)
-        .with_for_update()
+        .with_for_update(skip_locked=True)  # the cancel holds them; one a payment holds is its
     ).all()
     settled = [settle_generation(session, redis, wp, gen, now) for gen in gens]
     return [s for s in settled if s is not None]

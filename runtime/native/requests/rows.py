@@ -11,7 +11,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, bindparam, func, literal_column, select
+from sqlalchemy import ColumnElement, Integer, Select, bindparam, func, literal_column, select
 from sqlalchemy.orm import Session
 
 from generated.errors import KudosUpfront, RequestNotFound, TooManyPrompts
@@ -26,11 +26,19 @@ CONCURRENCY_RETRY_AFTER = 5
 def find_request(
     session: Session, request_id: str, *, is_chat: bool, request_type: str, lock: bool = False
 ) -> WaitingPrompt:
-    """The request of that kind with ``request_id``, or RequestNotFound naming the kind."""
+    """The request of that kind with ``request_id``, or RequestNotFound naming the kind.
+
+    ``lock`` (a cancel): its running jobs' rows are locked first, then the request's, the
+    order a payment (``horde_pay``), a fault and the sweep take them (a job's row, then its
+    request's). Locked the other way round, a cancel and a worker's submit of the same
+    request each held what the other waited for, and Postgres broke the deadlock after a
+    second by failing one of them (503)."""
     wp_id = request_uuid(request_id, request_type)
     query = select(WaitingPrompt).where(
         WaitingPrompt.id == wp_id, WaitingPrompt.is_chat.is_(is_chat)
     )
+    if lock:
+        session.execute(_RUNNING_JOBS, {"wp_id": wp_id})
     wp = session.scalars(query.with_for_update() if lock else query).first()
     if wp is None:
         raise RequestNotFound(request_type=request_type, id=request_id)
@@ -63,6 +71,27 @@ def unfinished() -> list[Any]:
         columns.faulted.is_(False),
         columns.cancelled.is_(False),
     ]
+
+
+_RUNNING_JOBS = (
+    select(Generation.id)
+    .where(Generation.wp_id == bindparam("wp_id"), *unfinished())
+    .order_by(Generation.start_time, Generation.id)
+    .with_for_update()
+)
+"""A request's running jobs, locked in one order (``find_request`` for a cancel)."""
+
+
+def running_jobs_free(wp_id: uuid.UUID) -> Select[Any]:
+    """SQL: the ids of ``wp_id``'s running jobs no other transaction holds, locked. A cancel
+    holds those ``find_request`` found; a job handed out since is locked after the request,
+    so one a worker's payment holds now is left to it (the payment then waits for the
+    request's lock, and its reply is paid: it landed before the cancel reached it)."""
+    return (
+        select(Generation.id)
+        .where(Generation.wp_id == wp_id, *unfinished())
+        .with_for_update(skip_locked=True)
+    )
 
 
 def queued_jobs(session: Session, user_id: int) -> int:

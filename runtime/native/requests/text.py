@@ -39,6 +39,7 @@ from runtime.native.requests.rows import (
     admit_jobs,
     find_request,
     queue_priority,
+    running_jobs_free,
     unfinished,
 )
 from runtime.native.requests.status import queue_position, request_jobs, status_counts
@@ -159,11 +160,15 @@ def finish_if_complete(session: Session, wp: WaitingPrompt) -> None:
 
 
 def cancel_text_request(session: Session, wp: WaitingPrompt) -> None:
-    """Upstream's DELETE: nothing more is handed out; jobs in flight are cancelled unpaid."""
+    """Upstream's DELETE: nothing more is handed out; jobs in flight are cancelled unpaid
+    (``wp`` found with ``lock``: its running jobs, then itself; a job a worker's payment
+    holds at this moment is that payment's, ``rows.running_jobs_free``)."""
     wp.n = 0
     wp.cancelled = True
     session.execute(
-        update(Generation).where(Generation.wp_id == wp.id, *unfinished()).values(cancelled=True)
+        update(Generation)
+        .where(Generation.__table__.c.id.in_(running_jobs_free(wp.id)))
+        .values(cancelled=True)
     )
     finish_if_complete(session, wp)
 
