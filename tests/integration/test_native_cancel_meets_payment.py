@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -49,11 +48,17 @@ def _waiting_for_a_lock(sessions: sessionmaker[Session]) -> bool:
 
 
 def _cancel_beside_a_payment(
-    sessions: sessionmaker[Session], request_id: str, cancel: Callable[[], httpx.Response]
-) -> httpx.Response:
-    """Cancel while a transaction holds the request's running job as a payment's claim
-    does; once the cancel waits, that transaction locks the request (the payment's next
-    step) and commits. The cancel's response."""
+    client: httpx.Client, sessions: sessionmaker[Session], kind: str, request_id: str
+) -> None:
+    """Cancel (DELETE on the ``kind`` status route) while a transaction holds the request's
+    running job as a payment's claim does; once the cancel waits, that transaction locks
+    the request (the payment's next step) and commits. The cancel answers the ended
+    status, and the job it reached still running is cancelled."""
+    url = f"{str(client.base_url).rstrip('/')}/generate/{kind}/status/{request_id}"
+
+    def cancel() -> httpx.Response:
+        return httpx.delete(url, timeout=30)
+
     wp_id = uuid.UUID(request_id)
     answered: dict[str, Any] = {}
     with sessions() as payment:
@@ -70,25 +75,18 @@ def _cancel_beside_a_payment(
         payment.execute(select(WaitingPrompt.id).where(WaitingPrompt.id == wp_id).with_for_update())
         payment.commit()
     thread.join(timeout=30)
-    response: httpx.Response = answered["response"]
-    return response
+    cancelled: httpx.Response = answered["response"]
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["done"] is True
+    with sessions() as session:
+        assert session.scalars(select(Generation)).one().cancelled
 
 
 def test_a_text_cancel_waits_for_a_payment_of_its_job(native_client, native_db, make_user):
     requester, owner = make_user("requester", kudos=10), make_user("owner")
     request_id = submit_text(native_client, requester.api_key)
     assert pop(native_client, owner.api_key)["id"] is not None
-    base = str(native_client.base_url).rstrip("/")
-
-    def cancel() -> httpx.Response:
-        return httpx.delete(f"{base}/generate/text/status/{request_id}", timeout=30)
-
-    cancelled = _cancel_beside_a_payment(native_db, request_id, cancel)
-    assert cancelled.status_code == 200, cancelled.text
-    assert cancelled.json()["done"] is True
-    with native_db() as session:
-        job = session.scalars(select(Generation)).one()
-    assert job.cancelled  # the job still running when the cancel got it is cancelled
+    _cancel_beside_a_payment(native_client, native_db, "text", request_id)
 
 
 def test_a_chat_cancel_waits_for_a_payment_of_its_job(native_client, native_db, make_user):
@@ -96,16 +94,5 @@ def test_a_chat_cancel_waits_for_a_payment_of_its_job(native_client, native_db, 
     chat_pop(native_client, owner.api_key)  # online, so the request is admitted
     queued = chat_async(native_client, requester.api_key, chat_body())
     assert queued.status_code == 202, queued.text
-    request_id = queued.json()["id"]
     assert chat_pop(native_client, owner.api_key)["id"] is not None
-    base = str(native_client.base_url).rstrip("/")
-
-    def cancel() -> httpx.Response:
-        return httpx.delete(f"{base}/generate/chat/status/{request_id}", timeout=30)
-
-    cancelled = _cancel_beside_a_payment(native_db, request_id, cancel)
-    assert cancelled.status_code == 200, cancelled.text
-    assert cancelled.json()["done"] is True
-    with native_db() as session:
-        job = session.scalars(select(Generation)).one()
-    assert job.cancelled
+    _cancel_beside_a_payment(native_client, native_db, "chat", queued.json()["id"])
