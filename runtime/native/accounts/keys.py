@@ -36,10 +36,10 @@ def key_hash_of(api_key: str | None) -> str:
     return hash_key(api_key if api_key else ANONYMOUS_API_KEY)
 
 
-def user_for_key(session: Session, api_key: str | None, *, for_update: bool = False) -> User:
-    """The user owning ``api_key``; a missing header means the anonymous key, as upstream."""
-    query = _USER_FOR_UPDATE if for_update else _USER
-    user = session.scalars(query, {"key_hash": key_hash_of(api_key)}).first()
+def user_for_key(session: Session, api_key: str | None) -> User:
+    """The user owning ``api_key``; a missing header means the anonymous key, as upstream.
+    (A submit locks its user with its other admission reads: ``requests.admission``.)"""
+    user = session.scalars(_USER, {"key_hash": key_hash_of(api_key)}).first()
     if user is None:
         raise InvalidAPIKey()
     request_context.set_user(user.id)  # the access log's user id
@@ -51,7 +51,7 @@ _USER = (
     .join(ApiKey, ApiKey.user_id == User.id)
     .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
 )
-_USER_FOR_UPDATE = _USER.with_for_update(of=User)
+"""``user_for_key``'s statement, built once (each chat submit and status built one)."""
 KEY_OWNER = (
     select(ApiKey.user_id)
     .where(ApiKey.key_hash == bindparam("key_hash", type_=String()))
@@ -59,7 +59,6 @@ KEY_OWNER = (
 )
 """The id of the user owning the key whose digest is the parameter ``key_hash`` (NULL for
 none), for a statement that names the user by its key."""
-"""``user_for_key``'s statements, built once (each chat submit and status built one)."""
 
 
 def worker_owner_for_key(session: Session, api_key: str | None) -> User:

@@ -73,9 +73,13 @@ def unfinished() -> list[Any]:
     ]
 
 
+def _running_jobs(wp_id: Any) -> Select[Any]:
+    """SQL: the ids of the request ``wp_id``'s running jobs (a value or a parameter)."""
+    return select(Generation.id).where(Generation.wp_id == wp_id, *unfinished())
+
+
 _RUNNING_JOBS = (
-    select(Generation.id)
-    .where(Generation.wp_id == bindparam("wp_id"), *unfinished())
+    _running_jobs(bindparam("wp_id"))
     .order_by(Generation.start_time, Generation.id)
     .with_for_update()
 )
@@ -87,11 +91,7 @@ def running_jobs_free(wp_id: uuid.UUID) -> Select[Any]:
     holds those ``find_request`` found; a job handed out since is locked after the request,
     so one a worker's payment holds now is left to it (the payment then waits for the
     request's lock, and its reply is paid: it landed before the cancel reached it)."""
-    return (
-        select(Generation.id)
-        .where(Generation.wp_id == wp_id, *unfinished())
-        .with_for_update(skip_locked=True)
-    )
+    return _running_jobs(wp_id).with_for_update(skip_locked=True)
 
 
 def queued_jobs(session: Session, user_id: int) -> int:
