@@ -27,7 +27,12 @@ from runtime.native.api.context import NativeContext
 from runtime.native.asgi import NativeASGI
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import Sweeper
-from runtime.stores.database import autocommit_engine, make_engine, make_sessionmaker
+from runtime.stores.database import (
+    autocommit_engine,
+    make_engine,
+    make_sessionmaker,
+    snapshot_sessionmaker,
+)
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
@@ -50,6 +55,7 @@ def build_context(
         engine=engine,
         autocommit=autocommit_engine(database_url),
         sessions=make_sessionmaker(engine),
+        snapshots=snapshot_sessionmaker(engine),
         redis=redis_client(redis_url),
         policy=policy or Policy(),
     )

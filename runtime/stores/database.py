@@ -92,6 +92,19 @@ def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def snapshot_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    """Sessions whose transactions are read-only and REPEATABLE READ on ``engine``'s pool:
+    every statement of one sees the database as of its first, so a read of several
+    statements (a request, then its jobs) never sees half of a transaction committed
+    between them, as it does in autocommit or READ COMMITTED. Postgres never fails a
+    read-only one for serialization. The level is set at checkout and reset at check-in
+    (client-side with psycopg 3: no round trip), and costs BEGIN and COMMIT."""
+    snapshots = engine.execution_options(
+        isolation_level="REPEATABLE READ", postgresql_readonly=True
+    )
+    return sessionmaker(snapshots, expire_on_commit=False)
+
+
 @contextmanager
 def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
     """One session, one transaction: committed on success, rolled back on any exception."""

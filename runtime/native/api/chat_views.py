@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, jsonify, request
-from sqlalchemy.orm import Session
 
 from generated.chat.names import PARAM_MESSAGES
 from generated.errors import RequestNotFound
@@ -108,7 +107,8 @@ def chat_async() -> tuple[Response, int]:
 def _first_status(result: ChatSubmitted) -> ChatStatus:
     """The status right after the commit that queued (or found) the request. A new one's
     is what its submit had in hand and its queue position, one statement outside any
-    transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read."""
+    transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read, in
+    one snapshot as the status route reads it."""
     ctx = native()
     if result.first is not None:
         with ctx.autocommit.connect() as connection:
@@ -116,7 +116,7 @@ def _first_status(result: ChatSubmitted) -> ChatStatus:
             assert driver is not None
             with driver.cursor() as cursor:
                 return result.first.read(cursor)
-    with transaction(ctx.sessions) as session:
+    with transaction(ctx.snapshots) as session:
         wp = get_chat_request(session, str(result.id))
         return chat_status(session, ctx.policy, wp, utcnow())
 
@@ -163,14 +163,15 @@ def _create(
 
 
 def chat_status_view(id: str) -> Response:
-    """One request's status, read outside any transaction (autocommit: no BEGIN, no COMMIT;
-    each statement sees what was committed when it ran, as in a READ COMMITTED
+    """One request's status, read in one snapshot (a read-only REPEATABLE READ
     transaction): the request with its reader's user id and end-user fields, its jobs, the
-    online workers, its queue position."""
+    online workers, its queue position. Not statement by statement: a fault, pop or payment
+    committed between the request's read and its jobs' would be read half (a request back
+    in the queue read as done with no generation)."""
     ctx = native()
     trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
     checked_headers("chat_status")
-    with Session(ctx.autocommit, expire_on_commit=False) as session:
+    with transaction(ctx.snapshots) as session:
         read = read_chat_request(session, id, request.headers.get(HEADER_APIKEY))
         body: dict[str, Any] = dict(chat_status(session, ctx.policy, read.wp, utcnow()))
     if read.reader_id is not None:

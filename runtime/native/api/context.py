@@ -26,6 +26,9 @@ class NativeContext:
     autocommit: Engine
     """The same database without transactions (``stores.database.autocommit_engine``)."""
     sessions: sessionmaker[Session]
+    snapshots: sessionmaker[Session]
+    """Read-only transactions that see one snapshot (``stores.database.snapshot_sessionmaker``):
+    a status, whose request row and jobs must agree."""
     redis: Redis
     policy: Policy
     objects: ObjectStore | None = None  # set once the service knows its URL

@@ -48,9 +48,10 @@ def text_async() -> tuple[Response, int]:
 
 
 def text_status_view(id: str) -> Response:
+    """A request's status, read in one snapshot (``chat_status_view`` says why)."""
     checked_headers("text_status")
     ctx = native()
-    with transaction(ctx.sessions) as session:
+    with transaction(ctx.snapshots) as session:
         wp = get_text_request(session, id)
         return jsonify(text_status(session, ctx.policy, wp, utcnow()))
 
