@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -73,6 +73,22 @@ def _fault_before_the_jobs_read(service: NativeService, request_id: str) -> Iter
             event.remove(engine, "before_cursor_execute", before)
 
 
+def _read_beside_a_fault(
+    service: NativeService, request_id: str, status: Callable[[str], dict[str, Any]]
+) -> None:
+    """``status`` (the kind's status read) of a request whose job is running, with a
+    worker's fault of that job committed as the read's jobs statement is about to run."""
+    with _fault_before_the_jobs_read(service, request_id) as met:
+        read = status(request_id)
+    assert met, "the status read never read the request's jobs"
+    after = status(request_id)
+    assert (after["waiting"], after["processing"], after["done"]) == (1, 0, False), after
+    # The read saw the job still running (its snapshot was taken before the fault), or the
+    # whole fault; a request waiting for a worker again is never done.
+    assert read["done"] is False, read
+    assert (read["waiting"], read["processing"]) in {(0, 1), (1, 0)}, read
+
+
 def test_a_chat_status_read_beside_a_workers_fault_sees_it_whole(
     native_service, native_client, make_user
 ):
@@ -80,17 +96,10 @@ def test_a_chat_status_read_beside_a_workers_fault_sees_it_whole(
     chat_pop(native_client, owner.api_key)  # online, so the request is admitted
     queued = chat_async(native_client, requester.api_key, chat_body())
     assert queued.status_code == 202, queued.text
-    request_id = queued.json()["id"]
     assert chat_pop(native_client, owner.api_key)["id"] is not None
-    with _fault_before_the_jobs_read(native_service, request_id) as met:
-        read = chat_status(native_client, request_id)
-    assert met, "the status read never read the request's jobs"
-    after = chat_status(native_client, request_id)
-    assert (after["waiting"], after["processing"], after["done"]) == (1, 0, False)
-    # The read saw the job still running (its snapshot was taken before the fault), or the
-    # whole fault; a request waiting for a worker again is never done.
-    assert read["done"] is False, read
-    assert (read["waiting"], read["processing"]) in {(0, 1), (1, 0)}, read
+    _read_beside_a_fault(
+        native_service, queued.json()["id"], lambda rid: chat_status(native_client, rid)
+    )
 
 
 def test_a_text_status_read_beside_a_workers_fault_sees_it_whole(
@@ -99,10 +108,4 @@ def test_a_text_status_read_beside_a_workers_fault_sees_it_whole(
     requester, owner = make_user("requester", kudos=10), make_user("owner")
     request_id = submit_text(native_client, requester.api_key)
     assert pop(native_client, owner.api_key)["id"] is not None
-    with _fault_before_the_jobs_read(native_service, request_id) as met:
-        read = status(native_client, request_id)
-    assert met, "the status read never read the request's jobs"
-    after = status(native_client, request_id)
-    assert (after["waiting"], after["processing"], after["done"]) == (1, 0, False)
-    assert read["done"] is False, read
-    assert (read["waiting"], read["processing"]) in {(0, 1), (1, 0)}, read
+    _read_beside_a_fault(native_service, request_id, lambda rid: status(native_client, rid))
