@@ -67,8 +67,9 @@ def final_status(
     held: EndedStatus | None = None,
 ) -> ChatStatus | None:
     """The status of a request that just ended, after the commit that ended it, outside any
-    transaction as the status route reads it (``autocommit``: an engine in autocommit; no
-    BEGIN, no COMMIT; each statement sees what was committed when it ran). ``held``: its row,
+    transaction (``autocommit``: an engine in autocommit; no BEGIN, no COMMIT; each
+    statement sees what was committed when it ran: unlike the status route, which reads in
+    one snapshot, this needs none, as nothing moves a request once it ended). ``held``: its row,
     jobs and the online pool as the submit holds them, so nothing is read but a queue
     position while it has jobs left to hand out; without it, the row, jobs and pool are read
     (a session of its own: none of the submit's objects, which its UPDATEs left stale)."""
