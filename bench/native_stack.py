@@ -1,9 +1,9 @@
 """What the native API's benches share: the embedded stores with the native API on a free
-port (migrated, rate limits and sweep off, all in a temporary folder removed afterwards),
-in the bench's process (``native_service``) or, as it is deployed, in a process of its own
-(``native_process``: ``horde-chat native``), so the bench's own threads (its client, its
-worker, its subscribers) do not share the server's interpreter and its lock. The
-pop+submit workers are bench/support/cycle_client.py, a process of their own."""
+port (migrated, rate limits off unless asked for, sweep off, all in a temporary folder
+removed afterwards), in the bench's process (``native_service``) or, as it is deployed, in
+a process of its own (``native_process``: ``horde-chat native``), so the bench's own
+threads (its client, its worker, its subscribers) do not share the server's interpreter and
+its lock. The pop+submit workers are bench/support/cycle_client.py, a process of their own."""
 
 from __future__ import annotations
 
@@ -40,14 +40,15 @@ HORDE_CHAT = [sys.executable, "-m", "runtime.cli"]  # this tree's, whatever is i
 
 
 @contextmanager
-def native_service() -> Iterator[NativeService]:
-    """The native API on the embedded Postgres and Redis, stopped and removed on exit."""
+def native_service(*, rate_limits: bool = False) -> Iterator[NativeService]:
+    """The native API on the embedded Postgres and Redis, stopped and removed on exit
+    (``rate_limits``: the shipped ones on, as ``make run`` has them; else off)."""
     data_dir = Path(tempfile.mkdtemp(prefix="horde-bench-"))
     stores = EmbeddedStores.start(Settings(data_dir=data_dir))
     try:
         upgrade(stores.database_url)
         service = NativeService.start(
-            Settings(rate_limits_enabled=False, data_dir=data_dir),
+            Settings(rate_limits_enabled=rate_limits, data_dir=data_dir),
             database_url=stores.database_url,
             redis_url=stores.redis_url,
             port=0,
