@@ -102,7 +102,7 @@ def snapshot_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     snapshots = engine.execution_options(
         isolation_level="REPEATABLE READ", postgresql_readonly=True
     )
-    return sessionmaker(snapshots, expire_on_commit=False)
+    return make_sessionmaker(snapshots)
 
 
 @contextmanager

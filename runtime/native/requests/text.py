@@ -86,11 +86,12 @@ def create_text_request(
     client_agent: str,
     ipaddr: str,
     now: datetime,
-    counted: int | None = None,
+    counted: int | None,
 ) -> Submitted:
     """Queue a text request (or quote it on dry_run); ``user`` must be locked FOR UPDATE
-    (``requests.admission``, which reads its queued jobs as well: ``counted``). The row and
-    the horde tax are one statement (``requests.enqueue``); ``user`` may be in no session."""
+    (``requests.admission``, which reads its queued jobs as well: ``counted``; None has
+    ``rows.admit_jobs`` count them). The row and the horde tax are one statement
+    (``requests.enqueue``); ``user`` may be in no session."""
     params = dict(body["params"])
     check_text_params(body["prompt"], params)
     n = int(params.pop("n", 1))
