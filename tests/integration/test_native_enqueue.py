@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Text, cast, func, select
+from sqlalchemy import Text, cast, event, func, select
 
 from generated.chat.names import HORDE_SLOW_WORKERS, PARAM_HORDE
 from runtime.native.accounts.kudos import HORDE_TAX_REASON
@@ -126,23 +126,40 @@ def test_a_chat_request_that_keeps_slow_workers_away_holds_its_quote(
         assert session.scalar(select(func.count()).select_from(WaitingPrompt)) == 1
 
 
-def test_a_text_request_is_queued_by_the_same_statement(native_client, native_db, make_user):
+def test_a_text_request_is_queued_by_the_same_statement(
+    native_service, native_client, native_db, make_user
+):
     # The text route's admission and writes are the chat route's (requests.admission,
-    # requests.enqueue): the row with its defaults, the tax, the queue priority read under
-    # the lock; then the concurrency counted in the same round trip refuses the next one.
+    # requests.enqueue): the row and the tax in one statement, the row with its defaults,
+    # the queue priority read under the lock; then the concurrency counted in the same
+    # round trip refuses the next one.
     requester = make_user("txt", kudos=10, concurrency=2)
+    sent: list[str] = []
+
+    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    engine = native_service.context.engine
     body = {
         "prompt": "Once upon a time",
         "params": {"max_length": 80, "n": 2, "stop_sequence": ["\n"]},
         "models": ["test-model-7B"],
         "slow_workers": True,
     }
-    queued = native_client.post(
-        "/generate/text/async",
-        headers={"apikey": requester.api_key, "Client-Agent": "enqueue-test:1:tests"},
-        json=body,
-    )
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        queued = native_client.post(
+            "/generate/text/async",
+            headers={"apikey": requester.api_key, "Client-Agent": "enqueue-test:1:tests"},
+            json=body,
+        )
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
     assert queued.status_code == 202, queued.text
+    writes = [s for s in sent if "INSERT INTO" in s]
+    assert len(writes) == 1, writes  # the row and the tax's ledger row together
+    assert "INSERT INTO waiting_prompts" in writes[0]
+    assert "INSERT INTO kudos_ledger" in writes[0]
     stored = _stored(native_db, uuid.UUID(queued.json()["id"]))
     assert (stored["is_chat"], stored["active"], stored["prompt"]) == (
         "false",
