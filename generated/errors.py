@@ -9,7 +9,8 @@ becomes ``NoEligibleWorker``) carrying how each surface reports it:
   with ``native_status``;
 * the chat front (``/v1``) answers ``openai_body()``: OpenAI's envelope
   ``{"error": {message, type, param, code, metadata}}``, with ``front_status``, and
-  ``front_headers()`` (``x-should-retry: false``, ``Retry-After``) where the spec says.
+  ``front_headers()`` (``x-should-retry: false``, ``Retry-After`` and ``retry-after-ms``)
+  where the spec says.
 
 The behaviour they share (formatting, the two bodies, the front's headers) is hand-written
 in ``runtime.contract.errors``. Raise with the template's fields as keywords:

@@ -24,9 +24,15 @@ from codegen.api import (
 from codegen.render import Output
 from codegen.spec import Spec
 from codegen.targets.errors import collect as collect_errors
+from runtime.contract.errors import RETRY_AFTER, RETRY_AFTER_MS
 
 COMPONENTS = "#/components/schemas/"
-CODEGEN_SOURCES = ("codegen/api.py", "codegen/chat_schema.py", "codegen/targets/openapi.py")
+CODEGEN_SOURCES = (
+    "codegen/api.py",
+    "codegen/chat_schema.py",
+    "codegen/targets/openapi.py",
+    "runtime/contract/errors.py",  # the retry headers' names
+)
 
 
 def _param(name: str, where: str, p: dict[str, Any], required: bool) -> dict[str, Any]:
@@ -83,8 +89,15 @@ def _front_headers(codes: list[str], errors: dict[str, dict[str, Any]]) -> dict[
         }
     }
     if any(errors[c].get("retry_after") for c in codes):
-        headers["retry-after"] = {
-            "description": "Seconds to wait before trying again.",
+        headers[RETRY_AFTER] = {
+            "description": "Seconds to wait before trying again, rounded up.",
+            "schema": {"type": "string", "pattern": "^[0-9]+$"},
+        }
+        headers[RETRY_AFTER_MS] = {
+            "description": (
+                "The same wait in milliseconds (OpenAI's SDKs read it first): for a rate "
+                "limit, until its window ends."
+            ),
             "schema": {"type": "string", "pattern": "^[0-9]+$"},
         }
     return headers

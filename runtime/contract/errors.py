@@ -9,7 +9,14 @@ each surface (upstream's ``{message, rc}``, OpenAI's envelope, the front's retry
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
+
+RETRY_AFTER = "retry-after"
+"""Seconds to wait before trying again, whole and rounded up (RFC 9110)."""
+RETRY_AFTER_MS = "retry-after-ms"
+"""The same wait in milliseconds: OpenAI's SDKs read it before Retry-After, so a client
+waits out a rate limit's window to its end instead of to the next whole second."""
 
 
 class HordeErrorBase(Exception):
@@ -35,7 +42,7 @@ class HordeErrorBase(Exception):
     no_retry: ClassVar[bool] = False
     """The front always sends ``x-should-retry: false``."""
     sends_retry_after: ClassVar[bool] = False
-    """The front sends ``Retry-After`` (the raiser's value, else ``default_retry_after``)."""
+    """The front sends ``retry_headers()`` (the raiser's value, else ``default_retry_after``)."""
     default_retry_after: ClassVar[int | None] = None
     """Seconds for ``Retry-After`` unless the raiser gives them."""
     front_when: ClassVar[tuple[str, ...]] = ()
@@ -84,6 +91,14 @@ class HordeErrorBase(Exception):
         headers: dict[str, str] = {}
         if self.no_retry or submitted:
             headers["x-should-retry"] = "false"
-        if self.retry_after is not None and self.sends_retry_after:
-            headers["retry-after"] = str(max(1, round(self.retry_after)))
+        if self.sends_retry_after:
+            headers.update(self.retry_headers())
         return headers
+
+    def retry_headers(self) -> dict[str, str]:
+        """``retry-after`` (whole seconds, rounded up, at least 1) and ``retry-after-ms``
+        (at least 1) for the error's ``retry_after``; none without one."""
+        if self.retry_after is None:
+            return {}
+        milliseconds = max(math.ceil(round(self.retry_after * 1000, 3)), 1)  # 7.4 s: 7400
+        return {RETRY_AFTER: str(math.ceil(milliseconds / 1000)), RETRY_AFTER_MS: str(milliseconds)}

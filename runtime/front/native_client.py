@@ -28,6 +28,7 @@ import asyncio
 import io
 import json
 import logging
+import math
 import random
 import secrets
 from collections.abc import Callable, Mapping
@@ -47,6 +48,7 @@ from generated.routes import (
 )
 from generated.wire import HEADER_FORWARDED_FOR
 from generated.wire.native import ActiveModel, ChatAccepted, ChatStatus
+from runtime.contract.errors import RETRY_AFTER, RETRY_AFTER_MS
 from runtime.front.errors import from_native
 from runtime.observability.context import REQUEST_ID_HEADER
 
@@ -64,6 +66,9 @@ none came free in time (aiohttp's connect timeout covers the wait for a pooled o
 KEEPALIVE_SECONDS = 4.0
 """An idle pooled connection is closed after this long: before the native API's uvicorn
 closes it (its keep-alive is 5 s), so a call rarely goes out on a connection being closed."""
+RATE_LIMIT_JITTER = 0.1
+"""A submit refused by the native rate limit waits its retry-after and up to this share of it
+more (``_held_for_rate_limit``)."""
 
 
 def native_session(max_in_flight: int = 100) -> aiohttp.ClientSession:
@@ -151,11 +156,20 @@ def new_operation_key() -> str:
 
 
 def _retry_after(response: Answer) -> float | None:
-    raw = response.headers.get("retry-after")
-    try:
-        return float(raw) if raw is not None else None
-    except ValueError:
-        return None
+    """The wait the native API asks for, in seconds: its retry-after-ms (a rate limit's
+    window to its end), else its Retry-After (whole seconds); None if it sent neither, or
+    sent them malformed or negative."""
+    for name, scale in ((RETRY_AFTER_MS, 1000), (RETRY_AFTER, 1)):
+        raw = response.headers.get(name)
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw) / scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    return None
 
 
 def _is_native_refusal(response: Answer) -> bool:
@@ -281,10 +295,17 @@ class NativeClient:
         """A burst from one client meets the native API's submit limit (2 a second): the
         refused submit queued nothing, so the front waits out the limit and submits again,
         within ``submit_patience`` seconds, instead of handing the client a 429. SDKs retry a
-        429 after exactly its Retry-After, all together, so a burst of 8 would lose some."""
+        429 after exactly its Retry-After, all together, so a burst of 8 would lose some.
+
+        The wait is the refusal's own (retry-after-ms: the window to its end) and up to a
+        tenth more, so the submits a burst holds do not all come back in the same
+        millisecond. (Until 2026-12-05 it was Retry-After's whole second times 1 to 2: a
+        client sending back to back waited 1-2 s on every other request, for a window that
+        ended in under one.)"""
         if not isinstance(error, RateLimited):
             return False
-        pause = (error.retry_after or 1.0) * (1.0 + random.random())  # spread the burst out
+        wait = error.retry_after if error.retry_after is not None else 1.0
+        pause = wait * (1.0 + RATE_LIMIT_JITTER * random.random())
         if waited + pause > self.submit_patience:
             return False
         await asyncio.sleep(pause)

@@ -11,6 +11,7 @@ cannot end between its calls).
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from typing import Any
@@ -219,7 +220,15 @@ def test_the_lane_answers_as_the_flask_app_does(
         forget_rate_limit_counts(native_service)
         flask = [flask_client.post(POP, headers=pop, json=POP_BODY) for _ in range(2)][1]
     assert (served.status_code, flask.status_code) == (429, 429)
-    assert served.content == flask.data
+    # the same refusal; its wait (in the message too) is each window's own, to the millisecond
+    waits = [float(r.headers["retry-after-ms"]) / 1000 for r in (served, flask)]
+    bodies = [json.loads(served.content), json.loads(flask.data)]
+    for body, wait in zip(bodies, waits, strict=True):
+        assert body["rc"] == "RateLimited"
+        said = f"Rate limit exceeded: 1 per 1 hour. Try again in {wait:.2f} seconds."
+        assert body["message"] == said
+        assert 3000 < wait <= 3600
+    assert abs(waits[0] - waits[1]) <= 60  # two windows begun one after the other
     for name in ("x-ratelimit-limit", "x-ratelimit-remaining"):
         assert served.headers[name] == flask.headers[name]
     assert abs(int(served.headers["retry-after"]) - int(flask.headers["retry-after"])) <= 1

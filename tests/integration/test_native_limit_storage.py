@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def _calls(service: NativeService) -> dict[str, int]:
-    return command_calls(service.context.redis.info("commandstats"), "get", "ttl", "evalsha")
+    return command_calls(service.context.redis.info("commandstats"), "get", "pttl", "evalsha")
 
 
 def test_a_limited_call_reads_no_count_back_and_its_headers_match_redis(
@@ -30,19 +30,26 @@ def test_a_limited_call_reads_no_count_back_and_its_headers_match_redis(
     with route_limits(native_service, "models", RateLimit("3 per hour", KEY_PEER)):
         answers = [native_client.get("/status/models")]  # loads the script (redis-py retries)
         before = _calls(native_service)
-        answers += [native_client.get("/status/models") for _ in range(3)]
+        answers += [native_client.get("/status/models") for _ in range(2)]
+        refused_sent = time.monotonic()
+        answers.append(native_client.get("/status/models"))
         after = _calls(native_service)
     assert [a.status_code for a in answers] == [200, 200, 200, 429]
     assert [a.headers["X-RateLimit-Remaining"] for a in answers[:3]] == ["2", "1", "0"]
     assert {a.headers["X-RateLimit-Limit"] for a in answers[:3]} == {"3"}
-    # the headers came from the hit's own script (its TTL is counted among Redis' commands),
+    # the headers came from the hit's own script (its PTTL is counted among Redis' commands),
     # not from a GET and a TTL of the client's after each hit
     assert after["evalsha"] - before["evalsha"] == 3
     assert after["get"] == before["get"]
-    assert after["ttl"] - before["ttl"] == 3
+    assert after["pttl"] - before["pttl"] == 3
     redis = native_service.context.redis
     (key,) = [k for k in redis.keys("*") if "LIMITER" in k]
+    left = int(redis.pttl(key))
+    since_refused = (time.monotonic() - refused_sent) * 1000
     assert int(str(redis.get(key))) == 4  # the refused call is counted too, as limits counts it
+    # the refusal's wait is the window's end to the millisecond: what Redis has left of the
+    # key now, and at most the time since the refused call was sent more
+    assert 0 <= int(answers[3].headers["retry-after-ms"]) - left <= since_refused + 1
     reset = int(answers[2].headers["X-RateLimit-Reset"])
     assert abs(reset - (time.time() + redis.ttl(key))) <= 2
 

@@ -8,6 +8,7 @@ route's shipped limits; native_db empties the counters before each test.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import flask
@@ -165,3 +166,35 @@ def test_each_request_is_checked_once_by_its_routes_limits(
         assert client.get(ROUTES["models"].path).status_code == 200
         assert client.get(ROUTES["native_healthz"].path).status_code == 200
     assert checks == [ROUTES["models"].path]
+
+
+def test_a_refused_submit_waits_its_windows_end_to_the_millisecond(
+    native_service: NativeService, native_client: httpx.Client, requester: MadeUser
+) -> None:
+    """At the shipped limits (2 submits a second per client and per key): the third submit
+    of a second is refused with retry-after-ms, the time left of the window the first two
+    opened; a client that waits that long gets in (Retry-After's whole second would have it
+    wait up to a second more than the window, on every third request of a loop)."""
+    sent: list[tuple[float, httpx.Response, float]] = []
+    refused = None
+    for _ in range(20):  # a window may end between calls on a slow machine: go on until one is
+        began = time.monotonic()
+        response = text_async(native_client, requester.api_key)
+        sent.append((began, response, time.monotonic()))
+        if response.status_code == 429:
+            refused = len(sent) - 1
+            break
+        assert response.status_code == 202, response.text
+    assert refused is not None
+    assert refused >= 2
+    assert_limited(sent[refused][1])
+    # the window opened at the hit of the submit two before the refused one (fixed windows
+    # of one second; both limits of a second count the same submits)
+    opened_from, _, opened_by = sent[refused - 2]
+    refused_from, response, refused_by = sent[refused]
+    wait = int(response.headers["retry-after-ms"]) / 1000
+    assert opened_from + 1 - refused_by - 0.002 <= wait <= opened_by + 1 - refused_from + 0.002
+    assert response.headers["Retry-After"].isdigit()  # flask-limiter's whole seconds
+    assert f"Try again in {wait:.2f} seconds." in response.json()["message"]
+    time.sleep(wait)
+    assert text_async(native_client, requester.api_key).status_code == 202

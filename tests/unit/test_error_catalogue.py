@@ -52,12 +52,24 @@ def test_x_should_retry_once_submitted_or_always_for_post_submission_errors() ->
 
 def test_retry_after_uses_the_spec_default_or_the_raisers_value() -> None:
     assert generated.FrontAtCapacity(scope="global").front_headers()["retry-after"] == "2"
-    assert (
-        generated.FrontAtCapacity(scope="x", retry_after=7.4).front_headers()["retry-after"] == "7"
-    )
     queue = generated.QueueUnavailable(reason="no threads").front_headers()
-    assert queue == {"x-should-retry": "false", "retry-after": "30"}
+    assert queue == {"x-should-retry": "false", "retry-after": "30", "retry-after-ms": "30000"}
     assert "retry-after" not in generated.InvalidPayload(field="a", problem="b").front_headers()
+
+
+def test_the_wait_is_sent_in_whole_seconds_rounded_up_and_in_milliseconds() -> None:
+    # Retry-After never asks for less than the wait (a client back at 7 s of a 7.4 s wait
+    # would be refused again); retry-after-ms, which OpenAI's SDKs read first, is the wait.
+    seven = generated.FrontAtCapacity(scope="x", retry_after=7.4).front_headers()
+    assert (seven["retry-after"], seven["retry-after-ms"]) == ("8", "7400")
+    window_end = generated.RateLimited(limit="2 per 1 second", seconds="0.94", retry_after=0.9373)
+    assert window_end.retry_headers() == {"retry-after": "1", "retry-after-ms": "938"}
+    # a window that ended as the refusal was written still asks for a wait
+    assert generated.RateLimited(limit="l", seconds="0", retry_after=0.0).retry_headers() == {
+        "retry-after": "1",
+        "retry-after-ms": "1",
+    }
+    assert generated.InvalidPayload(field="a", problem="b").retry_headers() == {}
 
 
 def test_param_defaults_to_the_spec_and_the_raiser_may_override() -> None:

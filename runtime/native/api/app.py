@@ -28,7 +28,7 @@ from runtime.native.api.errors import register_error_handlers
 from runtime.native.api.lane import LANE, Lane, LaneView, flask_view
 from runtime.native.api.observe import OPERATOR_VIEWS
 from runtime.native.api.observe import install as install_observability
-from runtime.native.api.rate_limits import make_limiter, route_limits
+from runtime.native.api.rate_limits import LIMITER, make_limiter, route_limits
 from runtime.native.api.reference import REFERENCE_VIEWS
 
 LANE_VIEWS: dict[str, LaneView] = {
@@ -67,7 +67,7 @@ def create_app(ctx: NativeContext) -> Flask:
     register_error_handlers(app)
     install_observability(app, ctx)  # /healthz, /readyz, /metrics, the access log
     limiter = make_limiter(app, ctx.settings.redis_url or "", ctx.settings.rate_limits_enabled)
-    app.extensions["horde_limiter"] = limiter  # flask-limiter keeps only a weak reference
+    app.extensions[LIMITER] = limiter
     limits = route_limits(ctx.policy.rate_limits)
     for operation_id, route in ROUTES.items():
         view = VIEWS.get(operation_id)

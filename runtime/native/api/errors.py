@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, current_app, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -18,21 +18,20 @@ from generated.errors import (
     InternalError,
     InvalidJSON,
     PayloadTooLarge,
-    RateLimited,
     RouteNotFound,
     StoreUnavailable,
 )
 from generated.errors import MethodNotAllowed as MethodNotAllowedError
+from runtime.native.api.rate_limits import LIMITER, rate_limited
 
 log = logging.getLogger(__name__)
 
 
 def error_parts(error: HordeError) -> tuple[int, dict[str, Any], list[tuple[str, str]]]:
-    """An error's status, native body and headers (Retry-After), framework-free (the
-    workers' lane, ``runtime.native.api.lane``, answers them without Flask)."""
-    headers = []
-    if error.retry_after is not None:
-        headers.append(("Retry-After", str(max(1, round(error.retry_after)))))
+    """An error's status, native body and headers (``retry_headers``: Retry-After and
+    retry-after-ms), framework-free (the workers' lane, ``runtime.native.api.lane``, answers
+    them without Flask)."""
+    headers = list(error.retry_headers().items())
     return error.native_status or 500, error.native_body(), headers
 
 
@@ -46,9 +45,11 @@ def horde_response(error: HordeError) -> Response:
 
 
 def _rate_limited(exc: RateLimitExceeded) -> Response:
-    seconds = 1
-    error = RateLimited(limit=str(exc.limit.limit), seconds=seconds, retry_after=seconds)
-    return horde_response(error)
+    """The refusal, with the wait until the breached limit's window ends (flask-limiter
+    keeps the breached limit as the request's ``current_limit``)."""
+    breached = current_app.extensions[LIMITER].current_limit
+    reset = breached.window[0] if breached is not None and breached.breached else None
+    return horde_response(rate_limited(str(exc.limit.limit), reset))
 
 
 def _http(exc: HTTPException) -> Response:

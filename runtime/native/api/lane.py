@@ -34,7 +34,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import OperationalError
 
-from generated.errors import HordeError, PayloadTooLarge, RateLimited
+from generated.errors import HordeError, PayloadTooLarge
 from generated.routes import ROUTES
 from runtime.native.api.context import NativeContext, native
 from runtime.native.api.errors import error_parts, internal_error, store_unavailable
@@ -44,6 +44,7 @@ from runtime.native.api.rate_limits import (
     LaneHit,
     lane_limit_choices,
     limit_headers,
+    rate_limited,
 )
 from runtime.native.asgi import LANE, PopAttempt
 from runtime.observability.access_log import AccessLog
@@ -218,7 +219,7 @@ class Lane:
                 choices = lane_limit_choices(req.operation_id, req, self.ctx)
                 hit = self.limiter.lane_hit(req.operation_id, choices)
                 if hit is not None and hit.breached:
-                    raise RateLimited(limit=str(hit.item), seconds=1, retry_after=1)
+                    raise rate_limited(str(hit.item), self.limiter.lane_window(hit)[1])
             reply = self.views[req.operation_id](req)
             status, payload = reply.status, reply.payload
         except HordeError as error:

@@ -29,9 +29,11 @@ local current = redis.call("incrby", KEYS[1], ARGV[2])
 if tonumber(current) == tonumber(ARGV[2]) then
     redis.call("expire", KEYS[1], ARGV[1])
 end
-return {current, redis.call("ttl", KEYS[1])}
+return {current, redis.call("pttl", KEYS[1])}
 """
-"""limits' incr_expire script, returning the key's time to live beside its count."""
+"""limits' incr_expire script, returning the key's time to live (milliseconds) beside its
+count: the window's end to the millisecond, which a refusal's retry-after-ms tells the
+client (Redis's TTL rounds to the second)."""
 SEEN = "horde_limit_counts"
 PACKED_COMMANDS = 10_000
 """How many keys' packed commands ``incr_ttl`` keeps (a key is a limit's window for a
@@ -83,9 +85,9 @@ class CountingRedisStorage(RedisStorage):
             try:
                 packed = self._packed(connection, full, expiry, amount)
                 connection.send_packed_command(packed, check_health=False)
-                count, ttl = connection.read_response()
+                count, pttl = connection.read_response()
             except NoScriptError:
-                count, ttl = self.lua_incr_ttl([full], [expiry, amount])
+                count, pttl = self.lua_incr_ttl([full], [expiry, amount])
             except (RedisConnectionError, RedisTimeoutError):
                 self._drop(connection)
                 if attempt == 2:
@@ -94,7 +96,7 @@ class CountingRedisStorage(RedisStorage):
             except BaseException:
                 self._drop(connection)  # a reply half read must not stay on the connection
                 raise
-            return int(count), max(int(ttl), 0) + time.time()
+            return int(count), max(int(pttl), 0) / 1000 + time.time()
         raise AssertionError("unreachable")
 
     def _pool(self) -> Any:

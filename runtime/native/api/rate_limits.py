@@ -23,6 +23,7 @@ parsed once each (``_parsed``). flask-limiter's own check costs ~206 us of CPU a
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from flask_limiter import Limiter
 from flask_limiter.constants import HeaderNames
 from limits import RateLimitItem, parse_many
 
+from generated.errors import RateLimited
 from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, KEY_PEER, RateLimit
 from generated.routes import HEADER_APIKEY
 from generated.wire import ANONYMOUS_API_KEY
@@ -48,6 +50,21 @@ if TYPE_CHECKING:
 
 KeyFunction = Callable[[], str]
 LimitValue = Callable[[], str]
+LIMITER = "horde_limiter"
+"""The app's ``extensions`` key of its ``HordeLimiter`` (flask-limiter keeps only a weak
+reference to itself)."""
+
+
+def rate_limited(limit: str, reset: float | None) -> RateLimited:
+    """The refusal of a request over ``limit``, asking the client to wait until ``reset``
+    (the breached window's end, epoch seconds; the limiter's store reads it to the
+    millisecond), so a client waits the window out to its end and no longer; the spec's
+    Retry-After if the end is unknown."""
+    if reset is None:
+        wait = float(RateLimited.default_retry_after or 1)
+    else:
+        wait = max(math.ceil((reset - time.time()) * 1000), 1) / 1000  # as retry-after-ms
+    return RateLimited(limit=limit, seconds=f"{wait:.2f}", retry_after=wait)
 
 
 class Caller(Protocol):
