@@ -27,11 +27,29 @@ stack runs at the shipped limits, with two legs in turn:
 - back to back, as a script or an agent loop sends them: ``e2e_horde_back_to_back_p50_ms``,
   ``_p90_ms`` and ``_rate`` (requests a second).
 
-The back-to-back client is over the per-client submit limit, which follows upstream. The
-front holds a refused submit and submits it again after the Retry-After (1 s) times 1 to 2,
-a spread so that a burst does not come back at once. It lands first in a new window; the
-next request is the window's second; the one after is refused. So every other request waits
-1-2 s.
+The back-to-back client is over the per-client submit limit, which follows upstream (2 a
+second). The native API refuses the third submit of a window with retry-after-ms, the time
+left of the window to the millisecond; the front holds the refused submit that long and up
+to a tenth more (a spread, so a burst does not come back at once), then submits it again. It
+lands first in the next window, the next request is the window's second, and the one after is
+refused: every other request waits out the rest of a window, and the client gets close to the
+limit's 2 requests a second.
+
+Until 2026-12-05 the refusal said only Retry-After (whole seconds), and the front waited
+1 s times 1 to 2: every other request waited 1-2 s. The back-to-back leg alone (a temporary
+script, 40 requests, each tree's front, native API and worker; A B A B, 02:00-02:05):
+
+| tree | p50 | p90 | rate |
+| --- | --- | --- | --- |
+| before (f96b02b) | 1079.6 / 1047.7 ms | 1878.4 / 1785.1 ms | 1.26 / 1.36 requests/s |
+| after (7a311f5) | 987.4 / 965.2 ms | 1036.3 / 1044.8 ms | 1.92 / 1.90 requests/s |
+
+The p50 stays near a second because half the requests are the ones the limit holds; their
+wait is now the window's end, not up to a second past it.
+
+The whole bench after it (02:14, host_python_ms 25.3): e2e_horde_p50_ms 24.94 (limits off),
+e2e_horde_paced_p50_ms / p99 30.25 / 39.38 ms, back to back p50 / p90 978.64 / 1053.52 ms,
+1.90 requests/s.
 
 First run (2026-12-04 23:29, 50 unlimited samples, 40 at the shipped limits):
 
@@ -48,10 +66,10 @@ noise. The paced leg's extra time in the run above is that sitting's idle gaps b
 requests, not the limiter.
 
 The back-to-back figures are the limit's and the front's retry policy's, not the horde's
-speed. A retry timed to the window's end would take the waits from 1-2 s to under 1 s. It
-needs the native API to say when the window ends, which it does not today: its Retry-After
-is whole seconds, and its X-RateLimit-Reset is a whole epoch second. The 90-a-minute limit
-still holds such a client to 1.5 requests a second.
+speed (the retry then waited Retry-After's whole second times 1-2; see above for what it
+waits now). The 90-a-minute limit still holds such a client to 1.5 requests a second over a
+minute: past its 90th request the refusal's wait is the minute's end, which the front holds
+only within its submit patience (10 s) and otherwise answers 429 with that retry-after-ms.
 
 The chat submit's transaction in 3 round trips before its commit, not 9 (2026-12-04, issue
 14: bench/dispatch.py says how), A B A B against d13e805 on this 2-core VM, whose speed
