@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from flask import Flask, request
+from flask import Flask, Response, request
 from flask_limiter import Limiter
 from flask_limiter.constants import HeaderNames
 from limits import RateLimitItem, parse_many
@@ -39,6 +39,7 @@ from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, KEY_PEER, Rat
 from generated.routes import HEADER_APIKEY
 from generated.wire import ANONYMOUS_API_KEY
 from runtime.config import Settings
+from runtime.contract.errors import RETRY_AFTER_MS
 from runtime.native.accounts.keys import hash_key
 from runtime.native.api.context import native
 from runtime.native.api.limit_storage import CountingRedisStorage, storage_uri
@@ -293,7 +294,7 @@ def limit_headers(
     existing = [value for (_, value), found in zip(out, is_retry, strict=True) if found]
     if existing and existing[0].isdigit():  # the lane's errors give seconds
         reset_at = max(int(now + int(existing[0])), reset_at)
-    retry_after = str(int(reset_at - now))
+    retry_after = str(max(int(reset_at - now), own_wait(dict(out).get)))
     at = next((i for i, found in enumerate(is_retry) if found), None)
     if at is None:
         out.append((retry_name, retry_after))
@@ -301,6 +302,24 @@ def limit_headers(
         out = [pair for i, pair in enumerate(out) if i == at or not is_retry[i]]
         out[at] = (retry_name, retry_after)
     return out
+
+
+def own_wait(header: Callable[[str], str | None]) -> int:
+    """Whole seconds, rounded up, of the wait an answer's own retry-after-ms asks for (0
+    without one); ``header`` reads the answer's headers."""
+    own = header(RETRY_AFTER_MS)
+    return math.ceil(int(own) / 1000) if own is not None and own.isdigit() else 0
+
+
+def _retry_after_covers_the_wait(response: Response) -> Response:
+    """flask-limiter sets Retry-After to its window's end in whole seconds rounded down, so a
+    refusal whose window ends within the second would say 0; an answer carrying its own wait
+    (retry-after-ms) says at least that wait, rounded up, as the lane's ``limit_headers``."""
+    wait = own_wait(response.headers.get)
+    current = response.headers.get(HeaderNames.RETRY_AFTER.value)
+    if wait and current is not None and current.isdigit() and int(current) < wait:
+        response.headers[HeaderNames.RETRY_AFTER.value] = str(wait)
+    return response
 
 
 def make_limiter(app: Flask, redis_url: str, enabled: bool) -> HordeLimiter:
@@ -311,6 +330,9 @@ def make_limiter(app: Flask, redis_url: str, enabled: bool) -> HordeLimiter:
     decorator. This limiter has no default or application limits, so the hook counted
     nothing and found nothing (~10% of the workers' lane's server time, issue 14): it is
     removed. The decorators' check is the same (it also notices Redis coming back)."""
+    # Flask runs its after_request functions last registered first: this one after
+    # flask-limiter's, which sets Retry-After
+    app.after_request(_retry_after_covers_the_wait)
     limiter = HordeLimiter(
         remote_address,
         app=app,
