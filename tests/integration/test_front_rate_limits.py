@@ -203,5 +203,9 @@ def test_a_submit_still_refused_after_the_patience_is_a_429_before_anything_is_q
             sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
         forget_rate_limit_counts(native_service)
     assert refused.value.response.headers.get("x-should-retry") != "false"
-    assert int(refused.value.response.headers["retry-after"]) > 1  # the window's reset
+    headers = refused.value.response.headers
+    assert int(headers["retry-after"]) > 1  # the window's reset
+    # and the native API's wait to the millisecond, which OpenAI's SDKs read first
+    wait_ms = int(headers["retry-after-ms"])
+    assert (int(headers["retry-after"]) - 1) * 1000 < wait_ms <= int(headers["retry-after"]) * 1000
     assert len(rows(native_db)) == queued  # the refused submit queued nothing
