@@ -46,7 +46,9 @@ def horde_response(error: HordeError) -> Response:
 
 def _rate_limited(exc: RateLimitExceeded) -> Response:
     """The refusal, with the wait until the breached limit's window ends (flask-limiter
-    keeps the breached limit as the request's ``current_limit``)."""
+    keeps the breached limit as the request's ``current_limit``; its window is read from the
+    hit's own script answer, which ``limit_storage`` keeps for the request, or from the
+    in-memory fallback's counts: no store read that could fail here)."""
     breached = current_app.extensions[LIMITER].current_limit
     reset = breached.window[0] if breached is not None and breached.breached else None
     return horde_response(rate_limited(str(exc.limit.limit), reset))
