@@ -302,10 +302,9 @@ class NativeClient:
         millisecond. (Until 2026-12-05 it was Retry-After's whole second times 1 to 2: a
         client sending back to back waited 1-2 s on every other request, for a window that
         ended in under one.)"""
-        if not isinstance(error, RateLimited):
-            return False
-        wait = error.retry_after if error.retry_after is not None else 1.0
-        pause = wait * (1.0 + RATE_LIMIT_JITTER * random.random())
+        if not isinstance(error, RateLimited) or error.retry_after is None:
+            return False  # (a RateLimited without the native API's wait has the spec's)
+        pause = error.retry_after * (1.0 + RATE_LIMIT_JITTER * random.random())
         if waited + pause > self.submit_patience:
             return False
         await asyncio.sleep(pause)

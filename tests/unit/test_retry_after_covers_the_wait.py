@@ -20,6 +20,7 @@ from runtime.native.api.rate_limits import (
     _retry_after_covers_the_wait,
     limit_headers,
     make_limiter,
+    rate_limited,
 )
 
 
@@ -46,3 +47,9 @@ def test_a_lane_refusal_in_the_windows_last_second_says_at_least_one_second() ->
     headers = dict(limit_headers(hit, own, limiter))
     assert int(headers["retry-after-ms"]) > 0
     assert headers["Retry-After"] == "1"
+
+
+def test_a_refusal_whose_window_end_is_unknown_asks_for_the_specs_wait() -> None:
+    refused = rate_limited("2 per 1 second", None)
+    assert refused.retry_after == RateLimited.default_retry_after
+    assert refused.message.endswith(f"Try again in {RateLimited.default_retry_after} seconds.")

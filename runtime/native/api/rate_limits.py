@@ -61,10 +61,9 @@ def rate_limited(limit: str, reset: float | None) -> RateLimited:
     (the breached window's end, epoch seconds; the limiter's store reads it to the
     millisecond), so a client waits the window out to its end and no longer; the spec's
     Retry-After if the end is unknown."""
-    if reset is None:
-        wait = float(RateLimited.default_retry_after or 1)
-    else:
-        wait = max(math.ceil((reset - time.time()) * 1000), 1) / 1000  # as retry-after-ms
+    if reset is None:  # the class's retry_after is then the spec's
+        return RateLimited(limit=limit, seconds=RateLimited.default_retry_after)
+    wait = max(math.ceil((reset - time.time()) * 1000), 1) / 1000  # as retry-after-ms
     return RateLimited(limit=limit, seconds=f"{wait:.2f}", retry_after=wait)
 
 
