@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from sqlalchemy import Text, cast, event, func, select
+from sqlalchemy import Text, cast, func, select
 
 from generated.chat.names import HORDE_SLOW_WORKERS, PARAM_HORDE
 from runtime.native.accounts.kudos import HORDE_TAX_REASON
@@ -21,6 +21,7 @@ from runtime.native.requests.enqueue import REQUESTS, enqueue_request
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
+from tests.support.native import statements_sent
 
 pytestmark = pytest.mark.integration
 
@@ -134,27 +135,18 @@ def test_a_text_request_is_queued_by_the_same_statement(
     # the queue priority read under the lock; then the concurrency counted in the same
     # round trip refuses the next one.
     requester = make_user("txt", kudos=10, concurrency=2)
-    sent: list[str] = []
-
-    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(statement)
-
-    engine = native_service.context.engine
     body = {
         "prompt": "Once upon a time",
         "params": {"max_length": 80, "n": 2, "stop_sequence": ["\n"]},
         "models": ["test-model-7B"],
         "slow_workers": True,
     }
-    event.listen(engine, "before_cursor_execute", note)
-    try:
+    with statements_sent(native_service) as sent:
         queued = native_client.post(
             "/generate/text/async",
             headers={"apikey": requester.api_key, "Client-Agent": "enqueue-test:1:tests"},
             json=body,
         )
-    finally:
-        event.remove(engine, "before_cursor_execute", note)
     assert queued.status_code == 202, queued.text
     writes = [s for s in sent if "INSERT INTO" in s]
     assert len(writes) == 1, writes  # the row and the tax's ledger row together

@@ -11,7 +11,6 @@ from typing import Any
 import httpx
 import pytest
 from redis import Redis
-from sqlalchemy import event
 
 from generated import streaming as S
 from runtime.native.accounts.keys import ANONYMOUS_API_KEY, hash_key, new_api_key
@@ -26,6 +25,7 @@ from runtime.native.progress.protocol import (
     write_lease,
 )
 from runtime.native.server import NativeService
+from tests.support.native import statements_sent
 
 pytestmark = pytest.mark.integration
 
@@ -187,17 +187,8 @@ def test_refusals(native_client: httpx.Client, job: Job, redis: Redis) -> None:
 @pytest.fixture
 def statements(native_service: NativeService) -> Iterator[list[str]]:
     """Every SQL statement the native app runs while the fixture is active."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        seen.append(statement)
-
-    engine = native_service.context.engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with statements_sent(native_service) as seen:
         yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def test_the_route_reads_no_postgres(

@@ -23,6 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
+
 from generated.rate_limits import RateLimit
 from runtime.config import Settings
 from runtime.native.server import NativeService
@@ -62,6 +64,22 @@ def running_native_with_objects(
 
 LIMIT_COUNTS = "LIMITS:*horde:limits*"
 """The native API's rate-limit counters in Redis (the limits library's prefix, then ours)."""
+
+
+@contextmanager
+def statements_sent(service: NativeService) -> Iterator[list[str]]:
+    """Every SQL statement the native API sends on its engine while the block runs."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement)
+
+    engine = service.context.engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
 
 
 @contextmanager
