@@ -291,9 +291,12 @@ def limit_headers(
     retry_name = HeaderNames.RETRY_AFTER.value
     is_retry = [name.lower() == retry_name.lower() for name, _ in out]
     existing = [value for (_, value), found in zip(out, is_retry, strict=True) if found]
-    if existing and existing[0].isdigit():  # the lane's errors give seconds
-        reset_at = max(int(now + int(existing[0])), reset_at)
-    retry_after = str(max(int(reset_at - now), own_wait(dict(out).get)))
+    # an error's own wait (``retry_headers``: its Retry-After is its wait rounded up), never
+    # cut by the window's end rounded down (flask-limiter's rule, which can say 0)
+    own = int(existing[0]) if existing and existing[0].isdigit() else 0
+    if own:
+        reset_at = max(int(now + own), reset_at)
+    retry_after = str(max(int(reset_at - now), own))
     at = next((i for i, found in enumerate(is_retry) if found), None)
     if at is None:
         out.append((retry_name, retry_after))
@@ -305,7 +308,8 @@ def limit_headers(
 
 def own_wait(header: Callable[[str], str | None]) -> int:
     """Whole seconds, rounded up, of the wait an answer's own retry-after-ms asks for (0
-    without one); ``header`` reads the answer's headers."""
+    without one); ``header`` reads the answer's headers (a Flask answer's Retry-After is
+    flask-limiter's by then)."""
     own = header(RETRY_AFTER_MS)
     return math.ceil(int(own) / 1000) if own is not None and own.isdigit() else 0
 
@@ -313,7 +317,8 @@ def own_wait(header: Callable[[str], str | None]) -> int:
 def _retry_after_covers_the_wait(response: Response) -> Response:
     """flask-limiter sets Retry-After to its window's end in whole seconds rounded down, so a
     refusal whose window ends within the second would say 0; an answer carrying its own wait
-    (retry-after-ms) says at least that wait, rounded up, as the lane's ``limit_headers``."""
+    (retry-after-ms) says at least that wait, rounded up, as the lane's ``limit_headers``
+    has it say."""
     wait = own_wait(response.headers.get)
     current = response.headers.get(HeaderNames.RETRY_AFTER.value)
     if wait and current is not None and current.isdigit() and int(current) < wait:
