@@ -5,6 +5,8 @@ before Retry-After, and up to a tenth more; never past the submit's patience."""
 from __future__ import annotations
 
 import asyncio
+import random
+import threading
 from typing import Any
 
 import aiohttp
@@ -44,11 +46,22 @@ def held(error: Any, *, waited: float, share: float, patience: float = 10.0) -> 
             )
             return await client._held_for_rate_limit(error, waited)
 
+    # The patches replace module functions every thread shares (an earlier test's server
+    # thread may still sleep on its own loop): only this thread's calls are the client's.
+    ours = threading.get_ident()
+    sleep, draw = asyncio.sleep, random.random
+
     async def slept(seconds: float) -> None:
+        if threading.get_ident() != ours:
+            return await sleep(seconds)
         pauses.append(seconds)
+        return None
+
+    def drawn() -> float:
+        return share if threading.get_ident() == ours else draw()
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(native_client.random, "random", lambda: share)
+        patch.setattr(native_client.random, "random", drawn)
         patch.setattr(native_client.asyncio, "sleep", slept)
         kept = asyncio.run(scenario())
     assert kept == bool(pauses)
@@ -69,3 +82,23 @@ def test_a_refused_submit_waits_its_window_out_and_at_most_a_tenth_more() -> Non
 def test_only_a_rate_limit_is_held() -> None:
     busy = TooManyPrompts(count=31, concurrency=30, retry_after=1)
     assert held(busy, waited=0.0, share=0.0) == []
+
+
+def test_another_threads_sleeps_are_not_taken_for_the_clients() -> None:
+    # A server thread of an earlier test (uvicorn's main loop sleeps 0.1 s a tick) calls the
+    # patched asyncio.sleep too; a CI run once counted its ticks as the client's pauses.
+    stop = threading.Event()
+
+    async def ticking() -> None:
+        while not stop.is_set():  # a thread's Event: an asyncio one cannot be set from here
+            await asyncio.sleep(0.0005)  # noqa: ASYNC110 (looked up at each call, as uvicorn)
+
+    ticker = threading.Thread(target=asyncio.run, args=(ticking(),))
+    ticker.start()
+    try:
+        busy = TooManyPrompts(count=31, concurrency=30, retry_after=1)
+        for _ in range(20):
+            assert held(busy, waited=0.0, share=0.0) == []
+    finally:
+        stop.set()
+        ticker.join(timeout=10)
