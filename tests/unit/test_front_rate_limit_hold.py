@@ -90,8 +90,9 @@ def test_another_threads_sleeps_are_not_taken_for_the_clients() -> None:
     stop = threading.Event()
 
     async def ticking() -> None:
-        while not stop.is_set():  # a thread's Event: an asyncio one cannot be set from here
-            await asyncio.sleep(0.0005)  # noqa: ASYNC110 (looked up at each call, as uvicorn)
+        # a thread's Event, set from the test's thread; the sleep is looked up at each call
+        while not stop.is_set():  # noqa: ASYNC110 (the ticks are the point, as uvicorn's)
+            await asyncio.sleep(0.0005)
 
     ticker = threading.Thread(target=asyncio.run, args=(ticking(),))
     ticker.start()
