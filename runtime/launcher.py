@@ -21,6 +21,7 @@ from typing import Protocol, TextIO
 
 from generated.errors import InvalidAPIKey
 from runtime.config import Settings
+from runtime.heap import settle
 from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.native.db.migrate import upgrade
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
@@ -123,6 +124,8 @@ def run_up(
                 service = starter(settings, stores)
                 services.append(service)
                 print(service.describe(), file=out, flush=True)
+            if services:  # what they built to serve lives as long as they do (runtime.heap)
+                settle()
             print("ready; Ctrl-C stops everything", file=out, flush=True)
             stop.wait()
         finally:
@@ -216,8 +219,10 @@ class _Service(Protocol):
 
 
 def _serve_until(stop: threading.Event, service: _Service, out: TextIO) -> int:
-    """Say where ``service`` listens, serve until ``stop`` is set, then stop it."""
+    """Settle the heap (``runtime.heap``), say where ``service`` listens, serve until
+    ``stop`` is set, then stop it."""
     try:
+        settle()
         print(service.describe(), file=out, flush=True)
         stop.wait()
     finally:

@@ -15,6 +15,7 @@ import threading
 from runtime.config import Settings
 from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
+from runtime.heap import settle
 
 
 def main() -> int:
@@ -27,6 +28,7 @@ def main() -> int:
         signal.signal(sig, lambda *_: stop.set())
     config = FrontConfig.from_env(settings.redis_url, dict(os.environ))
     service = FrontService.start(config, host=settings.front_host, port=settings.front_port)
+    settle()  # what the front built to serve lives as long as it does (runtime.heap)
     print(service.describe(), flush=True)
     try:
         stop.wait()

@@ -31,6 +31,7 @@ from generated.signals import chat_channel
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain, server_timeout
+from runtime.heap import ASGIApp, settled_after_startup
 from runtime.observability.metrics import multiprocess_dir
 
 START_TIMEOUT = 20.0
@@ -111,6 +112,12 @@ class FrontService:
         self.thread.join(timeout=server_timeout(self.drain.grace) + 5)
 
 
+def settled_front_app(config: FrontConfig) -> ASGIApp:
+    """A server process's app under ``serve_processes``: its heap settled once it started
+    (``runtime.heap``)."""
+    return settled_after_startup(create_front_app(config))
+
+
 def serve_processes(
     config: FrontConfig,
     *,
@@ -126,7 +133,7 @@ def serve_processes(
     sock = bind(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
     with multiprocess_dir():
-        factory = functools.partial(create_front_app, config)
+        factory = functools.partial(settled_front_app, config)
         uv_config = uvicorn_config(
             factory, config, factory=True, workers=processes, log_level=log_level
         )

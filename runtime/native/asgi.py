@@ -54,6 +54,7 @@ from runtime.native.queue.wake import wake_here
 from runtime.observability.metrics import process_exited
 
 if TYPE_CHECKING:
+    from runtime.heap import ASGIApp
     from runtime.native.api.lane import Lane
 
 log = logging.getLogger(__name__)
@@ -459,11 +460,12 @@ def _chain_exit_signals(hub: WakeHub) -> None:
         signal.signal(sig, chained)
 
 
-def app_from_env() -> NativeASGI:
+def app_from_env() -> ASGIApp:
     """The app factory of ``horde-chat native --processes N``: each server process builds
-    its context from the environment (HORDE_DATABASE_URL, HORDE_REDIS_URL, ...); the
-    supervisor runs the sweep."""
+    its context from the environment (HORDE_DATABASE_URL, HORDE_REDIS_URL, ...) and settles
+    its heap once started (``runtime.heap``); the supervisor runs the sweep."""
     from runtime.config import Settings
+    from runtime.heap import settled_after_startup
     from runtime.native.server import build_app
 
     settings = Settings.from_env()
@@ -473,4 +475,4 @@ def app_from_env() -> NativeASGI:
         redis_url=settings.redis_url or "",
         base_url=f"http://{settings.native_host}:{settings.native_port}",
     )
-    return app
+    return settled_after_startup(app)

@@ -248,3 +248,50 @@ def test_up_prints_the_urls_a_second_service_joins_its_stores_with(
         f"HORDE_DATABASE_URL={horde_stores.database_url}",
         f"HORDE_REDIS_URL={horde_stores.redis_url}",
     ]
+
+
+def test_up_settles_the_heap_once_its_services_serve(
+    horde_stores: EmbeddedStores, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the last service started and before "ready" (runtime.heap: what they built to
+    serve is out of every later full collection); with no service, nothing to settle."""
+    import io
+
+    import runtime.launcher
+    from runtime.config import Settings
+    from runtime.launcher import run_up
+
+    out = io.StringIO()
+    events: list[str] = []
+    monkeypatch.setattr(runtime.launcher, "settle", lambda: events.append("settled"))
+
+    class Started:
+        def describe(self) -> str:
+            events.append("described")
+            return "a service"
+
+        def stop(self) -> None:
+            events.append("stopped")
+
+    def starter(settings: Settings, stores: EmbeddedStores) -> Started:
+        events.append("started")
+        return Started()
+
+    stop = threading.Event()
+    stop.set()
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with tempfile.TemporaryDirectory(prefix="horde-up-") as tmp:
+            settings = Settings(
+                data_dir=Path(tmp),
+                database_url=horde_stores.database_url,
+                redis_url=horde_stores.redis_url,
+            )
+            assert run_up(settings, out=out, stop_event=stop, starters=[]) == 0
+            assert events == []
+            assert run_up(settings, out=out, stop_event=stop, starters=[starter, starter]) == 0
+    finally:  # run_up handles both signals in the main thread; give pytest its own back
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
+    started = ["started", "described"] * 2
+    assert events == [*started, "settled", "stopped", "stopped"]
