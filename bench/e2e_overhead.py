@@ -71,6 +71,38 @@ waits now). The 90-a-minute limit still holds such a client to 1.5 requests a se
 minute: past its 90th request the refusal's wait is the minute's end, which the front holds
 only within its submit patience (10 s) and otherwise answers 429 with that retry-after-ms.
 
+Where a horde completion's time goes (2026-12-05, a temporary tree of 1522d03 whose front,
+native API and worker wrote a perf_counter stamp at each step, comparable across processes;
+this bench's horde leg, 300 requests, limits off, p50 of each step): the client's total
+24.78 ms, from the front's handler to its answer 22.99 ms:
+
+| step | p50 ms | p90 ms |
+| --- | --- | --- |
+| front: request read, validated, submit sent | 0.31 | 0.71 |
+| submit sent -> the native chat view starts (uvicorn, a2wsgi's thread, Flask) | 0.96 | 1.46 |
+| chat view -> its commit (validation, admission, enqueue) | 4.16 | 5.77 |
+| the wake -> the woken pop has its job (its statement and the chat job's payload) | 2.84 | 4.08 |
+| pop answered -> the worker has the job | 0.86 | 1.35 |
+| the worker's call to llama-cpp-python | 7.55 | 9.86 |
+| worker's submit sent -> the native lane has it | 0.65 | 0.87 |
+| submit -> its events published (find, payment, final status) | 3.25 | 4.59 |
+| the Redis SET and PUBLISH | 0.52 | 1.13 |
+| published -> the front's answer sent (wake, outcome read, response) | 0.92 | 1.62 |
+
+The native API's part is ~12 ms of the 23, the backend's ~7.5 (5.4 ms p50 called directly
+in the same run: the two cores are shared with what the stack does meanwhile), the front's
+~1.3. Each step is already a few round trips; none is half of the total. Seen on the way:
+the worker pops again as soon as it has submitted, and that pop (3.0 ms p50, it finds
+nothing and then waits) overlaps the next request's chat submit in the same process.
+
+Measured and not kept: a known worker's pop rewrote its row (the declaration and
+last_check_in) on every run of the long poll, a WAL flush each (an UPDATE in autocommit 0.33-
+0.38 ms p50 against a SELECT's 0.15-0.19 alone); rewriting it only when the declaration
+changed or the check-in was 10 s old made those pops write nothing. A B A B in one sitting
+(150 requests each): client p50 26.34 / 28.58 (rewrite) vs 24.96 / 31.53 ms (only when
+stale), the nothing-found pop 3.27 / 3.55 vs 2.48 / 3.39 ms: no difference the noise lets
+through, so the pop keeps upstream's check-in on every pop.
+
 The chat submit's transaction in 3 round trips before its commit, not 9 (2026-12-04, issue
 14: bench/dispatch.py says how), A B A B against d13e805 on this 2-core VM, whose speed
 moves more than the change from one run to the next: e2e_horde_p50_ms 44.91 / 39.31 ->
