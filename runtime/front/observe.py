@@ -89,6 +89,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    HTTP.gc.flush()  # the pauses noted since this process's last request
     return Response(exposition(REGISTRY), headers={"content-type": CONTENT_TYPE})
 
 

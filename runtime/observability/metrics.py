@@ -1,7 +1,8 @@
 """Prometheus metrics every service exposes (``prometheus-client``).
 
-``HttpMetrics(registry)``: ``horde_http_requests_total{method,route,status}`` and
-``horde_http_request_duration_seconds{method,route}``. A route is the matched route's
+``HttpMetrics(registry)``: ``horde_http_requests_total{method,route,status}``,
+``horde_http_request_duration_seconds{method,route}`` and the process's garbage-collection
+pauses, ``horde_gc_pause_seconds{generation}`` (``GcPauses``). A route is the matched route's
 template (``/api/v2/generate/text/status/{id}``), ``unmatched`` for a path no route holds,
 so a client cannot grow the label set. ``exposition(registry, *collectors)`` renders a
 registry plus collectors built for this scrape (gauges a service computes from its stores).
@@ -20,11 +21,15 @@ calls ``process_exited()`` as it stops so its live gauges leave the sum.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import tempfile
+import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -37,8 +42,63 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 """Seconds; the front's waits last up to minutes, so the buckets reach five."""
 
 
+GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+"""Seconds: a young collection takes well under a millisecond; a full one walked a whole
+service, 40-150 ms, until the service commands settled their heap (runtime.heap)."""
+GC_PAUSES_KEPT = 4096
+"""Pauses noted and not yet observed, at most (an idle process flushes at its next request
+or scrape; past this many the oldest are dropped)."""
+
+
+class GcPauses:
+    """``horde_gc_pause_seconds{generation}``: how long each garbage collection stopped
+    this process, noted by a ``gc.callbacks`` hook from ``start()``.
+
+    The hook only notes a pause; ``flush`` observes the noted ones, outside any collection.
+    A collection starts on an allocation, and in multiprocess mode prometheus-client creates
+    a value under one non-reentrant lock, allocating meanwhile: a hook that observed would
+    then wait for a lock its own thread holds. ``HttpMetrics`` flushes after each request,
+    the services' /metrics before each scrape."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        histogram = Histogram(
+            "horde_gc_pause_seconds",
+            "Seconds each garbage collection stopped this process, by generation (2: full).",
+            ["generation"],
+            buckets=GC_PAUSE_BUCKETS,
+            registry=registry,
+        )
+        # every child made now: none is created under a collection's flush
+        self.generations = [histogram.labels(str(g)) for g in range(3)]
+        self.noted: deque[tuple[int, float]] = deque(maxlen=GC_PAUSES_KEPT)
+        self._started = 0.0
+
+    def start(self) -> GcPauses:
+        gc.callbacks.append(self._hook)
+        return self
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._hook)
+
+    def _hook(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.noted.append((info["generation"], time.perf_counter() - self._started))
+
+    def flush(self) -> None:
+        """Observe every pause noted since the last flush."""
+        while True:
+            try:  # another thread may flush meanwhile: each pause is taken once
+                generation, seconds = self.noted.popleft()
+            except IndexError:
+                return
+            self.generations[generation].observe(seconds)
+
+
 class HttpMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
+        self.gc = GcPauses(registry).start()
         self.requests = Counter(
             "horde_http_requests",
             "HTTP requests answered, by route and status.",
@@ -56,6 +116,8 @@ class HttpMetrics:
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route).observe(seconds)
+        if self.gc.noted:
+            self.gc.flush()
 
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

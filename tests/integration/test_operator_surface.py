@@ -182,6 +182,12 @@ def test_metrics_parse_as_prometheus_text_and_a_chat_request_moves_its_counters(
     assert value(front_after, "horde_front_open_waits") == 0
     assert value(front_after, "horde_front_open_streams") == 0
 
+    # every collection's pause, by generation: a chat request allocates enough for young ones
+    pauses = "horde_gc_pause_seconds_count"
+    for after, before in ((native_after, native_before), (front_after, front_before)):
+        assert (pauses, (("generation", "2"),)) in after  # full ones: listed, however few
+        assert moved(after, before, pauses, generation="0") > 0
+
 
 def test_metrics_count_each_job_a_worker_faulted_once_its_fault_is_recorded(
     native_url: str,

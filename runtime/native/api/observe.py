@@ -170,6 +170,7 @@ def readyz() -> Response:
 def metrics() -> Response:
     from flask import current_app
 
+    HTTP.gc.flush()  # the pauses noted since this process's last request
     body = exposition(REGISTRY, [StoreGauges(_ctx(current_app))])
     return Response(body, mimetype=None, content_type=CONTENT_TYPE)
 
