@@ -51,6 +51,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.tiny_model import MESSAGES
 from runtime.config import Settings
 from runtime.heap import settle
 from runtime.launcher import SERVICE_STARTERS, Service
@@ -66,7 +67,7 @@ READY_TIMEOUT = 120.0
 
 def completions(front_url: str, count: int) -> None:
     """``count`` plain completions through the front (the anonymous key), each checked."""
-    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Who are you?"}]}
+    body = {"model": MODEL_NAME, "messages": MESSAGES}
     deadline = time.monotonic() + READY_TIMEOUT
     with httpx.Client(base_url=front_url, timeout=60) as client:
         done = 0

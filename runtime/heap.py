@@ -18,21 +18,16 @@ serves (``runtime.launcher``, ``horde-chat worker``); a library user, a test, ne
 from __future__ import annotations
 
 import gc
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
 def settle() -> None:
     """Collect, then exempt every object left from all later collections (see above)."""
     gc.collect()
     gc.freeze()
-
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def settled_after_startup(app: ASGIApp) -> ASGIApp:

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 import uvicorn
+from starlette.types import ASGIApp
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from generated.signals import chat_channel
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain, server_timeout
-from runtime.heap import ASGIApp, settled_after_startup
+from runtime.heap import settled_after_startup
 from runtime.observability.metrics import multiprocess_dir
 
 START_TIMEOUT = 20.0

@@ -54,7 +54,8 @@ from runtime.native.queue.wake import wake_here
 from runtime.observability.metrics import process_exited
 
 if TYPE_CHECKING:
-    from runtime.heap import ASGIApp
+    from starlette.types import ASGIApp
+
     from runtime.native.api.lane import Lane
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from starlette.types import Message
 
 import runtime.heap
-from runtime.heap import Message, settle, settled_after_startup
+from runtime.heap import settle, settled_after_startup
 
 
 @pytest.fixture
