@@ -12,7 +12,7 @@ This bench starts what ``horde-chat up`` starts, in this process (the embedded s
 schema, ``runtime.launcher.SERVICE_STARTERS``: the native API, the front, the demo worker
 on the tiny model), sends WARMUP completions through the front, then times a full
 collection REPEATS times (the median), settles the heap as the service commands do once
-started (``runtime.heap.settle``: one collection, then ``gc.freeze``), sends WARMUP
+started (``runtime.service_process.settle``: one collection, then ``gc.freeze``), sends WARMUP
 completions more and times a full collection again. Figures: ``gc_tracked_objects``
 (before settling), ``gc_full_collection_ms`` and ``gc_full_collection_settled_ms``.
 
@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tiny_model import MESSAGES
 from runtime.config import Settings
-from runtime.heap import settle
 from runtime.launcher import SERVICE_STARTERS, Service
 from runtime.native.db.migrate import upgrade
+from runtime.service_process import settle
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.llama_server import free_port
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME

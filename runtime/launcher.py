@@ -21,9 +21,9 @@ from typing import Protocol, TextIO
 
 from generated.errors import InvalidAPIKey
 from runtime.config import Settings
-from runtime.heap import settle
 from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.native.db.migrate import upgrade
+from runtime.service_process import settle
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 
@@ -124,7 +124,7 @@ def run_up(
                 service = starter(settings, stores)
                 services.append(service)
                 print(service.describe(), file=out, flush=True)
-            if services:  # what they built to serve lives as long as they do (runtime.heap)
+            if services:  # what they built lives as long as they do (runtime.service_process)
                 settle()
             print("ready; Ctrl-C stops everything", file=out, flush=True)
             stop.wait()
@@ -219,7 +219,7 @@ class _Service(Protocol):
 
 
 def _serve_until(stop: threading.Event, service: _Service, out: TextIO) -> int:
-    """Settle the heap (``runtime.heap``), say where ``service`` listens, serve until
+    """Settle the heap (``runtime.service_process``), say where ``service`` listens, serve until
     ``stop`` is set, then stop it."""
     try:
         settle()

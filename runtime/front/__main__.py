@@ -15,7 +15,7 @@ import threading
 from runtime.config import Settings
 from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
-from runtime.heap import settle
+from runtime.service_process import settle
 
 
 def main() -> int:
@@ -28,7 +28,7 @@ def main() -> int:
         signal.signal(sig, lambda *_: stop.set())
     config = FrontConfig.from_env(settings.redis_url, dict(os.environ))
     service = FrontService.start(config, host=settings.front_host, port=settings.front_port)
-    settle()  # what the front built to serve lives as long as it does (runtime.heap)
+    settle()  # what the front built to serve lives as long as it does (runtime.service_process)
     print(service.describe(), flush=True)
     try:
         stop.wait()

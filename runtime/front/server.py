@@ -32,8 +32,8 @@ from generated.signals import chat_channel
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain, server_timeout
-from runtime.heap import settled_after_startup
 from runtime.observability.metrics import multiprocess_dir
+from runtime.service_process import settled_after_startup
 
 START_TIMEOUT = 20.0
 BACKLOG = 4096
@@ -115,7 +115,7 @@ class FrontService:
 
 def settled_front_app(config: FrontConfig) -> ASGIApp:
     """A server process's app under ``serve_processes``: its heap settled once it started
-    (``runtime.heap``)."""
+    (``runtime.service_process``)."""
     return settled_after_startup(create_front_app(config))
 
 

@@ -464,10 +464,10 @@ def _chain_exit_signals(hub: WakeHub) -> None:
 def app_from_env() -> ASGIApp:
     """The app factory of ``horde-chat native --processes N``: each server process builds
     its context from the environment (HORDE_DATABASE_URL, HORDE_REDIS_URL, ...) and settles
-    its heap once started (``runtime.heap``); the supervisor runs the sweep."""
+    its heap once started (``runtime.service_process``); the supervisor runs the sweep."""
     from runtime.config import Settings
-    from runtime.heap import settled_after_startup
     from runtime.native.server import build_app
+    from runtime.service_process import settled_after_startup
 
     settings = Settings.from_env()
     app, _ctx = build_app(

@@ -44,7 +44,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 GC_PAUSE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 """Seconds: a young collection takes well under a millisecond; a full one walked a whole
-service, 40-150 ms, until the service commands settled their heap (runtime.heap)."""
+service, 40-150 ms, until the service commands settled their heap (runtime.service_process)."""
 GC_PAUSES_KEPT = 4096
 """Pauses noted and not yet observed, at most (an idle process flushes at its next request
 or scrape; past this many the oldest are dropped)."""

@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from typing import Self, TextIO
 
-from runtime.heap import settle
+from runtime.service_process import settle
 from runtime.worker.backend import BackendClient
 from runtime.worker.config import WorkerConfig
 from runtime.worker.declaration import Probed, WorkerStartupError, probe
@@ -78,7 +78,7 @@ def run_worker(
     except WorkerStartupError as exc:
         print(f"worker: cannot start: {exc}", file=out, flush=True)
         return 2
-    settle()  # what the worker built to serve lives as long as it does (runtime.heap)
+    settle()  # what the worker built to serve lives as long as it does (runtime.service_process)
     print(worker.describe(), file=out, flush=True)
     print("worker: serving; Ctrl-C finishes or faults the jobs it holds", file=out, flush=True)
     stop.wait()

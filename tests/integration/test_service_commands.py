@@ -253,8 +253,8 @@ def test_up_prints_the_urls_a_second_service_joins_its_stores_with(
 def test_up_settles_the_heap_once_its_services_serve(
     horde_stores: EmbeddedStores, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After the last service started and before "ready" (runtime.heap: what they built to
-    serve is out of every later full collection); with no service, nothing to settle."""
+    """After the last service started and before "ready" (runtime.service_process: what they
+    built to serve is out of every later full collection); with no service, nothing to settle."""
     import io
 
     import runtime.launcher

@@ -1,10 +1,12 @@
-"""runtime.heap: a settled heap leaves what it held out of every later collection, collects
-what comes after, and a spawned server process's app settles once its startup completed."""
+"""runtime.service_process: a settled heap leaves what it held out of every later collection,
+collects what comes after; a settled process hands the GIL over at SWITCH_INTERVAL; a spawned
+server process's app settles once its startup completed."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -12,17 +14,20 @@ from typing import Any
 import pytest
 from starlette.types import Message
 
-import runtime.heap
-from runtime.heap import settle, settled_after_startup
+import runtime.service_process
+from runtime.service_process import SWITCH_INTERVAL, settle, settled_after_startup
 
 
 @pytest.fixture
 def unfrozen() -> Iterator[None]:
-    """The test process's heap as it was: what ``settle`` froze goes back to the collector."""
+    """The test process as it was: what ``settle`` froze goes back to the collector, the
+    switch interval back to what it was."""
+    interval = sys.getswitchinterval()
     try:
         yield
     finally:
         gc.unfreeze()
+        sys.setswitchinterval(interval)
 
 
 class Node:
@@ -33,6 +38,13 @@ class Node:
 def tracked(obj: object) -> bool:
     """Whether a collection would walk ``obj`` (the permanent generation is in none)."""
     return any(o is obj for o in gc.get_objects())
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_a_settled_process_hands_the_gil_over_sooner() -> None:
+    assert sys.getswitchinterval() > SWITCH_INTERVAL  # CPython's 5 ms in the test process
+    settle()
+    assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL)
 
 
 @pytest.mark.usefixtures("unfrozen")
@@ -71,7 +83,7 @@ def test_a_spawned_server_settles_once_its_startup_completed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     events: list[str] = []
-    monkeypatch.setattr(runtime.heap, "settle", lambda: events.append("settled"))
+    monkeypatch.setattr(runtime.service_process, "settle", lambda: events.append("settled"))
 
     async def recorded(message: Message) -> None:
         events.append(str(message["type"]))
