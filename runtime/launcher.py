@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from runtime.config import Settings
 from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.native.db.migrate import upgrade
 from runtime.service_process import settle
+from runtime.stop_signals import stop_on_signals
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 
@@ -105,46 +105,35 @@ def run_up(
     starters: list[ServiceStarter] | None = None,
 ) -> int:
     """Run in the foreground until a signal (or ``stop_event``); leave nothing running."""
-    stop = stop_event or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if settings.service_passkey is None:  # the front and the native API of this run share one
-        settings = replace(settings, service_passkey=secrets.token_urlsafe(24))
-    services: list[Service] = []
-    with EmbeddedStores.start(settings) as stores:
-        try:
-            for line in stores.describe():
-                print(line, file=out, flush=True)
-            print(join_line(stores), file=out, flush=True)
-            upgrade(stores.database_url)
-            print("schema: up to date", file=out, flush=True)
-            for starter in SERVICE_STARTERS if starters is None else starters:
-                service = starter(settings, stores)
-                services.append(service)
-                print(service.describe(), file=out, flush=True)
-            if services:  # what they built lives as long as they do (runtime.service_process)
-                settle()
-            print("ready; Ctrl-C stops everything", file=out, flush=True)
-            stop.wait()
-        finally:
-            for service in reversed(services):
-                service.stop()
-            print("stopped", file=out, flush=True)
+    with stop_on_signals(stop_event or threading.Event()) as stop:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        if settings.service_passkey is None:  # the front and the native API of this run share one
+            settings = replace(settings, service_passkey=secrets.token_urlsafe(24))
+        services: list[Service] = []
+        with EmbeddedStores.start(settings) as stores:
+            try:
+                for line in stores.describe():
+                    print(line, file=out, flush=True)
+                print(join_line(stores), file=out, flush=True)
+                upgrade(stores.database_url)
+                print("schema: up to date", file=out, flush=True)
+                for starter in SERVICE_STARTERS if starters is None else starters:
+                    service = starter(settings, stores)
+                    services.append(service)
+                    print(service.describe(), file=out, flush=True)
+                if services:  # what they built lives as long as they do (runtime.service_process)
+                    settle()
+                print("ready; Ctrl-C stops everything", file=out, flush=True)
+                stop.wait()
+            finally:
+                for service in reversed(services):
+                    service.stop()
+                print("stopped", file=out, flush=True)
     return 0
 
 
 class Refused(Exception):
     """A service will not start: the message says why (its stores, its schema)."""
-
-
-def _wait_for_signal(stop: threading.Event | None) -> threading.Event:
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-    return stop
 
 
 def _required(value: str | None, name: str, service: str) -> str:
@@ -206,11 +195,11 @@ def run_native(
             out=out,
         )
         return 0
-    stop = _wait_for_signal(stop_event)
-    service = NativeService.start(
-        settings, database_url=database_url, redis_url=redis_url, host=host, port=port
-    )
-    return _serve_until(stop, service, out)
+    with stop_on_signals(stop_event or threading.Event()) as stop:
+        service = NativeService.start(
+            settings, database_url=database_url, redis_url=redis_url, host=host, port=port
+        )
+        return _serve_until(stop, service, out)
 
 
 class _Service(Protocol):
@@ -268,10 +257,10 @@ def run_front(
             processes=processes,
             out=out,
         )
-    stop = _wait_for_signal(stop_event)
-    service = FrontService.start(
-        config,
-        host=host or settings.front_host,
-        port=settings.front_port if port is None else port,
-    )
-    return _serve_until(stop, service, out)
+    with stop_on_signals(stop_event or threading.Event()) as stop:
+        service = FrontService.start(
+            config,
+            host=host or settings.front_host,
+            port=settings.front_port if port is None else port,
+        )
+        return _serve_until(stop, service, out)

@@ -8,7 +8,6 @@ Prints one line ``chat front: <url>/v1`` once it serves, then runs until SIGINT 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 
@@ -16,6 +15,7 @@ from runtime.config import Settings
 from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
 from runtime.service_process import settle
+from runtime.stop_signals import stop_on_signals
 
 
 def main() -> int:
@@ -23,17 +23,15 @@ def main() -> int:
     if not settings.redis_url:
         print("HORDE_REDIS_URL is required", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     config = FrontConfig.from_env(settings.redis_url, dict(os.environ))
-    service = FrontService.start(config, host=settings.front_host, port=settings.front_port)
-    settle()  # what the front built to serve lives as long as it does (runtime.service_process)
-    print(service.describe(), flush=True)
-    try:
-        stop.wait()
-    finally:
-        service.stop()
+    with stop_on_signals(threading.Event()) as stop:
+        service = FrontService.start(config, host=settings.front_host, port=settings.front_port)
+        settle()  # what the front built to serve lives as long as it does (runtime.service_process)
+        print(service.describe(), flush=True)
+        try:
+            stop.wait()
+        finally:
+            service.stop()
     return 0
 
 

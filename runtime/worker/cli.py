@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Self, TextIO
 
 from runtime.service_process import settle
+from runtime.stop_signals import stop_on_signals
 from runtime.worker.backend import BackendClient
 from runtime.worker.config import WorkerConfig
 from runtime.worker.declaration import Probed, WorkerStartupError, probe
@@ -69,19 +69,16 @@ def run_worker(
 ) -> int:
     """Run in the foreground until SIGINT/SIGTERM (or ``stop_event``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    stop = stop_event or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-    try:
-        worker = RunningWorker.start(config)
-    except WorkerStartupError as exc:
-        print(f"worker: cannot start: {exc}", file=out, flush=True)
-        return 2
-    settle()  # what the worker built to serve lives as long as it does (runtime.service_process)
-    print(worker.describe(), file=out, flush=True)
-    print("worker: serving; Ctrl-C finishes or faults the jobs it holds", file=out, flush=True)
-    stop.wait()
-    faulted = worker.stop()
+    with stop_on_signals(stop_event or threading.Event()) as stop:
+        try:
+            worker = RunningWorker.start(config)
+        except WorkerStartupError as exc:
+            print(f"worker: cannot start: {exc}", file=out, flush=True)
+            return 2
+        settle()  # what the worker built lives as long as it does (runtime.service_process)
+        print(worker.describe(), file=out, flush=True)
+        print("worker: serving; Ctrl-C finishes or faults the jobs it holds", file=out, flush=True)
+        stop.wait()
+        faulted = worker.stop()
     print(f"worker: stopped ({len(faulted)} held jobs faulted)", file=out, flush=True)
     return 0

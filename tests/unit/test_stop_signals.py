@@ -1,0 +1,69 @@
+"""runtime.stop_signals: SIGINT and SIGTERM set a command's stop event from a thread of their
+own, so a signal landing while the main thread holds the event's lock (a second Ctrl-C during
+the first one's ``Event.set``) cannot deadlock the command; the previous handlers come back."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+from runtime.stop_signals import STOP_SIGNALS, stop_on_signals
+
+pytestmark = pytest.mark.timeout(30)  # the bug this guards against is a hang
+
+
+@pytest.mark.parametrize("sig", STOP_SIGNALS)
+def test_a_signal_sets_the_stop_and_the_handlers_come_back(sig: signal.Signals) -> None:
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    stop = threading.Event()
+    with stop_on_signals(stop) as given:
+        assert given is stop
+        assert not stop.is_set()
+        signal.raise_signal(sig)
+        assert stop.wait(10)
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+
+
+def test_a_signal_while_the_main_thread_holds_the_events_lock_does_not_deadlock() -> None:
+    """Python runs a handler in the main thread wherever it is: here, inside the lock that
+    ``Event.set`` and ``Event.wait`` take (where a second Ctrl-C found ``horde-chat up``). A
+    handler that set the event itself would wait for that lock forever."""
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        with stop._cond:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+            assert not stop.is_set()  # the relay waits for the lock, not this thread
+        assert stop.wait(10)
+
+
+def test_many_signals_never_block_the_handler() -> None:
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        for _ in range(200):
+            signal.raise_signal(signal.SIGTERM)
+        assert stop.wait(10)
+
+
+def test_a_block_ended_without_a_signal_leaves_the_stop_unset_and_its_thread_gone() -> None:
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        assert "stop-signals" in {t.name for t in threading.enumerate()}
+    assert not stop.is_set()
+    assert "stop-signals" not in {t.name for t in threading.enumerate()}
+
+
+def test_off_the_main_thread_no_handler_is_installed() -> None:
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    seen: list[object] = []
+
+    def elsewhere() -> None:
+        with stop_on_signals(threading.Event()):
+            seen.append({s: signal.getsignal(s) for s in STOP_SIGNALS})
+
+    thread = threading.Thread(target=elsewhere)
+    thread.start()
+    thread.join(10)
+    assert seen == [before]
