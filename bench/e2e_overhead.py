@@ -47,6 +47,13 @@ script, 40 requests, each tree's front, native API and worker; A B A B, 02:00-02
 The p50 stays near a second because half the requests are the ones the limit holds; their
 wait is now the window's end, not up to a second past it.
 
+LiteLLM's proxy on this machine (2026-12-05 06:27, idle, host_python_ms 25.38, 200 requests
+a leg, the proxy 1.108.7 as ``make bench`` installs it): direct 6.41 / 8.26 ms (p50 / p99),
+through LiteLLM's proxy 23.99 / 32.53, through the horde 31.03 / 45.26. LiteLLM's proxy adds
+17.6 ms p50 here, against the 2 ms of its published figures (issue 14's anchor) on its own
+hardware; the horde, with its queue, three services and the worker's hop, adds 24.6.
+(bench/hop_floor.py: a bare HTTP hop adds 0.41 ms here.)
+
 The whole bench after it (02:14, host_python_ms 25.3): e2e_horde_p50_ms 24.94 (limits off),
 e2e_horde_paced_p50_ms / p99 30.25 / 39.38 ms, back to back p50 / p90 978.64 / 1053.52 ms,
 1.90 requests/s.

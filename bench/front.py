@@ -153,6 +153,30 @@ difference a run could tell from the noise: the front's time is Python in the ha
 redis-py and aiohttp (py-spy, 500 Hz: no frame of the request's own above ~4% of its busy
 samples but the socket writes, ~34%, where the woken reader takes the CPU on 2 cores),
 not the loop's own scheduling.
+
+Where the front's CPU goes, again (2026-12-05 06:2x-06:37, idle, host_python_ms 25.38;
+this bench: front_added_p50_ms / p99 3.16 / 2.75, front_cpu_per_request_ms 2.67, 5.5
+sleeps a request):
+- perf record (on-CPU samples only, 999 Hz, 915 front requests): 82% in libpython (the
+  interpreter), 8% the kernel, 4% libc, ~4% the C parsers (httptools, multidict, json). The
+  front's CPU is Python bytecode. py-spy counts a thread that is runnable but waiting for a
+  core as busy: its ~half of the front's samples in epoll_wait is the wait for a core after
+  a wake on the 2 shared cores, not CPU.
+- cProfile of the serving thread, 800 requests (profiled time ~2x the real), self time by
+  package: asyncio's loop and streams 21%, C methods (socket sends and receives, the JSON
+  scanner) 16%, aiohttp 15%, runtime/front 11%, redis-py 10%, json 5%, uvicorn 4%,
+  runtime/contract (the validation) 3%, Starlette 3%, prometheus-client 1.4%. A request runs
+  21 turns of the loop, 27 handles, 9 timers made and cancelled (aiohttp's read timeout is
+  rescheduled at each chunk) and 5 tasks. By step, inclusive, profiled ms: the native submit
+  through aiohttp 0.87, the response (JSONResponse through four send wrappers to uvicorn)
+  0.50, the outcome read (redis-py GET) 0.45, the validation 0.43, the hub reading the
+  request's two events 0.55, the body read 0.12. No step is a fifth of the whole.
+- The floor (bench/hop_floor.py, the same hour): a bare uvicorn app sending each request on
+  through one aiohttp session adds 0.41 ms p50 and 0.41 ms p99 to a request, for 0.48 ms of
+  CPU. The front's other ~2.2 ms a request are the pieces above, each a few tenths. A front
+  adding <= 1 ms p50 would have to cost about what the bare hop costs: without Starlette's
+  layers, aiohttp's request machinery or redis-py's client, which is another front, not
+  this one tuned.
 """
 
 from __future__ import annotations
