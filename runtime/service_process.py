@@ -18,9 +18,17 @@ server's event loop, the native API's lane and WSGI threads, the worker's loop, 
 another runs Python waits for the GIL until the other blocks on I/O or its switch interval
 runs out: 5 ms by CPython's default, tuned for threads that compute. Ours answer requests
 in steps of a few tenths of a millisecond, so ``settle`` shortens the interval to
-``SWITCH_INTERVAL``. Measured with ``horde-chat up`` (the openai SDK, 80-100 plain
-completions at 0.6 s intervals, A B A B in one sitting): the client's p50 34.2 / 32.6 / 34.7
-/ 33.6 ms at 5 ms, 32.7 / 31.3 / 31.7 / 30.2 ms at 1 ms.
+``SWITCH_INTERVAL``. Measured with ``horde-chat up`` and the openai SDK, 80-100 plain
+completions at 0.6 s intervals, in A B pairs (2026-12-05, idle 2-core VM):
+- the interval set by hand around an unchanged ``up``: the client's p50 34.2 / 32.6 / 34.7 /
+  33.6 ms at 5 ms, 32.7 / 31.3 / 31.7 / 30.2 ms at 1 ms;
+- then the tree before and after ``settle`` set it: p50 37.7 / 31.0 -> 35.2 / 28.7 ms, p90
+  44.7 / 40.0 -> 40.7 / 36.2 ms, p99 52.5 / 51.5 -> 48.1 / 42.4 ms.
+The front and the native API each in its own process (bench/front.py, the same trees, A B A
+B): front_added_p50_ms 3.10 / 3.33 -> 2.47 / 2.85 ms, for more CPU in the front
+(front_cpu_per_request_ms 3.10 / 2.97 -> 3.27 / 3.30 ms: more hand-overs); delivery p50 / p99
+7.83 / 11.42 and 7.00 / 9.82 -> 7.89 / 10.88 and 8.10 / 11.24 ms, no change the noise lets
+through.
 
 The service commands call ``settle`` once their service serves (``runtime.launcher``,
 ``horde-chat worker``, ``python -m runtime.front``); a library user, a test, never does.
