@@ -104,8 +104,9 @@ def run_up(
     stop_event: threading.Event | None = None,
     starters: list[ServiceStarter] | None = None,
 ) -> int:
-    """Run in the foreground until a signal (or ``stop_event``); leave nothing running."""
-    with stop_on_signals(stop_event or threading.Event()) as stop:
+    """Run in the foreground until a signal (or ``stop_event``); leave nothing running, also
+    when the terminal closes (SIGHUP, unless ignored)."""
+    with stop_on_signals(stop_event or threading.Event(), hangup=True) as stop:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         if settings.service_passkey is None:  # the front and the native API of this run share one
             settings = replace(settings, service_passkey=secrets.token_urlsafe(24))

@@ -11,6 +11,12 @@ four handlers deep in ``Event.set``.
 
 So the handler only writes a byte to a pipe, which takes no lock and never blocks (a full pipe
 already holds a stop), and a thread of its own reads the pipe and sets the event.
+
+``hangup=True`` (``horde-chat up``) stops on SIGHUP too: the terminal running ``make run``
+was closed. Its default action ends the process at once, and ``up`` then left its embedded
+Postgres and Redis running, orphaned, after it; a later ``up`` on the same data folder used
+them and left them running still. Unless the process ignores SIGHUP (started under
+``nohup``: then it is meant to outlive its terminal).
 """
 
 from __future__ import annotations
@@ -26,13 +32,17 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
-    """SIGINT and SIGTERM set ``stop`` while the block runs; the previous handlers come back
-    after it. Off the main thread (a test, a library user) no handler is installed: only the
-    main thread may install one, and ``stop`` is then theirs to set."""
+def stop_on_signals(stop: threading.Event, *, hangup: bool = False) -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM (and SIGHUP with ``hangup``, unless ignored) set ``stop`` while the
+    block runs; the previous handlers come back after it. Off the main thread (a test, a
+    library user) no handler is installed: only the main thread may install one, and ``stop``
+    is then theirs to set."""
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
+    signals = list(STOP_SIGNALS)
+    if hangup and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signals.append(signal.SIGHUP)
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
 
@@ -46,7 +56,7 @@ def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
 
     relaying = threading.Thread(target=relay, name="stop-signals", daemon=True)
     relaying.start()
-    previous = {sig: signal.signal(sig, noted) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, noted) for sig in signals}
     try:
         yield stop
     finally:

@@ -67,3 +67,25 @@ def test_off_the_main_thread_no_handler_is_installed() -> None:
     thread.start()
     thread.join(10)
     assert seen == [before]
+
+
+def test_a_hangup_stops_only_a_command_that_asks_and_does_not_ignore_it() -> None:
+    """``horde-chat up`` stops when its terminal closes; under nohup (SIGHUP ignored) it is
+    meant to outlive the terminal, and a service command keeps SIGHUP's own meaning."""
+    before = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        stop = threading.Event()
+        with stop_on_signals(stop, hangup=True):
+            signal.raise_signal(signal.SIGHUP)
+            assert stop.wait(10)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+
+        with stop_on_signals(threading.Event()):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a command
+        with stop_on_signals(threading.Event(), hangup=True):
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
