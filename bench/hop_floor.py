@@ -13,7 +13,7 @@ and aiohttp sends it on. This bench times that hop alone:
   (``runtime.front.native_client.native_session``) and answers with the upstream's body: no
   framework, validation, middleware, log line or metric;
 - each in a process of its own, on sockets bound as the front binds its own
-  (``runtime.front.server.bind``: TCP_NODELAY); the client is this process (httpx, keep-alive,
+  (``runtime.listening.bind``: TCP_NODELAY); the client is this process (httpx, keep-alive,
   as bench/front.py's), sending WARMUP requests uncounted and then SAMPLES to each server in
   turn, one at a time.
 
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.support.host import print_host_figures
 from runtime.front.native_client import native_session
-from runtime.front.server import bind
+from runtime.listening import bind
 
 SAMPLES = int(os.environ.get("BENCH_HOP_SAMPLES", "1000"))
 WARMUP = 100

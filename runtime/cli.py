@@ -89,13 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     # (POSIX only: Windows, where a volunteer may run the worker, has no SIGUSR1)
     if hasattr(signal, "SIGUSR1"):
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-    if args.command in ("native", "front", "migrate"):
+    if args.command in ("up", "native", "front", "migrate"):
         return run_service(args)
-    if args.command == "up":
-        from runtime.config import Settings
-        from runtime.launcher import run_up
-
-        return run_up(Settings.from_env())
     if args.command == "worker":
         from runtime.worker.cli import run_worker
         from runtime.worker.config import config_from_args
@@ -115,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_service(args: argparse.Namespace) -> int:
-    """``native``, ``front`` or ``migrate``: a refusal is one line on stderr and exit 1."""
+    """``up``, ``native``, ``front`` or ``migrate``: a refusal is one line on stderr and exit 1."""
     from runtime.config import Settings
-    from runtime.launcher import Refused, run_front, run_migrate, run_native
+    from runtime.launcher import Refused, run_front, run_migrate, run_native, run_up
     from runtime.observability.access_log import log_format
 
     try:
@@ -127,6 +122,8 @@ def run_service(args: argparse.Namespace) -> int:
         print(f"horde-chat {args.command}: refused to start: {bad}", file=sys.stderr)
         return 1
     try:
+        if args.command == "up":
+            return run_up(settings)
         if args.command == "native":
             return run_native(settings, host=args.host, port=args.port, processes=args.processes)
         if args.command == "front":

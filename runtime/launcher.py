@@ -9,17 +9,20 @@ the database URL, and the worker package talks to the horde only through the nat
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, TextIO
 
 from generated.errors import InvalidAPIKey
 from runtime.config import Settings
+from runtime.listening import PortInUse
 from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.native.db.migrate import upgrade
 from runtime.service_process import settle
@@ -97,6 +100,11 @@ def join_line(stores: EmbeddedStores) -> str:
     return f"join:     HORDE_DATABASE_URL={stores.database_url} HORDE_REDIS_URL={stores.redis_url}"
 
 
+class Refused(Exception):
+    """A service will not start: the message says why (its stores, its schema, a port taken,
+    a data folder another ``up`` holds)."""
+
+
 def run_up(
     settings: Settings,
     *,
@@ -105,36 +113,79 @@ def run_up(
     starters: list[ServiceStarter] | None = None,
 ) -> int:
     """Run in the foreground until a signal (or ``stop_event``); leave nothing running, also
-    when the terminal closes (SIGHUP, unless ignored)."""
+    when the terminal closes (SIGHUP, unless ignored). Refused while another ``up`` runs on
+    the same data folder, or when a port is taken."""
     with stop_on_signals(stop_event or threading.Event(), hangup=True) as stop:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        if settings.service_passkey is None:  # the front and the native API of this run share one
-            settings = replace(settings, service_passkey=secrets.token_urlsafe(24))
-        services: list[Service] = []
-        with EmbeddedStores.start(settings) as stores:
+        with data_folder_held(settings.data_dir):
             try:
-                for line in stores.describe():
-                    print(line, file=out, flush=True)
-                print(join_line(stores), file=out, flush=True)
-                upgrade(stores.database_url)
-                print("schema: up to date", file=out, flush=True)
-                for starter in SERVICE_STARTERS if starters is None else starters:
-                    service = starter(settings, stores)
-                    services.append(service)
-                    print(service.describe(), file=out, flush=True)
-                if services:  # what they built lives as long as they do (runtime.service_process)
-                    settle()
-                print("ready; Ctrl-C stops everything", file=out, flush=True)
-                stop.wait()
-            finally:
-                for service in reversed(services):
-                    service.stop()
-                print("stopped", file=out, flush=True)
+                return _run_stack(settings, stop, out, starters)
+            except PortInUse as taken:
+                ports = {
+                    settings.native_port: "HORDE_NATIVE_PORT",
+                    settings.front_port: "HORDE_FRONT_PORT",
+                }
+                setting = ports.get(taken.port, "HORDE_NATIVE_PORT or HORDE_FRONT_PORT")
+                raise Refused(f"{taken}; {setting} picks another port") from taken
+
+
+def _run_stack(
+    settings: Settings, stop: threading.Event, out: TextIO, starters: list[ServiceStarter] | None
+) -> int:
+    """``up``'s stores and services, serving until ``stop``; everything stopped after."""
+    if settings.service_passkey is None:  # the front and the native API of this run share one
+        settings = replace(settings, service_passkey=secrets.token_urlsafe(24))
+    services: list[Service] = []
+    with EmbeddedStores.start(settings) as stores:
+        try:
+            for line in stores.describe():
+                print(line, file=out, flush=True)
+            print(join_line(stores), file=out, flush=True)
+            upgrade(stores.database_url)
+            print("schema: up to date", file=out, flush=True)
+            for starter in SERVICE_STARTERS if starters is None else starters:
+                service = starter(settings, stores)
+                services.append(service)
+                print(service.describe(), file=out, flush=True)
+            if services:  # what they built lives as long as they do (runtime.service_process)
+                settle()
+            print("ready; Ctrl-C stops everything", file=out, flush=True)
+            stop.wait()
+        finally:
+            for service in reversed(services):
+                service.stop()
+            print("stopped", file=out, flush=True)
     return 0
 
 
-class Refused(Exception):
-    """A service will not start: the message says why (its stores, its schema)."""
+DATA_FOLDER_LOCK = "up.lock"
+
+
+@contextlib.contextmanager
+def data_folder_held(data_dir: Path) -> Iterator[None]:
+    """Hold ``data_dir`` for this ``up`` alone, or refuse naming the ``up`` that holds it.
+
+    Two ``up``s on one folder share its embedded stores' files: a second one started its own
+    redis-server on the first's socket path and, refused its ports, stopped it and removed the
+    socket, and the first lost Redis for every new connection (2026-12-05). The lock is an
+    exclusive flock on ``DATA_FOLDER_LOCK`` in the folder, which the kernel drops when the
+    process ends, killed or not; the file names the holder's pid."""
+    fd = os.open(data_dir / DATA_FOLDER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise Refused(
+            f"another horde-chat up (pid {holder}) is using {data_dir}: stop it, or set "
+            "HORDE_DATA_DIR to another folder"
+        ) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
 
 
 def _required(value: str | None, name: str, service: str) -> str:
@@ -185,22 +236,25 @@ def run_native(
         redis.close()
     if found:
         raise Refused("; ".join(found))
-    if processes > 1:
-        serve_processes(
-            settings,
-            database_url=database_url,
-            redis_url=redis_url,
-            host=host or settings.native_host,
-            port=settings.native_port if port is None else port,
-            processes=processes,
-            out=out,
-        )
-        return 0
-    with stop_on_signals(stop_event or threading.Event()) as stop:
-        service = NativeService.start(
-            settings, database_url=database_url, redis_url=redis_url, host=host, port=port
-        )
-        return _serve_until(stop, service, out)
+    try:
+        if processes > 1:
+            serve_processes(
+                settings,
+                database_url=database_url,
+                redis_url=redis_url,
+                host=host or settings.native_host,
+                port=settings.native_port if port is None else port,
+                processes=processes,
+                out=out,
+            )
+            return 0
+        with stop_on_signals(stop_event or threading.Event()) as stop:
+            service = NativeService.start(
+                settings, database_url=database_url, redis_url=redis_url, host=host, port=port
+            )
+            return _serve_until(stop, service, out)
+    except PortInUse as taken:
+        raise Refused(f"{taken}; --port or HORDE_NATIVE_PORT picks another") from taken
 
 
 class _Service(Protocol):
@@ -250,18 +304,21 @@ def run_front(
     if native_roots:
         env["HORDE_FRONT_NATIVE_ROOTS"] = native_roots
     config = FrontConfig.from_env(redis_url, env)
-    if processes > 1:
-        return serve_processes(
-            config,
-            host=host or settings.front_host,
-            port=settings.front_port if port is None else port,
-            processes=processes,
-            out=out,
-        )
-    with stop_on_signals(stop_event or threading.Event()) as stop:
-        service = FrontService.start(
-            config,
-            host=host or settings.front_host,
-            port=settings.front_port if port is None else port,
-        )
-        return _serve_until(stop, service, out)
+    try:
+        if processes > 1:
+            return serve_processes(
+                config,
+                host=host or settings.front_host,
+                port=settings.front_port if port is None else port,
+                processes=processes,
+                out=out,
+            )
+        with stop_on_signals(stop_event or threading.Event()) as stop:
+            service = FrontService.start(
+                config,
+                host=host or settings.front_host,
+                port=settings.front_port if port is None else port,
+            )
+            return _serve_until(stop, service, out)
+    except PortInUse as taken:
+        raise Refused(f"{taken}; --port or HORDE_FRONT_PORT picks another") from taken

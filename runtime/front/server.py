@@ -17,7 +17,6 @@ uvicorn through ``uvicorn_config``.
 from __future__ import annotations
 
 import functools
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -32,22 +31,11 @@ from generated.signals import chat_channel
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain, server_timeout
+from runtime.listening import BACKLOG, bind
 from runtime.observability.metrics import multiprocess_dir
 from runtime.service_process import settled_after_startup
 
 START_TIMEOUT = 20.0
-BACKLOG = 4096
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0 picks a free one)."""
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
-    # (without it, Nagle and delayed ACKs add ~40 ms to every response).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(BACKLOG)
-    return sock
 
 
 def uvicorn_config(app: Any, config: FrontConfig, **options: Any) -> uvicorn.Config:

@@ -11,7 +11,6 @@ supervisor, N server processes on one socket, the sweep in the supervisor only.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ import uvicorn
 from sqlalchemy import Engine
 
 from runtime.config import Settings
+from runtime.listening import BACKLOG, bind
 from runtime.native.api.app import create_app
 from runtime.native.api.context import NativeContext
 from runtime.native.asgi import NativeASGI
@@ -36,7 +36,6 @@ from runtime.stores.database import (
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
-BACKLOG = 4096
 """Pending connections the listener queues (the front's pool to this API, 100, plus every
 worker's and direct client's connections must fit)."""
 START_TIMEOUT = 20.0
@@ -78,16 +77,6 @@ def build_app(
         ctx.close()
         raise
     return NativeASGI(create_app(ctx), redis_url), ctx
-
-
-def bind(host: str, port: int) -> socket.socket:
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
-    # (without it, Nagle and delayed ACKs add ~40 ms to every response).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(BACKLOG)
-    return sock
 
 
 def uvicorn_config(app: object, *, log_level: str = "warning", workers: int = 1) -> uvicorn.Config:

@@ -295,3 +295,62 @@ def test_up_settles_the_heap_once_its_services_serve(
             signal.signal(sig, handler)
     started = ["started", "described"] * 2
     assert events == [*started, "settled", "stopped", "stopped"]
+
+
+def test_a_second_up_on_the_same_data_folder_is_refused_before_it_touches_the_stores() -> None:
+    """A second ``make run`` (another terminal, the same folder) started a redis-server on the
+    first's socket path, then stopped it and removed the socket: the first lost Redis. Now
+    the folder is held by the first ``up``, and the second is one line on stderr, exit 1."""
+    from runtime.launcher import data_folder_held
+
+    with tempfile.TemporaryDirectory(prefix="horde-up-") as tmp:
+        folder = Path(tmp)
+        with data_folder_held(folder):  # as a running ``up`` holds it
+            done = horde_chat("up", env=command_env(folder))
+            assert_refused(done, "up", f"another horde-chat up (pid {os.getpid()}) is using")
+            assert "HORDE_DATA_DIR" in done.stderr
+            assert not (folder / "postgres").exists()  # no store was started
+            assert not (folder / "redis").exists()
+        with data_folder_held(folder):  # released when its holder ends: held again at once
+            pass
+
+
+def test_a_taken_port_refuses_a_service_naming_the_setting_that_moves_it(
+    horde_stores: EmbeddedStores,
+) -> None:
+    """Not a traceback (``OSError: [Errno 98] Address already in use``), and ``up`` stops
+    what it started before the port was refused."""
+    from runtime.listening import bind
+
+    taken = bind("127.0.0.1", 0)
+    port = str(taken.getsockname()[1])
+    try:
+        with tempfile.TemporaryDirectory(prefix="horde-commands-") as tmp:
+            stores = command_env(
+                Path(tmp),
+                HORDE_DATABASE_URL=horde_stores.database_url,
+                HORDE_REDIS_URL=horde_stores.redis_url,
+            )
+            assert_refused(
+                horde_chat("native", "--port", port, env=stores),
+                "native",
+                f"127.0.0.1:{port} is already in use by another process; --port or "
+                "HORDE_NATIVE_PORT picks another",
+            )
+            assert_refused(
+                horde_chat("front", "--port", port, env=stores),
+                "front",
+                "--port or HORDE_FRONT_PORT picks another",
+            )
+            up = horde_chat(
+                "up", env={**stores, "HORDE_FRONT_PORT": port, "HORDE_NATIVE_PORT": "0"}
+            )
+            assert up.returncode == 1, (up.stdout, up.stderr)
+            assert "Traceback" not in up.stderr, up.stderr
+            assert up.stdout.splitlines()[-1] == "stopped"  # the native API it started, stopped
+            assert up.stderr.strip().splitlines()[-1] == (
+                f"horde-chat up: refused to start: 127.0.0.1:{port} is already in use by another "
+                "process; HORDE_FRONT_PORT picks another port"
+            )
+    finally:
+        taken.close()
