@@ -12,7 +12,9 @@ import errno
 import socket
 
 BACKLOG = 4096
-"""Connections the kernel queues before the server accepts them (uvicorn's ``backlog``)."""
+"""Connections the kernel queues before the server accepts them (uvicorn's ``backlog``): the
+front's pool to the native API (100) plus every worker's and direct client's connections
+must fit, and a burst of clients at the front."""
 
 
 class PortInUse(Exception):

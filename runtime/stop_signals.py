@@ -9,8 +9,9 @@ second handler that waits for the lock its own thread holds: the command never s
 happened: ``horde-chat up`` hung so on 2026-12-05, every thread idle, the main thread's stack
 four handlers deep in ``Event.set``.
 
-So the handler only writes a byte to a pipe, which takes no lock and never blocks (a full pipe
-already holds a stop), and a thread of its own reads the pipe and sets the event.
+So the handler only writes a byte to a pipe, which takes no lock (and, non-blocking, never
+waits: a full pipe already holds a stop), and a thread of its own reads the pipe and sets the
+event.
 
 ``hangup=True`` (``horde-chat up``) stops on SIGHUP too: the terminal running ``make run``
 was closed. Its default action ends the process at once, and ``up`` then left its embedded
@@ -44,15 +45,16 @@ def stop_on_signals(stop: threading.Event, *, hangup: bool = False) -> Iterator[
     if hangup and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         signals.append(signal.SIGHUP)
     read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
+    if hasattr(os, "set_blocking"):  # POSIX; on Windows (the worker) a write may block instead
+        os.set_blocking(write_end, False)
 
     def noted(signum: int, frame: FrameType | None) -> None:
         with contextlib.suppress(BlockingIOError):  # the pipe is full: a stop is on its way
             os.write(write_end, b"\0")
 
     def relay() -> None:
-        if os.read(read_end, 1):  # empty: the block ended and closed the pipe, no signal
-            stop.set()
+        while os.read(read_end, 512):  # read until the block ends and closes the pipe
+            stop.set()  # each signal's byte is read: the pipe never fills
 
     relaying = threading.Thread(target=relay, name="stop-signals", daemon=True)
     relaying.start()

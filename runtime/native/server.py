@@ -36,8 +36,6 @@ from runtime.stores.database import (
 from runtime.stores.objects import open_object_store
 from runtime.stores.redis_client import redis_client
 
-"""Pending connections the listener queues (the front's pool to this API, 100, plus every
-worker's and direct client's connections must fit)."""
 START_TIMEOUT = 20.0
 GRACEFUL_SHUTDOWN_SECONDS = 10
 """How long a stopping server lets in-flight requests finish (waiting pops answer at once)."""
