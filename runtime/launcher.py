@@ -115,7 +115,7 @@ def run_up(
     """Run in the foreground until a signal (or ``stop_event``); leave nothing running, also
     when the terminal closes (SIGHUP, unless ignored). Refused while another ``up`` runs on
     the same data folder, or when a port is taken."""
-    with stop_on_signals(stop_event or threading.Event(), hangup=True) as stop:
+    with stop_on_signals(stop_event or threading.Event()) as stop:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         with data_folder_held(settings.data_dir):
             try:

@@ -13,11 +13,13 @@ So the handler only writes a byte to a pipe, which takes no lock (and, non-block
 waits: a full pipe already holds a stop), and a thread of its own reads the pipe and sets the
 event.
 
-``hangup=True`` (``horde-chat up``) stops on SIGHUP too: the terminal running ``make run``
-was closed. Its default action ends the process at once, and ``up`` then left its embedded
-Postgres and Redis running, orphaned, after it; a later ``up`` on the same data folder used
-them and left them running still. Unless the process ignores SIGHUP (started under
-``nohup``: then it is meant to outlive its terminal).
+SIGHUP (the command's terminal was closed) stops it the same way, where the platform has
+one. Its default action ends the process at once, with no cleanup: ``horde-chat up`` left
+its embedded Postgres and Redis and the demo's llama-cpp-python server running, orphaned; a
+worker would leave the jobs it holds to the native API's timeout instead of faulting them.
+None of the commands reloads anything on SIGHUP, so a graceful stop is what they all want.
+Unless the process ignores SIGHUP (started under ``nohup``: it is meant to outlive its
+terminal).
 """
 
 from __future__ import annotations
@@ -33,17 +35,18 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextlib.contextmanager
-def stop_on_signals(stop: threading.Event, *, hangup: bool = False) -> Iterator[threading.Event]:
-    """SIGINT and SIGTERM (and SIGHUP with ``hangup``, unless ignored) set ``stop`` while the
-    block runs; the previous handlers come back after it. Off the main thread (a test, a
-    library user) no handler is installed: only the main thread may install one, and ``stop``
-    is then theirs to set."""
+def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
+    """SIGINT, SIGTERM and SIGHUP (unless ignored) set ``stop`` while the block runs; the
+    previous handlers come back after it. Off the main thread (a test, a library user) no
+    handler is installed: only the main thread may install one, and ``stop`` is then theirs
+    to set."""
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
     signals = list(STOP_SIGNALS)
-    if hangup and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        signals.append(signal.SIGHUP)
+    hangup = getattr(signal, "SIGHUP", None)  # none on Windows, where the worker may run
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        signals.append(hangup)
     read_end, write_end = os.pipe()
     if hasattr(os, "set_blocking"):  # POSIX; on Windows (the worker) a write may block instead
         os.set_blocking(write_end, False)
