@@ -26,8 +26,8 @@ from types import FrameType
 from typing import Any
 
 from generated.errors import FrontShuttingDown
+from runtime.stop_signals import STOP_SIGNALS
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 CANCEL_ALLOWANCE = 7.0
 """Seconds past the grace a stopping server keeps its connections: a cancel's inline wait
 (runtime.front.app.CANCEL_INLINE_WAIT, 5) and the error answers."""

@@ -52,6 +52,7 @@ from generated.signals import WAKE_CHANNEL
 from runtime.native.lane_threads import LaneThreads
 from runtime.native.queue.wake import wake_here
 from runtime.observability.metrics import process_exited
+from runtime.stop_signals import STOP_SIGNALS
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp
@@ -450,7 +451,7 @@ def _chain_exit_signals(hub: WakeHub) -> None:
     answer the waiting pops at once, then reach uvicorn's handler (graceful shutdown)."""
     if threading.current_thread() is not threading.main_thread():
         return  # a NativeService in a thread: its stop() closes the hub
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS:
         previous = signal.getsignal(sig)
 
         def chained(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
