@@ -126,7 +126,12 @@ def run_up(
                     settings.front_port: "HORDE_FRONT_PORT",
                 }
                 setting = ports.get(taken.port, "HORDE_NATIVE_PORT or HORDE_FRONT_PORT")
-                raise Refused(f"{taken}; {setting} picks another port") from taken
+                raise _port_refused(taken, setting) from taken
+
+
+def _port_refused(taken: PortInUse, setting: str) -> Refused:
+    """The one-line refusal for a taken port, naming the setting that moves the service."""
+    return Refused(f"{taken}; {setting} picks another port")
 
 
 def _run_stack(
@@ -254,7 +259,7 @@ def run_native(
             )
             return _serve_until(stop, service, out)
     except PortInUse as taken:
-        raise Refused(f"{taken}; --port or HORDE_NATIVE_PORT picks another") from taken
+        raise _port_refused(taken, "--port or HORDE_NATIVE_PORT") from taken
 
 
 class _Service(Protocol):
@@ -321,4 +326,4 @@ def run_front(
             )
             return _serve_until(stop, service, out)
     except PortInUse as taken:
-        raise Refused(f"{taken}; --port or HORDE_FRONT_PORT picks another") from taken
+        raise _port_refused(taken, "--port or HORDE_FRONT_PORT") from taken
