@@ -29,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -52,13 +52,19 @@ or scrape; past this many the oldest are dropped)."""
 
 class GcPauses:
     """``horde_gc_pause_seconds{generation}``: how long each garbage collection stopped
-    this process, noted by a ``gc.callbacks`` hook from ``start()``.
+    this process, noted by the process's one ``gc.callbacks`` hook from ``start()``.
 
-    The hook only notes a pause; ``flush`` observes the noted ones, outside any collection.
-    A collection starts on an allocation, and in multiprocess mode prometheus-client creates
+    The hook times each collection once and notes it for every started ``GcPauses`` (under
+    ``horde-chat up`` the front's and the native API's registries both show the process's
+    pauses). It only notes; ``flush`` observes the noted ones, outside any collection. A
+    collection starts on an allocation, and in multiprocess mode prometheus-client creates
     a value under one non-reentrant lock, allocating meanwhile: a hook that observed would
     then wait for a lock its own thread holds. ``HttpMetrics`` flushes after each request,
     the services' /metrics before each scrape."""
+
+    _started: ClassVar[list[GcPauses]] = []
+    """Every started instance, which the hook notes each pause for."""
+    _began = 0.0
 
     def __init__(self, registry: CollectorRegistry) -> None:
         histogram = Histogram(
@@ -71,20 +77,26 @@ class GcPauses:
         # every child made now: none is created under a collection's flush
         self.generations = [histogram.labels(str(g)) for g in range(3)]
         self.noted: deque[tuple[int, float]] = deque(maxlen=GC_PAUSES_KEPT)
-        self._started = 0.0
 
     def start(self) -> GcPauses:
-        gc.callbacks.append(self._hook)
+        if not GcPauses._started:
+            gc.callbacks.append(GcPauses._hook)
+        GcPauses._started.append(self)
         return self
 
     def stop(self) -> None:
-        gc.callbacks.remove(self._hook)
+        GcPauses._started.remove(self)
+        if not GcPauses._started:
+            gc.callbacks.remove(GcPauses._hook)
 
-    def _hook(self, phase: str, info: dict[str, Any]) -> None:
+    @staticmethod
+    def _hook(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.noted.append((info["generation"], time.perf_counter() - self._started))
+            GcPauses._began = time.perf_counter()
+            return
+        pause = (info["generation"], time.perf_counter() - GcPauses._began)
+        for pauses in GcPauses._started:
+            pauses.noted.append(pause)
 
     def flush(self) -> None:
         """Observe every pause noted since the last flush."""

@@ -83,3 +83,22 @@ def test_each_request_observed_flushes_the_pauses() -> None:
         assert not http.gc.noted
     finally:
         http.gc.stop()
+
+
+def test_one_hook_times_each_collection_for_every_registry_of_the_process() -> None:
+    """Under ``horde-chat up`` the front's and the native API's metrics share one process:
+    one hook, each pause noted for both."""
+    first, second = GcPauses(CollectorRegistry()).start(), GcPauses(CollectorRegistry()).start()
+    try:
+        assert len(pause_hooks()) == 1
+        gc.collect()
+        assert first.noted
+        assert list(first.noted) == list(second.noted)
+    finally:
+        first.stop()
+        second.stop()
+
+
+def pause_hooks() -> list[object]:
+    """The GcPauses hooks among the process's gc callbacks."""
+    return [hook for hook in gc.callbacks if "GcPauses" in getattr(hook, "__qualname__", "")]
