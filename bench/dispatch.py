@@ -130,6 +130,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.support.figures import percentile
 from bench.support.host import print_host_figures
 from generated.chat.names import (
     DECL_CHAT_FEATURES,
@@ -182,14 +183,14 @@ def main() -> None:
     dispatch = [job for job, _submit in long_poll]
     submit = [submit for _job, submit in long_poll]
     print(f"samples = {len(long_poll)} (long poll, wait {POP_MAX_WAIT_SECONDS} s)")
-    print(f"figure: dispatch_p50_ms = {_percentile(dispatch, 50):.1f} ms")
-    print(f"figure: dispatch_p99_ms = {_percentile(dispatch, 99):.1f} ms")
+    print(f"figure: dispatch_p50_ms = {percentile(dispatch, 50):.1f} ms")
+    print(f"figure: dispatch_p99_ms = {percentile(dispatch, 99):.1f} ms")
     print(f"figure: dispatch_max_ms = {max(dispatch):.1f} ms")
-    print(f"figure: dispatch_submit_answer_p50_ms = {_percentile(submit, 50):.1f} ms")
+    print(f"figure: dispatch_submit_answer_p50_ms = {percentile(submit, 50):.1f} ms")
     per_request = cpu * 1000 / (len(long_poll) + WARMUP)
     print(f"figure: dispatch_server_cpu_ms_per_request = {per_request:.1f} ms")
     print(f"samples = {len(polled)} (wait 0, a pop every {POLL_INTERVAL:g} s)")
-    print(f"figure: dispatch_poll_p50_ms = {_percentile([j for j, _s in polled], 50):.1f} ms")
+    print(f"figure: dispatch_poll_p50_ms = {percentile([j for j, _s in polled], 50):.1f} ms")
 
 
 def _accounts(database_url: str) -> tuple[str, str]:
@@ -224,11 +225,6 @@ def _client(
     if done.returncode != 0:
         raise SystemExit(f"the client failed:\n{done.stderr}")
     return [(float(j), float(s)) for j, s in (line.split() for line in done.stdout.splitlines())]
-
-
-def _percentile(values: list[float], p: int) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 # ---- the client process

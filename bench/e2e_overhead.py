@@ -135,6 +135,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.front_stack import bench_users, start_front, stop_front
 from bench.native_stack import native_service
+from bench.support.figures import percentile
 from bench.support.host import print_host_figures
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
@@ -160,8 +161,8 @@ LITELLM_UNAVAILABLE = (
 
 
 def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
+    """The percentile of samples in seconds, in milliseconds."""
+    return percentile(values, p) * 1000
 
 
 def measure(url: str, headers: dict[str, str], samples: int, pace: float, queue: Any) -> None:

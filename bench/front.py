@@ -209,6 +209,7 @@ from bench.front_stack import (
     stop_front,
 )
 from bench.native_stack import NativeProcess, native_process
+from bench.support.figures import percentile
 from bench.support.host import print_host_figures
 from generated.signals import CHAT_FIELD_OUTCOME, chat_channel, parse_chat_event
 from tests.support.front import open_waits as open_wait_count
@@ -241,8 +242,8 @@ class Memory(NamedTuple):
 
 
 def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
+    """The percentile of samples in seconds, in milliseconds."""
+    return percentile(values, p) * 1000
 
 
 def until(condition: Callable[[], object], timeout: float, what: str, step: float = 0.001) -> None:

@@ -46,6 +46,7 @@ import uvicorn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.support.figures import percentile as pct
 from bench.support.host import print_host_figures
 from runtime.front.native_client import native_session
 from runtime.listening import bind
@@ -128,11 +129,6 @@ def start(upstream: str | None) -> tuple[multiprocessing.process.BaseProcess, st
         except httpx.TransportError:
             time.sleep(0.05)
     raise RuntimeError(f"{url} never answered")
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def timed(client: httpx.Client) -> float:
