@@ -53,9 +53,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.tiny_model import MESSAGES
 from runtime.config import Settings
-from runtime.launcher import SERVICE_STARTERS, Service
+from runtime.launcher import SERVICE_STARTERS
 from runtime.native.db.migrate import upgrade
-from runtime.service_process import settle
+from runtime.service_process import Service, settle
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.llama_server import free_port
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME

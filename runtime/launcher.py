@@ -18,26 +18,20 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TextIO
 
 from generated.errors import InvalidAPIKey
 from runtime.config import Settings
 from runtime.listening import PortInUse
 from runtime.native.accounts.keys import create_user, user_for_key
 from runtime.native.db.migrate import upgrade
-from runtime.service_process import settle
+from runtime.service_process import Service, serve_until, settle
 from runtime.stop_signals import stop_on_signals
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 
 DEMO_USER = "demo-worker"
 DEMO_KEY_FILE = "demo-worker.key"
-
-
-class Service(Protocol):
-    def describe(self) -> str: ...
-
-    def stop(self) -> None: ...
 
 
 ServiceStarter = Callable[[Settings, EmbeddedStores], Service]
@@ -257,26 +251,9 @@ def run_native(
             service = NativeService.start(
                 settings, database_url=database_url, redis_url=redis_url, host=host, port=port
             )
-            return _serve_until(stop, service, out)
+            return serve_until(stop, service, out)
     except PortInUse as taken:
         raise _port_refused(taken, "--port or HORDE_NATIVE_PORT") from taken
-
-
-class _Service(Protocol):
-    def describe(self) -> str: ...
-    def stop(self) -> None: ...
-
-
-def _serve_until(stop: threading.Event, service: _Service, out: TextIO) -> int:
-    """Settle the heap (``runtime.service_process``), say where ``service`` listens, serve until
-    ``stop`` is set, then stop it."""
-    try:
-        settle()
-        print(service.describe(), file=out, flush=True)
-        stop.wait()
-    finally:
-        service.stop()
-    return 0
 
 
 def run_front(
@@ -324,6 +301,6 @@ def run_front(
                 host=host or settings.front_host,
                 port=settings.front_port if port is None else port,
             )
-            return _serve_until(stop, service, out)
+            return serve_until(stop, service, out)
     except PortInUse as taken:
         raise _port_refused(taken, "--port or HORDE_FRONT_PORT") from taken

@@ -30,18 +30,28 @@ B): front_added_p50_ms 3.10 / 3.33 -> 2.47 / 2.85 ms, for more CPU in the front
 7.83 / 11.42 and 7.00 / 9.82 -> 7.89 / 10.88 and 8.10 / 11.24 ms, no change the noise lets
 through.
 
-The service commands call ``settle`` once their service serves (``runtime.launcher``,
-``horde-chat worker``, ``python -m runtime.front``); a library user, a test, never does.
+The service commands call ``settle`` once their service serves (``serve_until``, which
+``horde-chat native``, ``front`` and ``python -m runtime.front`` run; ``horde-chat up`` and
+``horde-chat worker`` call it themselves); a library user, a test, never does.
 """
 
 from __future__ import annotations
 
 import gc
 import sys
-from typing import TYPE_CHECKING
+import threading
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+
+class Service(Protocol):
+    """A started service, as a command runs it."""
+
+    def describe(self) -> str: ...
+
+    def stop(self) -> None: ...
 
 
 SWITCH_INTERVAL = 0.001
@@ -74,3 +84,15 @@ def settled_after_startup(app: ASGIApp) -> ASGIApp:
         await app(scope, receive, sent)
 
     return settled
+
+
+def serve_until(stop: threading.Event, service: Service, out: TextIO) -> int:
+    """Settle the process, say where ``service`` listens, serve until ``stop`` is set, then
+    stop it."""
+    try:
+        settle()
+        print(service.describe(), file=out, flush=True)
+        stop.wait()
+    finally:
+        service.stop()
+    return 0

@@ -14,7 +14,7 @@ import threading
 from runtime.config import Settings
 from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
-from runtime.service_process import settle
+from runtime.service_process import serve_until
 from runtime.stop_signals import stop_on_signals
 
 
@@ -26,13 +26,7 @@ def main() -> int:
     config = FrontConfig.from_env(settings.redis_url, dict(os.environ))
     with stop_on_signals(threading.Event()) as stop:
         service = FrontService.start(config, host=settings.front_host, port=settings.front_port)
-        settle()  # what the front built to serve lives as long as it does (runtime.service_process)
-        print(service.describe(), flush=True)
-        try:
-            stop.wait()
-        finally:
-            service.stop()
-    return 0
+        return serve_until(stop, service, sys.stdout)
 
 
 if __name__ == "__main__":
