@@ -211,7 +211,7 @@ from bench.front_stack import (
 from bench.native_stack import NativeProcess, native_process
 from bench.support.figures import percentile
 from bench.support.host import print_host_figures
-from generated.signals import CHAT_FIELD_OUTCOME, chat_channel, parse_chat_event
+from generated.signals import CHAT_FIELD_OUTCOME, CHAT_SIGNALS
 from tests.support.front import open_waits as open_wait_count
 
 SAMPLES = int(os.environ.get("BENCH_FRONT_SAMPLES", "300"))
@@ -226,7 +226,7 @@ POLL = 0.005
 TIMEOUT = 30.0
 OPEN_TIMEOUT = 1800.0
 """Bounds the memory leg's opening and its draining (thousands of native submits, pops)."""
-ALL_CHANNELS = chat_channel("*")
+ALL_CHANNELS = CHAT_SIGNALS.channel("*")
 CHECK_IN_EVERY = 30.0
 """While the memory leg's waits open, the worker's check-in is refreshed this often: a real
 worker long-polls meanwhile, but this one must not take the jobs until they are all open, and
@@ -266,14 +266,14 @@ class Heard:
 
     def outcome_key(self, request_id: str) -> str:
         """The outcome key the request's ending event names (held if it came first)."""
-        channel = chat_channel(request_id)
+        channel = CHAT_SIGNALS.channel(request_id)
         deadline = time.monotonic() + TIMEOUT
         while channel not in self.held:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"request {request_id} not answered")
             message = self.pubsub.get_message(timeout=TIMEOUT)
             if message is not None:
-                key = parse_chat_event(message["data"]).get(CHAT_FIELD_OUTCOME)
+                key = CHAT_SIGNALS.parse(message["data"]).get(CHAT_FIELD_OUTCOME)
                 if key is not None:
                     self.held[message["channel"]] = key
         return self.held.pop(channel)

@@ -4,7 +4,9 @@
 The native API publishes; the chat front subscribes. An event is a small JSON object and
 never carries reply text: a reader wakes and reads the status route, or the outcome key the
 event names (the final status, stored before the event was published). Publishing is best
-effort, so a subscriber must also poll slowly.
+effort, so a subscriber must also poll slowly. Each family is a
+``runtime.tables.signals.SignalFamily`` (``CHAT_SIGNALS.channel(id)``, ``.event(...)``,
+``.parse(data)``, ``.outcome_key(id)``).
 
 A worker's pop that asks to ``wait`` waits on ``WAKE_CHANNEL``, published whenever work is
 queued or requeued; ``POP_MAX_WAIT_SECONDS`` is the longest wait a pop may ask for.
@@ -12,8 +14,7 @@ queued or requeued; ``POP_MAX_WAIT_SECONDS`` is the longest wait a pop may ask f
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from runtime.tables.signals import SignalFamily
 
 WAKE_CHANNEL = "horde:wake"
 """Published after the commit that queued or requeued work a worker could pop: a text or chat submit, a faulted job whose request gets its slot back (a worker's fault, a reply the horde refused, a job the horde could not send, a job the sweep aborted). The message is a JSON array of the model names the queued request accepts (a text request's models, a chat request's model); empty for a request of any model and for a requeue. A waiting pop whose worker serves none of them (its models and chat model_id) is not woken; the others pop again, and one that finds no job goes back to waiting until its deadline. A wake is a hint: a lost one only delays a waiting pop until its deadline."""
@@ -23,8 +24,6 @@ POP_MAX_WAIT_SECONDS = 30
 # ---- chat: One channel per chat request; {id} is the native request id.
 CHAT_CHANNEL_PATTERN = "horde:chat:{id}"
 CHAT_CHANNEL_PREFIX = "horde:chat:"
-CHAT_EVENT_FIELDS = ["event", "id", "generation_id", "outcome"]
-"""Keys an event may carry; see spec/signals.yaml for what each holds."""
 CHAT_FIELD_EVENT = "event"
 """What happened (one of the events below)."""
 CHAT_FIELD_ID = "id"
@@ -43,36 +42,36 @@ CHAT_EVENT_CANCELLED = "cancelled"
 """The request was cancelled (DELETE on its status)."""
 CHAT_EVENT_EXPIRED = "expired"
 """The request expired in the queue and was removed."""
-CHAT_EVENTS = ["generation", "done", "faulted", "cancelled", "expired"]
 CHAT_OUTCOME_PATTERN = "horde:chat:{id}:outcome"
 CHAT_OUTCOME_SECONDS = 120
 """The final status of a request that ended with a worker's submit, as the status route answers it, kept this many seconds: long enough for a woken front to read it; a front that finds it gone reads the status route."""
-CHAT_ENDING_EVENTS = frozenset(["done", "faulted", "cancelled", "expired"])
 
-
-def chat_channel(request_id: str) -> str:
-    """The channel a chat request's events are published on."""
-    return CHAT_CHANNEL_PATTERN.format(id=request_id)
-
-
-def chat_outcome_key(request_id: str) -> str:
-    """The Redis key of a chat request's final status (see CHAT_OUTCOME_SECONDS)."""
-    return CHAT_OUTCOME_PATTERN.format(id=request_id)
-
-
-def chat_event(event: str, request_id: str, **fields: Any) -> str:
-    """The JSON text of one event (keys: event, id, generation_id, outcome)."""
-    if event not in CHAT_EVENTS:
-        raise ValueError(f"unknown chat event {event!r}")
-    unknown = set(fields) - set(CHAT_EVENT_FIELDS)
-    if unknown:
-        raise ValueError(f"unknown chat event fields {sorted(unknown)}")
-    return json.dumps({"event": event, "id": request_id, **fields}, separators=(",", ":"))
-
-
-def parse_chat_event(data: str | bytes) -> dict[str, Any]:
-    """An event read from the channel (a dict with at least ``event`` and ``id``)."""
-    event = json.loads(data)
-    if not isinstance(event, dict) or event.get("event") not in CHAT_EVENTS:
-        raise ValueError(f"not a chat event: {data!r}")
-    return event
+CHAT_SIGNALS = SignalFamily(
+    name="chat",
+    channel_pattern=CHAT_CHANNEL_PATTERN,
+    event_field=CHAT_FIELD_EVENT,
+    id_field=CHAT_FIELD_ID,
+    fields=(
+        CHAT_FIELD_EVENT,
+        CHAT_FIELD_ID,
+        CHAT_FIELD_GENERATION_ID,
+        CHAT_FIELD_OUTCOME,
+    ),
+    events=(
+        CHAT_EVENT_GENERATION,
+        CHAT_EVENT_DONE,
+        CHAT_EVENT_FAULTED,
+        CHAT_EVENT_CANCELLED,
+        CHAT_EVENT_EXPIRED,
+    ),
+    ending_events=frozenset(
+        (
+            CHAT_EVENT_DONE,
+            CHAT_EVENT_FAULTED,
+            CHAT_EVENT_CANCELLED,
+            CHAT_EVENT_EXPIRED,
+        )
+    ),
+    outcome_pattern=CHAT_OUTCOME_PATTERN,
+    outcome_seconds=CHAT_OUTCOME_SECONDS,
+)

@@ -4,69 +4,47 @@
 The native API writes a lease per streamed generation at pop, appends accepted progress
 posts to a retained stream per request, and ends each generation's entries with one end
 entry; the chat front reads the stream with XREAD and paces what it relays. Both import
-every name and number from here (spec/streaming.yaml).
+every name and number from here (spec/streaming.yaml). ``DELTA_RULE.streams_deltas(request)``
+says which requests stream deltas (a ``runtime.tables.streaming.DeltaRule``); each key family
+is a ``runtime.tables.streaming.RedisKey`` (``LEASE_KEY.of(generation_id)``).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from typing import Any
 
 from generated.chat.names import (
     PARAM_RESPONSE_FORMAT,
     PARAM_STREAM,
     PARAM_TOOLS,
 )
+from runtime.tables.streaming import DeltaRule, RedisKey
 
 STREAMED_REPLY_PART = "content"
 """The reply part progress posts carry; the cancel settlement prices it."""
 STREAMED_REASONING_PART = "reasoning_content"
 """The reply part a post's reasoning channel carries; priced with the content."""
-PLAIN_FORMAT_TYPES = ["text"]
 
+DELTA_RULE = DeltaRule(
+    stream_parameter=PARAM_STREAM,
+    absent_parameters=(PARAM_TOOLS,),
+    format_parameter=PARAM_RESPONSE_FORMAT,
+    format_type_key="type",
+    plain_format_types=("text",),
+)
+"""Which chat requests stream deltas: streamed (stream true), without tools, with response_format absent or of a plain type. Every other request keeps the whole-reply stream, and its pop writes no lease."""
 
-def streams_deltas(request: Mapping[str, Any]) -> bool:
-    """Which chat requests stream deltas: streamed (stream true), without tools, with response_format absent or of a plain type. Every other request keeps the whole-reply stream, and its pop writes no lease."""
-    if request.get(PARAM_STREAM) is not True:
-        return False
-    if any(request.get(key) for key in (PARAM_TOOLS,)):
-        return False
-    output_format = request.get(PARAM_RESPONSE_FORMAT)
-    if output_format is None:
-        return True
-    return isinstance(output_format, Mapping) and output_format.get("type") in PLAIN_FORMAT_TYPES
-
-
-LEASE_KEY_PATTERN = "horde:progress:lease:{generation_id}"
+LEASE_KEY = RedisKey(pattern="horde:progress:lease:{generation_id}", placeholder="generation_id")
 """Hash of one streamed generation (fields below), written at pop. It expires after the generation's ttl plus lease_grace_seconds; submit and fault delete it."""
 
-
-def lease_key(generation_id: str) -> str:
-    return LEASE_KEY_PATTERN.format(generation_id=generation_id)
-
-
-REQUEST_LEASES_KEY_PATTERN = "horde:progress:leases:{request_id}"
+REQUEST_LEASES_KEY = RedisKey(
+    pattern="horde:progress:leases:{request_id}", placeholder="request_id"
+)
 """Set of the generation ids of a request that hold a lease, so a cancel of the request finds them without Postgres. Expires with the leases."""
 
-
-def request_leases_key(request_id: str) -> str:
-    return REQUEST_LEASES_KEY_PATTERN.format(request_id=request_id)
-
-
-STREAM_KEY_PATTERN = "horde:progress:stream:{request_id}"
+STREAM_KEY = RedisKey(pattern="horde:progress:stream:{request_id}", placeholder="request_id")
 """The retained progress stream of a request (entries below), trimmed to stream_max_entries and expiring stream_seconds after its last write."""
 
-
-def stream_key(request_id: str) -> str:
-    return STREAM_KEY_PATTERN.format(request_id=request_id)
-
-
-ENDED_KEY_PATTERN = "horde:progress:ended:{generation_id}"
+ENDED_KEY = RedisKey(pattern="horde:progress:ended:{generation_id}", placeholder="generation_id")
 """The ended marker of a faulted streamed generation; its value is the end kind. Expires after ended_marker_seconds."""
-
-
-def ended_key(generation_id: str) -> str:
-    return ENDED_KEY_PATTERN.format(generation_id=generation_id)
 
 
 # ---- keys a 409 ProgressOutOfOrder body adds beside {message, rc}

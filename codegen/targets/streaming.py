@@ -52,6 +52,7 @@ def _rule(data: dict[str, Any]) -> dict[str, Any]:
         "stream_const": _const(data["stream_parameter"]),
         "absent_consts": [_const(p) for p in data["absent_parameters"]],
         "format_const": _const(data["format_parameter"]),
+        "plain_format_types": tuple(data["plain_format_types"]),
     }
 
 

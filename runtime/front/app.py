@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from generated.errors import HordeError, ModelNotFound
 from generated.routes import ROUTES
-from generated.signals import chat_channel
+from generated.signals import CHAT_SIGNALS
 from generated.wire.front import Model, ModelList
 from runtime.front.admission import PARSER, Admission, api_key_of
 from runtime.front.chat import ChatCompletions
@@ -112,7 +112,7 @@ def _front_path(operation_id: str) -> str:
 
 
 def create_front_app(
-    config: FrontConfig, channel_of: Callable[[str], str] = chat_channel
+    config: FrontConfig, channel_of: Callable[[str], str] = CHAT_SIGNALS.channel
 ) -> Starlette:
     drain = Drain(config.shutdown_grace)
 

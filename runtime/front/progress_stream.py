@@ -22,7 +22,7 @@
   ``chunk_stream`` applies it to each channel, content and reasoning.
 * ``delta_events(redis, request_id, reply, with_reasoning=...)`` is the
   ``runtime.front.sse.ReplyEvents`` source of a plain streamed request
-  (``generated.streaming.streams_deltas``): paced ``Delta``s (content and reasoning) while
+  (``generated.streaming.DELTA_RULE``): paced ``Delta``s (content and reasoning) while
   the worker posts, then ``Final`` once ``reply()`` returns (its arrival stops the relay,
   which drains first); ``chunk_stream`` reconciles the two. Without ``with_reasoning``
   (horde.include_reasoning false) the reasoning is left out before pacing. Pacing never
@@ -118,7 +118,7 @@ async def relay(
     stop: asyncio.Event | None = None,
 ) -> AsyncIterator[RelayedDelta]:
     """The deltas of a request's progress stream after ``last_id``, as they arrive."""
-    key = S.stream_key(request_id)
+    key = S.STREAM_KEY.of(request_id)
     cursor = last_id
     relayed = False
     failures = 0

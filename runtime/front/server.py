@@ -27,7 +27,7 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.supervisors.multiprocess import Multiprocess
 
-from generated.signals import chat_channel
+from generated.signals import CHAT_SIGNALS
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain, server_timeout
@@ -70,7 +70,7 @@ class FrontService:
     def start(
         cls,
         config: FrontConfig,
-        channel_of: Callable[[str], str] = chat_channel,
+        channel_of: Callable[[str], str] = CHAT_SIGNALS.channel,
         *,
         host: str = "127.0.0.1",
         port: int = 0,

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from generated.signals import CHAT_FIELD_OUTCOME, parse_chat_event
+from generated.signals import CHAT_FIELD_OUTCOME, CHAT_SIGNALS
 from generated.wire.native import ChatStatus
 
 log = logging.getLogger(__name__)
@@ -341,7 +341,7 @@ def _outcome_of(data: Any) -> str | None:
     if not isinstance(data, str | bytes):
         return None
     try:
-        event = parse_chat_event(data)
+        event = CHAT_SIGNALS.parse(data)
     except ValueError:
         return None
     key = event.get(CHAT_FIELD_OUTCOME)

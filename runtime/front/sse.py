@@ -2,7 +2,7 @@
 
 The stream is built from *reply events* (``ReplyEvents``): ``Delta`` (content relayed while
 the worker generates) and ``Final`` (the finished reply). ``runtime.front.stream_events``
-picks the source of each request: a plain one (``generated.streaming.streams_deltas``) gets
+picks the source of each request: a plain one (``generated.streaming.DELTA_RULE``) gets
 ``progress_stream.delta_events``, paced deltas while the worker posts then the final reply;
 any other (tools, a structured ``response_format``) gets ``whole_reply``, one ``Final`` once
 the request is done. ``chunk_stream`` turns them into chunks: a role chunk, per delta a

@@ -1,7 +1,7 @@
 """What a streamed request sends, before and between its chunks.
 
 * ``reply_events(redis, wait, request_id, request)`` picks the request's ``ReplyEvents``
-  source: a plain streamed request (``generated.streaming.streams_deltas``) relays the
+  source: a plain streamed request (``generated.streaming.DELTA_RULE``) relays the
   worker's progress (``progress_stream.delta_events``: content, and reasoning unless
   horde.include_reasoning is false), its deltas named with the model known so far
   (``stream_model``); every other request streams the whole reply.
@@ -23,7 +23,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from generated.chat.names import PARAM_MODEL, PARAM_MODELS
-from generated.streaming import streams_deltas
+from generated.streaming import DELTA_RULE
 from generated.wire.native import ChatStatus
 from runtime.front.progress_stream import delta_events
 from runtime.front.responses import shows_reasoning
@@ -58,7 +58,7 @@ def reply_events(
     redis: Redis, wait: ReplyWait, request_id: str, request: dict[str, Any]
 ) -> ReplyEvents:
     """The events of one streamed request: relayed deltas then the reply, or the reply."""
-    if not streams_deltas(request):
+    if not DELTA_RULE.streams_deltas(request):
         return whole_reply(wait.reply)
     relayed = delta_events(redis, request_id, wait.reply, with_reasoning=shows_reasoning(request))
     return _named(relayed, lambda: stream_model(wait.status, request))

@@ -48,7 +48,7 @@ from generated.errors import (
     QueueUnavailable,
     StreamDiverged,
 )
-from generated.signals import chat_outcome_key
+from generated.signals import CHAT_SIGNALS
 from generated.wire.native import ChatStatus
 from runtime.contract.requirements import features_gap
 from runtime.contract.validator import horde_option
@@ -297,7 +297,7 @@ class ReplyWait:
         if self._signal.heard:
             key, self._signal.outcome = self._signal.outcome, None
         else:
-            key = chat_outcome_key(self.request_id)
+            key = CHAT_SIGNALS.outcome_key(self.request_id)
         if key is not None and await self._outcome_of(key) is not None:
             return
         status: ChatStatus | None

@@ -154,7 +154,7 @@ def streamed(sdk: openai.OpenAI) -> list[dict[str, Any]]:
 
 
 def delta_entries(redis: Redis, request_id: str) -> list[dict[str, str]]:
-    entries = redis.xrange(S.stream_key(request_id))  # type: ignore[union-attr]
+    entries = redis.xrange(S.STREAM_KEY.of(request_id))  # type: ignore[union-attr]
     return [fields for _id, fields in entries if fields[S.ENTRY_KIND] == S.KIND_DELTA]
 
 

@@ -15,10 +15,11 @@ import openai
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, RateLimit
+from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
+from runtime.tables.rate_limits import RateLimit
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.test_front_waits import (
     MESSAGES,

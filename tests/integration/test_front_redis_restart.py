@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated.errors import NoWorkerSupportsFeatures
-from generated.signals import chat_channel, chat_outcome_key
+from generated.signals import CHAT_SIGNALS
 from generated.wire.native import ChatStatus
 from runtime.front.native_client import NativeClient, native_session
 from runtime.front.signals import SignalHub
@@ -158,7 +158,7 @@ def test_a_plain_request_costs_the_front_no_status_read(
     # the submit's answer held the first status, the signal named the outcome key
     assert proxy.sent(STATUS) == []
     (row,) = chat_rows(native_db)
-    stored = redis.Redis.from_url(own_redis.url).get(chat_outcome_key(str(row.id)))
+    stored = redis.Redis.from_url(own_redis.url).get(CHAT_SIGNALS.outcome_key(str(row.id)))
     assert stored is not None
     assert json.loads(stored)["generations"][0]["content"] == "Hello there."
 
@@ -167,7 +167,7 @@ async def _open_wait(
     redis_url: str, native_root: str, request_id: str, first: ChatStatus | None
 ) -> ReplyWait:
     """A ReplyWait opened on ``request_id`` by a hub and native client of its own."""
-    hub = SignalHub(AsyncRedis.from_url(redis_url, decode_responses=True), chat_channel)
+    hub = SignalHub(AsyncRedis.from_url(redis_url, decode_responses=True), CHAT_SIGNALS.channel)
     await hub.start()
     try:
         async with native_session() as http:

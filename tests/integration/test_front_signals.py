@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
-from generated.signals import chat_channel, chat_event, chat_outcome_key
+from generated.signals import CHAT_SIGNALS
 from generated.wire.native import ChatStatus
 from runtime.front import signals
 from runtime.front.native_client import NativeClient, native_session
@@ -39,7 +39,7 @@ async def _until(condition: Callable[[], bool], what: str) -> None:
 
 
 async def _listening_hub(redis_url: str) -> tuple[SignalHub, Redis]:
-    hub = SignalHub(Redis.from_url(redis_url, decode_responses=True), chat_channel)
+    hub = SignalHub(Redis.from_url(redis_url, decode_responses=True), CHAT_SIGNALS.channel)
     await hub.start()
     await hub.listening.wait(10)
     return hub, Redis.from_url(redis_url, decode_responses=True)
@@ -66,9 +66,11 @@ async def _hub_round_trip(redis_url: str) -> None:
         ids = [f"hub-{i}" for i in range(WAITS)]
         tasks = [asyncio.create_task(wait(i)) for i in ids]
         await _until(lambda: len(hub.channels) == WAITS, "every wait open")
-        assert await publisher.pubsub_channels(chat_channel("*")) == []  # none of its own
+        assert await publisher.pubsub_channels(CHAT_SIGNALS.channel("*")) == []  # none of its own
         for request_id in reversed(ids):
-            await publisher.publish(chat_channel(request_id), chat_event("done", request_id))
+            await publisher.publish(
+                CHAT_SIGNALS.channel(request_id), CHAT_SIGNALS.event("done", request_id)
+            )
         await asyncio.gather(*tasks)
         assert sorted(woken) == sorted(ids)
         assert hub.channels == {}  # every wait released
@@ -84,7 +86,9 @@ async def _hub_round_trip(redis_url: str) -> None:
             event.clear()
             assert hub.reconnects == 1
             assert await publisher.pubsub_numpat() == 1
-            await publisher.publish(chat_channel("survivor"), chat_event("done", "survivor"))
+            await publisher.publish(
+                CHAT_SIGNALS.channel("survivor"), CHAT_SIGNALS.event("done", "survivor")
+            )
             await asyncio.wait_for(event.wait(), 10)
     finally:
         await _close(hub, publisher)
@@ -100,8 +104,10 @@ async def _held_for_the_wait(redis_url: str) -> None:
         # the submit is sent; its request ends and its event arrives before the wait opens
         since = hub.mark()
         assert since is not None
-        key = chat_outcome_key("early")
-        await publisher.publish(chat_channel("early"), chat_event("done", "early", outcome=key))
+        key = CHAT_SIGNALS.outcome_key("early")
+        await publisher.publish(
+            CHAT_SIGNALS.channel("early"), CHAT_SIGNALS.event("done", "early", outcome=key)
+        )
         await _until(lambda: hub.received == 1, "the event read")
         early = await hub.subscribe("early", since)
         assert (early.heard, early.is_set(), early.outcome) == (True, True, key)
@@ -116,7 +122,9 @@ async def _held_for_the_wait(redis_url: str) -> None:
         since = hub.mark()
         assert since is not None
         for i in range(signals.RECENT + 1):
-            await publisher.publish(chat_channel(f"other-{i}"), chat_event("done", f"other-{i}"))
+            await publisher.publish(
+                CHAT_SIGNALS.channel(f"other-{i}"), CHAT_SIGNALS.event("done", f"other-{i}")
+            )
         await _until(lambda: hub.received == signals.RECENT + 2, "the events read")
         overrun = await hub.subscribe("overrun", since)
         assert overrun.heard is False
@@ -169,10 +177,11 @@ async def _opening_reads(redis_url: str) -> None:
         assert (wait.reads, wait.outcome_reads, gets) == (0, 0, 1)
         # heard, and its event named the outcome key: the final status is read from there
         since = hub.mark()
-        key = chat_outcome_key("heard-done")
+        key = CHAT_SIGNALS.outcome_key("heard-done")
         await publisher.set(key, '{"done": true, "faulted": false, "generations": []}')
         await publisher.publish(
-            chat_channel("heard-done"), chat_event("done", "heard-done", outcome=key)
+            CHAT_SIGNALS.channel("heard-done"),
+            CHAT_SIGNALS.event("done", "heard-done", outcome=key),
         )
         await _until(lambda: hub.received == 1, "the event read")
         wait, gets = await _open(hub, "heard-done", since)
@@ -189,7 +198,9 @@ def test_a_heard_wait_opens_without_looking_its_outcome_up(horde_stores: Embedde
 
 def test_a_hub_without_redis_opens_waits_at_once_and_unheard() -> None:
     async def run() -> None:
-        hub = SignalHub(Redis.from_url("redis://127.0.0.1:9", decode_responses=True), chat_channel)
+        hub = SignalHub(
+            Redis.from_url("redis://127.0.0.1:9", decode_responses=True), CHAT_SIGNALS.channel
+        )
         await hub.start()
         try:
             signal = await asyncio.wait_for(hub.subscribe("no-redis", None), 5)

@@ -29,7 +29,7 @@ from generated.chat.names import (
 )
 from generated.chat.tables import FEATURES, GUARANTEES, PARAMETERS, SAMPLING_DEFAULTS
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, HEADER_X_OPERATION_KEY
-from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
+from generated.signals import CHAT_SIGNALS
 from generated.wire import STATE_CENSORED, STATE_FAULTED
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
@@ -218,7 +218,7 @@ def test_completion_signal_on_generation_done_and_cancel(native_client, native_s
     cancelled_id = submit_chat(native_client, requester.api_key, content="Another")
     redis = Redis.from_url(native_service.context.settings.redis_url)
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(chat_channel(request_id), chat_channel(cancelled_id))
+    pubsub.subscribe(CHAT_SIGNALS.channel(request_id), CHAT_SIGNALS.channel(cancelled_id))
     job = chat_pop(native_client, worker.api_key)
     assert submit_reply(native_client, worker.api_key, job["id"], "Done.").status_code == 200
     native_client.delete(f"/generate/chat/status/{cancelled_id}")
@@ -227,21 +227,21 @@ def test_completion_signal_on_generation_done_and_cancel(native_client, native_s
     while len(received) < 3 and time.monotonic() < deadline:
         message = pubsub.get_message(timeout=1.0)
         if message is not None:
-            received.append((message["channel"].decode(), parse_chat_event(message["data"])))
-    outcome = redis.get(chat_outcome_key(request_id))  # the final status, stored first
+            received.append((message["channel"].decode(), CHAT_SIGNALS.parse(message["data"])))
+    outcome = redis.get(CHAT_SIGNALS.outcome_key(request_id))  # the final status, stored first
     pubsub.close()
     redis.close()
     assert outcome is not None
     final = json.loads(outcome)
     assert (final["done"], final["generations"][0]["content"]) == (True, "Done.")
-    key = chat_outcome_key(request_id)
+    key = CHAT_SIGNALS.outcome_key(request_id)
     assert received == [
         (
-            chat_channel(request_id),
+            CHAT_SIGNALS.channel(request_id),
             {"event": "generation", "id": request_id, "generation_id": job["id"], "outcome": key},
         ),
-        (chat_channel(request_id), {"event": "done", "id": request_id, "outcome": key}),
-        (chat_channel(cancelled_id), {"event": "cancelled", "id": cancelled_id}),
+        (CHAT_SIGNALS.channel(request_id), {"event": "done", "id": request_id, "outcome": key}),
+        (CHAT_SIGNALS.channel(cancelled_id), {"event": "cancelled", "id": cancelled_id}),
     ]
     assert all("Done." not in json.dumps(event) for _channel, event in received)
     assert chat_status(native_client, cancelled_id)["done"] is True
@@ -332,7 +332,7 @@ def test_a_chat_jobs_submit_is_refused_as_before(native_client, make_user):
 def _stored_final_status(native_service, request_id: str) -> dict[str, Any]:
     redis = Redis.from_url(native_service.context.settings.redis_url)
     try:
-        outcome = redis.get(chat_outcome_key(request_id))
+        outcome = redis.get(CHAT_SIGNALS.outcome_key(request_id))
     finally:
         redis.close()
     assert outcome is not None

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from generated.signals import chat_channel, parse_chat_event
+from generated.signals import CHAT_SIGNALS
 from runtime.native.queue.sweep import sweep, utcnow
 from tests.integration.chat_flow import MODEL, chat_pop, chat_status, submit_chat
 from tests.integration.native_flow import pop
@@ -24,7 +24,7 @@ def _next_event(pubsub: Any) -> dict[str, Any] | None:
     while time.monotonic() < deadline:
         message = pubsub.get_message(timeout=1.0)
         if message is not None:
-            return parse_chat_event(message["data"])
+            return CHAT_SIGNALS.parse(message["data"])
     return None
 
 
@@ -42,7 +42,7 @@ def test_ttl_aborts_past_the_fault_limit_publish_faulted(
     chat_pop(native_client, worker.api_key)
     request_id = submit_chat(native_client, requester.api_key)
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(chat_channel(request_id))
+    pubsub.subscribe(CHAT_SIGNALS.channel(request_id))
     policy = native_service.context.policy
     later = utcnow()
     for _ in range(policy.fault_limit + 1):
@@ -61,7 +61,7 @@ def test_an_expired_chat_request_publishes_expired(
     chat_pop(native_client, worker.api_key)
     request_id = submit_chat(native_client, requester.api_key)
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(chat_channel(request_id))
+    pubsub.subscribe(CHAT_SIGNALS.channel(request_id))
     policy = native_service.context.policy
     later = utcnow() + timedelta(seconds=policy.waiting_expiry_seconds + 1)
     assert sweep(native_db, policy, now=later, redis=redis).expired == 1

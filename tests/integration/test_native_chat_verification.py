@@ -17,7 +17,7 @@ from generated.chat.names import (
     PARAM_TOOLS,
 )
 from generated.chat.tables import FEATURES, GUARANTEES
-from generated.signals import chat_channel, chat_outcome_key, parse_chat_event
+from generated.signals import CHAT_SIGNALS
 from tests.integration.chat_flow import (
     chat_async,
     chat_body,
@@ -46,7 +46,7 @@ def test_a_refused_reply_faults_the_job_and_requeues_until_the_fault_limit(
     request_id = chat_async(native_client, requester.api_key, body).json()["id"]
     redis = Redis.from_url(native_service.context.settings.redis_url)
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(chat_channel(request_id))
+    pubsub.subscribe(CHAT_SIGNALS.channel(request_id))
     limit = native_service.context.policy.fault_limit
     for attempt in range(limit + 1):
         job = chat_pop(native_client, worker.api_key, features=EVERYTHING)
@@ -66,10 +66,14 @@ def test_a_refused_reply_faults_the_job_and_requeues_until_the_fault_limit(
     deadline = time.monotonic() + 10
     while event is None and time.monotonic() < deadline:
         message = pubsub.get_message(timeout=1.0)
-        event = parse_chat_event(message["data"]) if message else None
+        event = CHAT_SIGNALS.parse(message["data"]) if message else None
     pubsub.close()
     redis.close()
-    assert event == {"event": "faulted", "id": request_id, "outcome": chat_outcome_key(request_id)}
+    assert event == {
+        "event": "faulted",
+        "id": request_id,
+        "outcome": CHAT_SIGNALS.outcome_key(request_id),
+    }
 
 
 def test_a_conforming_reply_after_a_refusal_lands(native_client, make_user):

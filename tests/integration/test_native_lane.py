@@ -19,11 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from generated.rate_limits import KEY_PEER, RateLimit
+from generated.rate_limits import KEY_PEER
 from generated.routes import ROUTES
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.native.api.app import create_app
 from runtime.native.server import NativeService
+from runtime.tables.rate_limits import RateLimit
 from tests.conftest import MadeUser
 from tests.support.native import LIMIT_COUNTS, forget_rate_limit_counts, route_limits
 

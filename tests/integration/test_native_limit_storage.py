@@ -12,8 +12,9 @@ import time
 import httpx
 import pytest
 
-from generated.rate_limits import KEY_PEER, RateLimit
+from generated.rate_limits import KEY_PEER
 from runtime.native.server import NativeService
+from runtime.tables.rate_limits import RateLimit
 from tests.support.native import route_limits
 from tests.support.redis_commands import command_calls
 

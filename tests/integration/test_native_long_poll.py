@@ -27,7 +27,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from generated.rate_limits import KEY_PEER, RATE_LIMITS, RateLimit
+from generated.rate_limits import KEY_PEER, RATE_LIMITS
 from generated.signals import POP_MAX_WAIT_SECONDS, WAKE_CHANNEL
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.config import Settings
@@ -37,6 +37,7 @@ from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
+from runtime.tables.rate_limits import RateLimit
 from tests.conftest import MadeUser
 from tests.integration.native_flow import submit_text
 from tests.support.native import forget_rate_limit_counts, raised, route_limits

@@ -17,11 +17,12 @@ import httpx
 import pytest
 from flask_limiter import Limiter
 
-from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, RateLimit
+from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY, ROUTES
 from generated.wire import ANONYMOUS_API_KEY, HEADER_FORWARDED_FOR
 from runtime.native.api.app import create_app
 from runtime.native.server import NativeService
+from runtime.tables.rate_limits import RateLimit
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.support.native import route_limits

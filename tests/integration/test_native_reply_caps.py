@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from generated.routes import DEFS
+from runtime.tables.route_schemas import DEFS
 from tests.integration.chat_flow import chat_pop, chat_status, submit_chat, submit_reply
 from tests.integration.native_flow import ledger, pop, status, submit, submit_text
 

@@ -57,7 +57,7 @@ def streamed_job(
 
 
 def entry_kinds(redis: Redis, request_id: str) -> list[str]:
-    return [f[S.ENTRY_KIND] for _id, f in redis.xrange(S.stream_key(request_id))]
+    return [f[S.ENTRY_KIND] for _id, f in redis.xrange(S.STREAM_KEY.of(request_id))]
 
 
 def test_plain_streamed_job_is_leased_streamed_and_finished(

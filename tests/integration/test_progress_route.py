@@ -52,7 +52,7 @@ class Job:
         )
 
     def entries(self) -> list[dict[str, Any]]:
-        return [fields for _id, fields in self.redis.xrange(S.stream_key(self.request_id))]
+        return [fields for _id, fields in self.redis.xrange(S.STREAM_KEY.of(self.request_id))]
 
 
 @pytest.fixture
@@ -137,7 +137,7 @@ def test_a_faulted_generation_leaves_an_ended_marker(native_client: httpx.Client
     assert job.post(native_client, 0, "partial").status_code == 200
     assert mark_ended(job.redis, job.generation_id) is True
     assert ended_kind(job.redis, job.generation_id) == S.KIND_FAULTED
-    assert 0 < job.redis.ttl(S.ended_key(job.generation_id)) <= S.ENDED_MARKER_SECONDS
+    assert 0 < job.redis.ttl(S.ENDED_KEY.of(job.generation_id)) <= S.ENDED_MARKER_SECONDS
     response = job.post(native_client, 1, "more")
     assert response.status_code == 404
     assert response.json()["rc"] == "ProgressLeaseMissing"
@@ -145,19 +145,19 @@ def test_a_faulted_generation_leaves_an_ended_marker(native_client: httpx.Client
         S.ENTRY_KIND: S.KIND_FAULTED,
         S.ENTRY_GENERATION_ID: job.generation_id,
     }
-    assert job.redis.smembers(S.request_leases_key(job.request_id)) == set()
+    assert job.redis.smembers(S.REQUEST_LEASES_KEY.of(job.request_id)) == set()
 
 
 def test_expiry_settings_are_applied(native_client: httpx.Client, job: Job) -> None:
     lease_life = GENERATION_TTL + S.LEASE_GRACE_SECONDS
-    assert GENERATION_TTL < job.redis.ttl(S.lease_key(job.generation_id)) <= lease_life
-    assert GENERATION_TTL < job.redis.ttl(S.request_leases_key(job.request_id)) <= lease_life
+    assert GENERATION_TTL < job.redis.ttl(S.LEASE_KEY.of(job.generation_id)) <= lease_life
+    assert GENERATION_TTL < job.redis.ttl(S.REQUEST_LEASES_KEY.of(job.request_id)) <= lease_life
     assert job.post(native_client, 0, "x").status_code == 200
-    stream_ttl = job.redis.ttl(S.stream_key(job.request_id))
+    stream_ttl = job.redis.ttl(S.STREAM_KEY.of(job.request_id))
     assert S.STREAM_SECONDS - S.LEASE_GRACE_SECONDS < stream_ttl <= S.STREAM_SECONDS
     assert finish(job.redis, job.generation_id) is True
-    assert job.redis.exists(S.lease_key(job.generation_id)) == 0
-    assert 0 < job.redis.ttl(S.stream_key(job.request_id)) <= S.STREAM_SECONDS
+    assert job.redis.exists(S.LEASE_KEY.of(job.generation_id)) == 0
+    assert 0 < job.redis.ttl(S.STREAM_KEY.of(job.request_id)) <= S.STREAM_SECONDS
 
 
 def test_refusals(native_client: httpx.Client, job: Job, redis: Redis) -> None:
@@ -166,7 +166,7 @@ def test_refusals(native_client: httpx.Client, job: Job, redis: Redis) -> None:
     anon = job.post(native_client, 0, "x", api_key=ANONYMOUS_API_KEY)
     assert (anon.status_code, anon.json()["rc"]) == (403, "AnonForbiddenWorker")
     unknown = Job(redis)
-    redis.delete(S.lease_key(unknown.generation_id))
+    redis.delete(S.LEASE_KEY.of(unknown.generation_id))
     missing = unknown.post(native_client, 0, "x")
     assert (missing.status_code, missing.json()["rc"]) == (404, "ProgressLeaseMissing")
     bad_id = native_client.post(

@@ -54,7 +54,7 @@ def test_the_native_side_reads_what_the_relay_sent_before_a_fault(
     native_service: NativeService, native_db: Any, entries: list[dict[str, str]], expected: Any
 ) -> None:
     redis: Redis = native_service.context.redis
-    key = S.stream_key(REQUEST)
+    key = S.STREAM_KEY.of(REQUEST)
     for fields in entries:
         redis.xadd(key, fields)  # type: ignore[arg-type]
     assert relayed_before_fault(redis, REQUEST, B) == expected

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from generated.signals import chat_channel
+from generated.signals import CHAT_SIGNALS
 from runtime.front.config import FrontConfig
 from runtime.front.server import FrontService
 
@@ -27,7 +27,7 @@ def running_front(
     redis_url: str,
     native_roots: Sequence[str],
     *,
-    channel_of: Callable[[str], str] = chat_channel,
+    channel_of: Callable[[str], str] = CHAT_SIGNALS.channel,
     **config: Any,
 ) -> Iterator[FrontService]:
     front_config = FrontConfig(redis_url=redis_url, native_roots=tuple(native_roots), **config)

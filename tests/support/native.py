@@ -25,10 +25,10 @@ from typing import Any
 
 from sqlalchemy import event
 
-from generated.rate_limits import RateLimit
 from runtime.config import Settings
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
+from runtime.tables.rate_limits import RateLimit
 
 
 @contextmanager

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from generated.routes import DEFS, HEADERS, ROUTES
+from generated.routes import HEADERS, ROUTES
 from runtime.contract.schema_check import SchemaCheck
+from runtime.tables.route_schemas import DEFS
 
 
 def _walk(node: Any, names: set[str], scalars: list[Any]) -> None:
@@ -46,7 +47,7 @@ def _schemas() -> list[tuple[str, dict[str, Any]]]:
         if route.body
     ]
     found += [
-        (f"header {surface} {name}", {**spec["schema"], "$defs": DEFS[surface]})
+        (f"header {surface} {name}", {**spec.schema, "$defs": DEFS[surface]})
         for surface, headers in sorted(HEADERS.items())
         for name, spec in sorted(headers.items())
     ]

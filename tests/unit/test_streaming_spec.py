@@ -11,7 +11,7 @@ from codegen.errors import SpecErrors
 from codegen.spec import load_spec
 from codegen.targets.streaming import SOURCE, _check
 from generated.chat.names import PARAM_RESPONSE_FORMAT, PARAM_STREAM, PARAM_TOOLS
-from generated.streaming import END_KINDS, ENTRY_KINDS, KIND_DELTA, streams_deltas
+from generated.streaming import DELTA_RULE, END_KINDS, ENTRY_KINDS, KIND_DELTA
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
 
@@ -31,7 +31,7 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
 def test_only_plain_streamed_requests_stream_deltas(
     request_body: dict[str, Any], streams: bool
 ) -> None:
-    assert streams_deltas(request_body) is streams
+    assert DELTA_RULE.streams_deltas(request_body) is streams
 
 
 def test_every_kind_but_delta_ends_a_generation() -> None:

@@ -10,9 +10,10 @@ from typing import Any
 from flask import request
 
 from generated.errors import HordeError, InvalidJSON, InvalidPayload, NulByteInPayload
-from generated.routes import DEFS, ROUTES
+from generated.routes import ROUTES
 from runtime import strict_json
 from runtime.native.api.validation import validate_body, validate_headers
+from runtime.tables.route_schemas import DEFS
 
 INT64 = 2**63 - 1
 

@@ -35,7 +35,7 @@ from flask_limiter.constants import HeaderNames
 from limits import RateLimitItem, parse_many
 
 from generated.errors import RateLimited
-from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, KEY_PEER, RateLimit
+from generated.rate_limits import KEY_CLIENT_ROUTE, KEY_KEY_ROUTE, KEY_PEER
 from generated.routes import HEADER_APIKEY
 from generated.wire import ANONYMOUS_API_KEY
 from runtime.config import Settings
@@ -45,6 +45,7 @@ from runtime.native.api.context import native
 from runtime.native.api.limit_storage import CountingRedisStorage, storage_uri
 from runtime.native.api.service_passkey import passkey_in, source_of
 from runtime.stores.redis_client import limiter_storage_uri
+from runtime.tables.rate_limits import RateLimit
 
 if TYPE_CHECKING:
     from runtime.native.api.context import NativeContext

@@ -15,8 +15,9 @@ from typing import Any
 from jsonschema import ValidationError
 
 from generated.errors import ERRORS
-from generated.routes import DEFS, HEADERS, ROUTES
+from generated.routes import HEADERS, ROUTES
 from runtime.contract.schema_check import SchemaCheck
+from runtime.tables.route_schemas import DEFS
 
 
 @cache
@@ -27,7 +28,7 @@ def _validator(operation_id: str) -> SchemaCheck:
 
 @cache
 def _header_validator(surface: str, name: str) -> SchemaCheck:
-    return SchemaCheck({**HEADERS[surface][name]["schema"], "$defs": DEFS[surface]})
+    return SchemaCheck({**HEADERS[surface][name].schema, "$defs": DEFS[surface]})
 
 
 def _join(path: str, key: Any) -> str:
@@ -95,7 +96,7 @@ def validate_headers(operation_id: str, headers: Mapping[str, str]) -> None:
     sent = {k.lower(): v for k, v in headers.items()}
     for name in route.headers:
         spec = HEADERS[route.surface][name]
-        code = spec["invalid"] or route.invalid_body
+        code = spec.invalid or route.invalid_body
         value = sent.get(name.lower())
         if value is None:
             if name in route.required_headers:

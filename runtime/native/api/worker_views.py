@@ -12,7 +12,7 @@ which the events name). The statement that finds the key's user and the job tell
 job apart; a text job's result is paid by one statement in autocommit, anything else (a
 chat job, a fault, a refusal) is one transaction.
 
-A plain streamed chat job (``generated.streaming.streams_deltas``) gets a progress lease at
+A plain streamed chat job (``generated.streaming.DELTA_RULE``) gets a progress lease at
 pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it. No
 other job has a lease, so no other submit reads or ends one.
 
@@ -39,7 +39,7 @@ from generated.chat.names import DECL_MODEL_ID, REPLY_USAGE
 from generated.errors import InvalidPayload, UnservableJob
 from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
-from generated.streaming import streams_deltas
+from generated.streaming import DELTA_RULE
 from generated.wire import STATE_FAULTED
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.contract.dispatch import chat_job_payload
@@ -216,7 +216,7 @@ def _chat_job(popped: Popped, declaration: dict[str, Any]) -> ChatJob:
         ttl=job.ttl,
         payload=payload,
         messages_object=chat.messages_object,
-        stream=streams_deltas(chat_request),
+        stream=DELTA_RULE.streams_deltas(chat_request),
         origin_id=job.origin_id,
     )
 

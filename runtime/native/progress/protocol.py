@@ -130,10 +130,6 @@ return 1
 """
 
 
-def _prefix(pattern: str) -> str:
-    return pattern.split("{", 1)[0]
-
-
 _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_POST, _END)}
 
 
@@ -154,8 +150,8 @@ def write_lease(
     It expires ``ttl`` (the generation's ttl) plus the grace after now.
     """
     lifetime = int(ttl) + S.LEASE_GRACE_SECONDS
-    key = S.lease_key(generation_id)
-    leases = S.request_leases_key(request_id)
+    key = S.LEASE_KEY.of(generation_id)
+    leases = S.REQUEST_LEASES_KEY.of(request_id)
     pipe = redis.pipeline(transaction=True)
     pipe.delete(key)
     pipe.hset(
@@ -177,7 +173,7 @@ def write_lease(
 
 
 def read_lease(redis: Redis, generation_id: str) -> Lease | None:
-    raw = cast(dict[str, str], redis.hgetall(S.lease_key(generation_id)))
+    raw = cast(dict[str, str], redis.hgetall(S.LEASE_KEY.of(generation_id)))
     if not raw:
         return None
     return Lease(
@@ -205,7 +201,7 @@ def post_progress(
     outcome, last, *rest = _run(
         redis,
         _POST,
-        [S.lease_key(generation_id)],
+        [S.LEASE_KEY.of(generation_id)],
         owner,
         seq,
         delta,
@@ -214,7 +210,7 @@ def post_progress(
         S.STREAM_MAX_ENTRIES,
         S.STREAM_SECONDS,
         generation_id,
-        _prefix(S.STREAM_KEY_PATTERN),
+        S.STREAM_KEY.prefix,
         reasoning,
         len(reasoning),
     )
@@ -239,15 +235,15 @@ def _end(redis: Redis, generation_id: str, kind: str) -> bool:
     done = _run(
         redis,
         _END,
-        [S.lease_key(generation_id)],
+        [S.LEASE_KEY.of(generation_id)],
         kind,
         generation_id,
         S.STREAM_MAX_ENTRIES,
         S.STREAM_SECONDS,
         S.ENDED_MARKER_SECONDS,
-        _prefix(S.STREAM_KEY_PATTERN),
-        _prefix(S.REQUEST_LEASES_KEY_PATTERN),
-        S.ended_key(generation_id),
+        S.STREAM_KEY.prefix,
+        S.REQUEST_LEASES_KEY.prefix,
+        S.ENDED_KEY.of(generation_id),
     )
     return bool(done)
 
@@ -275,13 +271,13 @@ def mark_cancelled(redis: Redis, generation_id: str) -> bool:
 
 def cancel_request(redis: Redis, request_id: str) -> list[str]:
     """Cancel every leased generation of a request; the ids newly cancelled."""
-    ids = sorted(cast(set[str], redis.smembers(S.request_leases_key(request_id))))
+    ids = sorted(cast(set[str], redis.smembers(S.REQUEST_LEASES_KEY.of(request_id))))
     return [str(g) for g in ids if mark_cancelled(redis, str(g))]
 
 
 def ended_kind(redis: Redis, generation_id: str) -> str | None:
     """The ended marker of a faulted generation (its end kind), None when there is none."""
-    value = redis.get(S.ended_key(generation_id))
+    value = redis.get(S.ENDED_KEY.of(generation_id))
     return None if value is None else str(value)
 
 
@@ -297,7 +293,7 @@ def posted(redis: Redis, request_id: str, generation_id: str | None = None) -> P
     """The content and reasoning posted for a request (one generation's, when given)."""
     content: list[str] = []
     reasoning: list[str] = []
-    entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.stream_key(request_id)))
+    entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.STREAM_KEY.of(request_id)))
     for _entry_id, fields in entries:
         if fields.get(S.ENTRY_KIND) != S.KIND_DELTA:
             continue
@@ -320,7 +316,7 @@ def relayed_before_fault(redis: Redis, request_id: str, generation_id: str) -> P
     fault, or it goes on to this generation's own deltas)."""
     content: list[str] = []
     reasoning: list[str] = []
-    entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.stream_key(request_id)))
+    entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.STREAM_KEY.of(request_id)))
     for _entry_id, fields in entries:
         kind = fields.get(S.ENTRY_KIND)
         if kind == S.KIND_DELTA:

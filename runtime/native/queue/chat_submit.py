@@ -48,9 +48,8 @@ from generated.chat.names import (
 )
 from generated.chat.tables_reply import CHARGE_BASIS
 from generated.errors import ChatReplyRejected, HordeError, InvalidJobID, WrongCredentials
-from generated.routes import DEFS
 from generated.signals import CHAT_EVENT_CANCELLED, CHAT_EVENT_DONE, CHAT_EVENT_FAULTED
-from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART, streams_deltas
+from generated.streaming import DELTA_RULE, STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
@@ -71,6 +70,7 @@ from runtime.native.requests.chat_status import EndedStatus
 from runtime.native.requests.status import Jobs
 from runtime.observability.context import KIND_CHAT
 from runtime.stores.database import transaction
+from runtime.tables.route_schemas import DEFS
 
 USAGE_KEYS = tuple(DEFS["native"]["ReportedUsage"]["properties"])
 # The reply as stored; the reported usage is kept apart (reported_usage).
@@ -106,7 +106,7 @@ class ChatSubmitOutcome:
     held: EndedStatus | None = None
     """The ended request's row and its only job, for its final status without a reload."""
     streamed: bool = False
-    """The request streams deltas (``streams_deltas``): its job has a lease to end."""
+    """The request streams deltas (``DELTA_RULE.streams_deltas``): its job has a lease to end."""
     owns_objects: bool = False
     """The request owns stored objects (images, offloaded messages), which its end releases;
     a request stores them only at its submit, so one without any never needs the release's
@@ -197,7 +197,7 @@ def submit_chat_job(
     if worker.user_id != user.id:
         raise WrongCredentials()
     request = dict(wp.chat_request or {})  # its parameters: the job was read without messages
-    streamed = streams_deltas(request)
+    streamed = DELTA_RULE.streams_deltas(request)
     if sub.state == FAULTED:
         with transaction(faults) as tx:
             outcome = _fault(tx, policy, gen, wp.id, now, sub.gen_metadata)

@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from generated.pricing import HORDE_TAX, UPFRONT_MAX_LENGTH
-from generated.rate_limits import RATE_LIMITS, RateLimit
+from generated.rate_limits import RATE_LIMITS
+from runtime.tables.rate_limits import RateLimit
 
 
 @dataclass(frozen=True)

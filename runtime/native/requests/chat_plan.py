@@ -25,11 +25,11 @@ from generated.chat.names import (
     PARAM_MAX_TOKENS,
     PARAM_MESSAGES,
 )
-from generated.routes import DEFS
 from runtime.contract.conversation import CONTEXT_FIT, Fit
 from runtime.contract.messages import estimated_tokens, messages_for_worker, text_chars
 from runtime.contract.requirements import pool_gap, required_chat_features, required_chat_limits
 from runtime.contract.validator import horde_option, output_tokens
+from runtime.tables.route_schemas import DEFS
 
 _TEXT_PARAMS = DEFS["native"]["TextParams"]["properties"]
 TEXT_DEFAULT_MAX_LENGTH: int = _TEXT_PARAMS["max_length"]["default"]

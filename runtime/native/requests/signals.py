@@ -28,9 +28,7 @@ from sqlalchemy.orm import Session, defer
 from generated.signals import (
     CHAT_FIELD_OUTCOME,
     CHAT_OUTCOME_SECONDS,
-    chat_channel,
-    chat_event,
-    chat_outcome_key,
+    CHAT_SIGNALS,
 )
 from generated.wire.native import ChatStatus
 from runtime.native.db.tables import WaitingPrompt
@@ -44,7 +42,7 @@ def publish_chat_event(redis: Redis, request_id: object, event: str, **fields: A
     """Publish one event on the request's channel; False when Redis did not take it."""
     rid = str(request_id)
     try:
-        redis.publish(chat_channel(rid), chat_event(event, rid, **fields))
+        redis.publish(CHAT_SIGNALS.channel(rid), CHAT_SIGNALS.event(event, rid, **fields))
     except (RedisError, OSError) as exc:
         log.warning("chat signal %s for %s not published: %s", event, rid, exc)
         return False
@@ -97,11 +95,13 @@ def publish_chat_events(
     try:
         pipe = redis.pipeline(transaction=False)
         if final is not None:
-            key = chat_outcome_key(rid)
+            key = CHAT_SIGNALS.outcome_key(rid)
             pipe.set(key, json.dumps(final, separators=(",", ":")), ex=CHAT_OUTCOME_SECONDS)
             named = {CHAT_FIELD_OUTCOME: key}
         for event, fields in events:
-            pipe.publish(chat_channel(rid), chat_event(event, rid, **fields, **named))
+            pipe.publish(
+                CHAT_SIGNALS.channel(rid), CHAT_SIGNALS.event(event, rid, **fields, **named)
+            )
         pipe.execute()
     except (RedisError, OSError) as exc:
         log.warning("chat signals %s for %s not published: %s", [e for e, _ in events], rid, exc)
