@@ -7,6 +7,10 @@ import faulthandler
 import math
 import signal
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.tables.config import Variable
 
 
 def finite_number(text: str) -> float:
@@ -31,16 +35,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def or_variable(variable: Variable[Any]) -> str:
+    """The help of an option that stands for ``variable``."""
+    return f"default {variable.name} or {variable.shown_default}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="horde-chat", description="horde-chat services")
     sub = parser.add_subparsers(dest="command", required=True)
-    from generated.config import help_text
+    from generated.config import (
+        HORDE_FRONT_HOST,
+        HORDE_FRONT_PORT,
+        HORDE_NATIVE_HOST,
+        HORDE_NATIVE_PORT,
+        VARIABLES,
+    )
+    from runtime.tables.config import help_text
 
     def with_env(name: str, service: str | None, help_line: str) -> argparse.ArgumentParser:
         return sub.add_parser(
             name,
             help=help_line,
-            epilog=help_text(service),
+            epilog=help_text(VARIABLES, service),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
 
@@ -48,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     native = with_env(
         "native", "native", "serve the native API alone (HORDE_DATABASE_URL, HORDE_REDIS_URL)"
     )
-    native.add_argument("--host", help="default HORDE_NATIVE_HOST or 127.0.0.1")
-    native.add_argument("--port", type=int, help="default HORDE_NATIVE_PORT or 7001")
+    native.add_argument("--host", help=or_variable(HORDE_NATIVE_HOST))
+    native.add_argument("--port", type=int, help=or_variable(HORDE_NATIVE_PORT))
     native.add_argument(
         "--processes",
         type=positive_int,
@@ -57,8 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the port (default 1; the sweep runs once, in the parent)",
     )
     front = with_env("front", "front", "serve the chat front alone (HORDE_REDIS_URL)")
-    front.add_argument("--host", help="default HORDE_FRONT_HOST or 127.0.0.1")
-    front.add_argument("--port", type=int, help="default HORDE_FRONT_PORT or 7002")
+    front.add_argument("--host", help=or_variable(HORDE_FRONT_HOST))
+    front.add_argument("--port", type=int, help=or_variable(HORDE_FRONT_PORT))
     front.add_argument(
         "--native-roots", help="native API roots, comma separated (HORDE_FRONT_NATIVE_ROOTS)"
     )

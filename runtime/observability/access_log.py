@@ -12,22 +12,19 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import TextIO
 
-LOG_FORMAT_ENV = "HORDE_LOG_FORMAT"
-FORMATS = ("plain", "json")
+from generated.config import HORDE_LOG_FORMAT
+
 LOGGER_PREFIX = "horde.access."
 
 
-def log_format(env: dict[str, str] | None = None) -> str:
+def log_format(env: Mapping[str, str] | None = None) -> str:
     """``plain`` or ``json`` from HORDE_LOG_FORMAT (anything else is refused)."""
-    raw = ((os.environ if env is None else env).get(LOG_FORMAT_ENV) or "plain").lower()
-    if raw not in FORMATS:
-        raise ValueError(f"{LOG_FORMAT_ENV} must be one of {', '.join(FORMATS)}, got {raw!r}")
-    return raw
+    return HORDE_LOG_FORMAT.read(env)
 
 
 class AccessLog:
