@@ -505,6 +505,19 @@ class MissingFullSamplerOrder(HordeError):
     native_routes = ("text",)
 
 
+class StyleNotFound(HordeError):
+    """A text request names a style (upstream's `style`: a stored prompt template, its parameters
+    and models). This horde stores no styles, so every style is unknown and the request is
+    refused as upstream refuses a style it does not hold (404, rc StyleNotFound), before its
+    key is read; it is never applied halfway nor dropped."""
+
+    code = "StyleNotFound"
+    template = "Style with ID '{style}' not found: this horde serves no styles."
+    native_status = 404
+    default_param = "style"
+    native_routes = ("text",)
+
+
 class UnsupportedChatParameter(HordeError):
     """A request field the horde does not implement, at a value other than its default."""
 
@@ -907,6 +920,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "TooManyStopSequences": TooManyStopSequences,
     "ExcessiveStopSequence": ExcessiveStopSequence,
     "MissingFullSamplerOrder": MissingFullSamplerOrder,
+    "StyleNotFound": StyleNotFound,
     "UnsupportedChatParameter": UnsupportedChatParameter,
     "CorruptPrompt": CorruptPrompt,
     "ImageValidationFailed": ImageValidationFailed,

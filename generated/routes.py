@@ -193,6 +193,7 @@ ROUTES: dict[str, Route] = {
         invalid_body="InvalidPayload",
         errors=(
             "InvalidAPIKey",
+            "StyleNotFound",
             "MissingPrompt",
             "TokenOverflow",
             "TooManyStopSequences",

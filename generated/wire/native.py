@@ -73,6 +73,10 @@ class TextAsyncInput(TypedDict):
     disable_batching: NotRequired[bool]
     allow_downgrade: NotRequired[bool]
     webhook: NotRequired[str]
+    style: NotRequired[str]
+    """
+    Upstream's style (a stored template's id or name). This horde stores no styles: any value is refused 404 StyleNotFound, never ignored.
+    """
 
 
 class AsyncWarning(TypedDict):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Response, jsonify, request
 
+from generated.errors import StyleNotFound
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT
 from runtime.native.api.body import checked_headers, json_body
 from runtime.native.api.context import native
@@ -19,11 +22,22 @@ from runtime.native.requests.text import (
 from runtime.stores.database import transaction
 
 DEFAULT_CLIENT_AGENT = "unknown:0:unknown"
+STYLE = "style"
+STYLE_SHOWN_CHARS = 200
+
+
+def refuse_style(body: dict[str, Any]) -> None:
+    """This horde stores no styles: a request naming one is refused as upstream refuses a
+    style it does not hold, before its key is read (upstream applies a style first)."""
+    style = body.get(STYLE)
+    if style is not None:
+        raise StyleNotFound(style=str(style)[:STYLE_SHOWN_CHARS])
 
 
 def text_async() -> tuple[Response, int]:
     checked_headers("text_async")
     body = json_body("text_async")
+    refuse_style(body)
     ctx = native()
     now = utcnow()
     with transaction(ctx.sessions) as session:
