@@ -141,8 +141,17 @@ HORDE_MODERATION_PATTERNS: Variable[tuple[str, ...]] = Variable(
     kind=Lines(),
     default=(),
     services=("native",),
-    meaning="regexes, one per line, refused in chat submissions",
+    meaning="regexes, one per line, refused in text and chat submissions besides the default set (a match puts the source in timeout)",
     shown_default="(none)",
+)
+
+HORDE_MODERATION_DEFAULTS: Variable[bool] = Variable(
+    name="HORDE_MODERATION_DEFAULTS",
+    kind=Switch(),
+    default=True,
+    services=("native",),
+    meaning='"off" drops the default screen of spec/moderation.yaml (HORDE_MODERATION_PATTERNS still apply)',
+    shown_default="on",
 )
 
 HORDE_STORAGE_URL: Variable[str | None] = Variable(
@@ -304,6 +313,7 @@ VARIABLES: tuple[Variable[Any], ...] = (
     HORDE_RATE_LIMIT_SCALE,
     HORDE_SWEEP_SECONDS,
     HORDE_MODERATION_PATTERNS,
+    HORDE_MODERATION_DEFAULTS,
     HORDE_STORAGE_URL,
     HORDE_STORAGE_SECRET,
     HORDE_PUBLIC_URL,

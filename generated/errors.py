@@ -518,6 +518,23 @@ class StyleNotFound(HordeError):
     native_routes = ("text",)
 
 
+class TimeoutIP(HordeError):
+    """The source sent corrupt prompts (CorruptPrompt) recently and is in timeout
+    (spec/moderation.yaml's countermeasure, upstream's CounterMeasures): every text and chat
+    submission from it is refused until the timeout ends. Behind the chat front the source is
+    the client's forwarded address, never the front's."""
+
+    code = "TimeoutIP"
+    template = "Due to abuse prevention, your IP address has been put into timeout for {seconds} more seconds. Please try again later."
+    native_status = 403
+    front_status = 403
+    openai_type = "permission_error"
+    sends_retry_after = True
+    default_retry_after = 180
+    front_when = ("submission",)
+    native_routes = ("text", "chat")
+
+
 class UnsupportedChatParameter(HordeError):
     """A request field the horde does not implement, at a value other than its default."""
 
@@ -921,6 +938,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "ExcessiveStopSequence": ExcessiveStopSequence,
     "MissingFullSamplerOrder": MissingFullSamplerOrder,
     "StyleNotFound": StyleNotFound,
+    "TimeoutIP": TimeoutIP,
     "UnsupportedChatParameter": UnsupportedChatParameter,
     "CorruptPrompt": CorruptPrompt,
     "ImageValidationFailed": ImageValidationFailed,

@@ -194,6 +194,7 @@ ROUTES: dict[str, Route] = {
         errors=(
             "InvalidAPIKey",
             "StyleNotFound",
+            "TimeoutIP",
             "MissingPrompt",
             "TokenOverflow",
             "TooManyStopSequences",
@@ -247,6 +248,7 @@ ROUTES: dict[str, Route] = {
         errors=(
             "InvalidAPIKey",
             "UnsupportedChatParameter",
+            "TimeoutIP",
             "CorruptPrompt",
             "ImageValidationFailed",
             "IntakeBusy",

@@ -20,6 +20,7 @@ from generated.config import (
     HORDE_IMAGE_FETCH_ALLOW_LOOPBACK,
     HORDE_MAX_BODY_BYTES,
     HORDE_MESSAGES_OFFLOAD_BYTES,
+    HORDE_MODERATION_DEFAULTS,
     HORDE_MODERATION_PATTERNS,
     HORDE_NATIVE_HOST,
     HORDE_NATIVE_PORT,
@@ -51,6 +52,7 @@ class Settings:
     sweep_seconds: int = setting(HORDE_SWEEP_SECONDS)
     service_passkey: str | None = setting(HORDE_SERVICE_PASSKEY)
     moderation_patterns: tuple[str, ...] = setting(HORDE_MODERATION_PATTERNS)
+    moderation_defaults: bool = setting(HORDE_MODERATION_DEFAULTS)
     storage_url: str | None = setting(HORDE_STORAGE_URL)
     storage_secret: str | None = setting(HORDE_STORAGE_SECRET)
     public_url: str | None = setting(HORDE_PUBLIC_URL)

@@ -57,6 +57,8 @@ from runtime.native.requests.chat import (
     retire_operation,
 )
 from runtime.native.requests.chat_status import chat_status
+from runtime.native.requests.countermeasures import Source
+from runtime.native.requests.moderation import Screen
 from runtime.native.requests.signals import publish_chat_event
 from runtime.native.requests.text import cancel_text_request
 from runtime.observability import context as request_context
@@ -73,22 +75,9 @@ def chat_async() -> tuple[Response, int]:
     raw = parse_json(request.get_data(cache=True))
     chat_request = validate_chat_request(raw)
     validate_body("chat_async", raw)
-    assert ctx.objects is not None
-    # A wrong key fetches and stores nothing: with images, the admission before intake
-    # checks the key first; without, intake stores nothing and the transaction checks it.
-    replayed = _admitted_before_intake(chat_request)
-    if replayed is not None:
-        result = replayed
-    else:
-        stored_request, objects = take_in(
-            chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
-        )
-        try:
-            result = _create(stored_request, chat_request, objects)
-        except BaseException:
-            objects.discard_unowned(())
-            raise
-        objects.discard_unowned(result.object_keys)
+    source = Source(ctx.redis, source_address(ctx.settings))
+    with source.counted():
+        result = _admitted(chat_request, source)
     if result.id is not None and not result.existing:
         wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
     if result.id is None:
@@ -102,6 +91,27 @@ def chat_async() -> tuple[Response, int]:
         "status": _first_status(result),
     }
     return jsonify(accepted), code
+
+
+def _admitted(chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
+    """The request queued (or quoted, or recovered by its operation key), its images taken
+    in. A wrong key fetches and stores nothing: with images, the admission before intake
+    checks the key first; without, intake stores nothing and the transaction checks it."""
+    ctx = native()
+    assert ctx.objects is not None
+    replayed = _admitted_before_intake(chat_request, source)
+    if replayed is not None:
+        return replayed
+    stored_request, objects = take_in(
+        chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
+    )
+    try:
+        result = _create(stored_request, chat_request, objects, source)
+    except BaseException:
+        objects.discard_unowned(())
+        raise
+    objects.discard_unowned(result.object_keys)
+    return result
 
 
 def _first_status(result: ChatSubmitted) -> ChatStatus:
@@ -121,13 +131,13 @@ def _first_status(result: ChatSubmitted) -> ChatStatus:
         return chat_status(session, ctx.policy, wp, utcnow())
 
 
-def _admitted_before_intake(chat_request: dict[str, Any]) -> ChatSubmitted | None:
+def _admitted_before_intake(chat_request: dict[str, Any], source: Source) -> ChatSubmitted | None:
     """With image parts, every refusal that needs no image runs before any fetch or decode
     (a request refused anyway costs no fetch); an operation-key replay is answered from here,
     its images not taken in again. None: go on and take the images in."""
     if not image_parts(chat_request[PARAM_MESSAGES]):
         return None
-    early = _create(chat_request, chat_request, None, admission_only=True)
+    early = _create(chat_request, chat_request, None, source, admission_only=True)
     return early if early.existing else None
 
 
@@ -135,6 +145,7 @@ def _create(
     stored_request: dict[str, Any],
     original: dict[str, Any],
     objects: ChatObjects | None,
+    source: Source,
     *,
     admission_only: bool = False,
 ) -> ChatSubmitted:
@@ -147,10 +158,11 @@ def _create(
                     ctx.policy,
                     request.headers.get(HEADER_APIKEY),
                     stored_request,
-                    moderation_patterns=ctx.settings.moderation_patterns,
+                    moderation=Screen.of(ctx.settings),
+                    source=source,
                     operation_key=request.headers.get(HEADER_X_OPERATION_KEY),
                     client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
-                    ipaddr=source_address(ctx.settings),
+                    ipaddr=source.address,
                     now=utcnow(),
                     original=original,
                     objects=objects,

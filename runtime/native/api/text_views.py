@@ -10,9 +10,12 @@ from generated.errors import StyleNotFound
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT
 from runtime.native.api.body import checked_headers, json_body
 from runtime.native.api.context import native
+from runtime.native.api.service_passkey import source_address
 from runtime.native.queue.sweep import utcnow
 from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.admission import read_admission
+from runtime.native.requests.countermeasures import Source
+from runtime.native.requests.moderation import Screen
 from runtime.native.requests.text import (
     cancel_text_request,
     create_text_request,
@@ -40,7 +43,8 @@ def text_async() -> tuple[Response, int]:
     refuse_style(body)
     ctx = native()
     now = utcnow()
-    with transaction(ctx.sessions) as session:
+    source = Source(ctx.redis, source_address(ctx.settings))
+    with source.counted(), transaction(ctx.sessions) as session:
         # the key's user, locked, and its queued jobs: one round trip (requests.admission)
         admission = read_admission(
             session, ctx.policy, request.headers.get(HEADER_APIKEY), None, now, pool=False
@@ -54,6 +58,8 @@ def text_async() -> tuple[Response, int]:
             ipaddr=request.remote_addr or "",
             now=now,
             counted=admission.queued,
+            moderation=Screen.of(ctx.settings),
+            source=source,
         )
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200

@@ -7,7 +7,7 @@ queued jobs read first, in one round trip: ``requests.admission``):
 
 1. an operation key already used by the user returns its request (same id, same kudos), or
    is refused with 422 when the body's fingerprint differs; nothing is charged again;
-2. moderation screens the full submitted messages;
+2. a source in timeout is refused, then moderation screens the full submitted messages;
 3. every listed model must be known (404 model_not_found) and served by an online chat
    worker (503 no_eligible_worker): nothing is queued otherwise;
 4. the plan (``chat_plan``): max_tokens lowered to the largest declared length, context_fit
@@ -72,8 +72,9 @@ from runtime.native.queue.policy import Policy
 from runtime.native.requests.admission import Operation, read_admission
 from runtime.native.requests.chat_plan import ChatPlan, plan_chat_request
 from runtime.native.requests.chat_status import FirstStatus, first_status
+from runtime.native.requests.countermeasures import Source
 from runtime.native.requests.enqueue import enqueue_request
-from runtime.native.requests.moderation import screen
+from runtime.native.requests.moderation import Screen
 from runtime.native.requests.rows import (
     admit_jobs,
     find_request,
@@ -169,7 +170,8 @@ def create_chat_request(
     api_key: str | None,
     request: dict[str, Any],
     *,
-    moderation_patterns: tuple[str, ...],
+    moderation: Screen,
+    source: Source,
     operation_key: str | None,
     client_agent: str,
     ipaddr: str,
@@ -190,8 +192,9 @@ def create_chat_request(
     fingerprint = operation_fingerprint(original or request) if operation_key else ""
     if operation_key and admission.operation is not None:
         return _replayed(admission.operation, operation_key, fingerprint)
+    source.refuse_in_timeout()
     full_prompt = flatten_messages(request[PARAM_MESSAGES])
-    screen(moderation_patterns, full_prompt)
+    moderation.check(full_prompt)
     models = requested_models(request)
     unknown = _unknown_model(session, [m for m in models if not _online_serves(online, m)])
     if unknown is not None:

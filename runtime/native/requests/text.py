@@ -34,7 +34,9 @@ from runtime.native.db.tables import (
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, worker_fits
 from runtime.native.queue.jobs import raw_cursor
 from runtime.native.queue.policy import Policy
+from runtime.native.requests.countermeasures import Source
 from runtime.native.requests.enqueue import enqueue_request
+from runtime.native.requests.moderation import Screen
 from runtime.native.requests.rows import (
     admit_jobs,
     find_request,
@@ -87,13 +89,18 @@ def create_text_request(
     ipaddr: str,
     now: datetime,
     counted: int | None,
+    moderation: Screen,
+    source: Source,
 ) -> Submitted:
     """Queue a text request (or quote it on dry_run); ``user`` must be locked FOR UPDATE
     (``requests.admission``, which reads its queued jobs as well: ``counted``; None has
-    ``rows.admit_jobs`` count them). The row and the horde tax are one statement
+    ``rows.admit_jobs`` count them). A ``source`` in timeout is refused, then the prompt
+    passes the ``moderation`` screen. The row and the horde tax are one statement
     (``requests.enqueue``); ``user`` may be in no session."""
     params = dict(body["params"])
     check_text_params(body["prompt"], params)
+    source.refuse_in_timeout()
+    moderation.check(body["prompt"])
     n = int(params.pop("n", 1))
     models = list(body.get("models") or [])
     cost = kudos.quote(

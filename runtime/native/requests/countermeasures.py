@@ -1,0 +1,79 @@
+"""Upstream's countermeasure on a source that sends corrupt prompts (its CounterMeasures:
+report_suspicion, retrieve_timeout), with spec/moderation.yaml's numbers, kept in Redis.
+
+Each CorruptPrompt refusal counts against its source (the client's address; behind the chat
+front the forwarded one) and puts it in timeout for ``FIRST_TIMEOUT_MINUTES * (2 * earlier
++ 1)`` minutes, ``earlier`` being its refusals within the memory; meanwhile its text and chat
+submits are refused with TimeoutIP. Both steps are best effort, as upstream's without its
+Redis: an outage neither refuses submissions nor turns a CorruptPrompt into a 503.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+from generated.errors import CorruptPrompt, TimeoutIP
+from generated.moderation import (
+    FIRST_TIMEOUT_MINUTES,
+    SUSPICION_KEY,
+    SUSPICION_MEMORY_SECONDS,
+    TIMEOUT_KEY,
+)
+
+log = logging.getLogger(__name__)
+
+
+def refuse_in_timeout(redis: Redis, source: str) -> None:
+    """TimeoutIP while ``source`` is in timeout, with the seconds left."""
+    try:
+        left = redis.pttl(TIMEOUT_KEY.format(source=source))
+    except RedisError as exc:
+        log.warning("IP timeout of %s unread: Redis: %s", source, type(exc).__name__)
+        return
+    if left > 0:
+        seconds = left / 1000
+        raise TimeoutIP(seconds=round(seconds), retry_after=seconds)
+
+
+def report_corrupt(redis: Redis, source: str) -> int:
+    """Count a CorruptPrompt against ``source`` and put it in timeout; the timeout's
+    minutes (0 when Redis could not be reached)."""
+    suspicion = SUSPICION_KEY.format(source=source)
+    try:
+        with redis.pipeline(transaction=True) as pipe:
+            pipe.incr(suspicion)
+            pipe.expire(suspicion, SUSPICION_MEMORY_SECONDS)
+            count, _ = pipe.execute()
+        minutes = FIRST_TIMEOUT_MINUTES * (2 * (int(count) - 1) + 1)
+        redis.set(TIMEOUT_KEY.format(source=source), 1, ex=minutes * 60)
+    except RedisError as exc:
+        log.warning("corrupt prompt from %s not counted: Redis: %s", source, type(exc).__name__)
+        return 0
+    log.warning("corrupt prompt from %s: in timeout for %d minutes", source, minutes)
+    return minutes
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a submission comes from, for its countermeasure."""
+
+    redis: Redis
+    address: str
+
+    def refuse_in_timeout(self) -> None:
+        refuse_in_timeout(self.redis, self.address)
+
+    @contextmanager
+    def counted(self) -> Iterator[None]:
+        """A CorruptPrompt raised inside is counted against the source."""
+        try:
+            yield
+        except CorruptPrompt:
+            report_corrupt(self.redis, self.address)
+            raise
