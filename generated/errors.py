@@ -535,6 +535,62 @@ class TimeoutIP(HordeError):
     native_routes = ("text", "chat")
 
 
+class SharedKeyEmpty(HordeError):
+    """A request sent with a shared key (as its apikey) whose kudos limit is spent (0).
+    Upstream's rc and status."""
+
+    code = "SharedKeyEmpty"
+    template = "This shared key has run out of kudos."
+    native_status = 403
+    front_status = 402
+    openai_type = "insufficient_quota"
+    front_when = ("submission",)
+    native_routes = ("text", "chat")
+
+
+class SharedKeyExpired(HordeError):
+    """A request sent with a shared key past its expiry, or a kudos transfer to one. Upstream
+    answers the transfer's case 400 (its KudosValidationError); here it is 403 on both."""
+
+    code = "SharedKeyExpired"
+    template = "This shared key has expired."
+    native_status = 403
+    front_status = 401
+    openai_type = "authentication_error"
+    front_when = ("submission",)
+    native_routes = ("text", "chat", "kudos")
+
+
+class SharedKeyInsufficientKudos(HordeError):
+    """A request sent with a shared key whose remaining kudos limit is below the request's quote
+    (at its full max_length, with the horde tax). Upstream's rc and status."""
+
+    code = "SharedKeyInsufficientKudos"
+    template = "This shared key does not have enough remaining kudos ({remaining}) to fulfill this request ({required})."
+    native_status = 403
+    front_status = 402
+    openai_type = "insufficient_quota"
+    front_when = ("submission",)
+    native_routes = ("text", "chat")
+
+
+class SharedKeyTokenLimit(HordeError):
+    """A request sent with a shared key whose max_text_tokens is below the request's max_length
+    (a chat request's max_tokens, as lowered to the largest worker length). Upstream's
+    wording; upstream's rc is the generic BadRequest."""
+
+    code = "SharedKeyTokenLimit"
+    template = (
+        "This shared key is limited to {limit} tokens per job. You requested {requested} tokens."
+    )
+    native_status = 400
+    front_status = 400
+    openai_type = "invalid_request_error"
+    default_param = "params.max_length"
+    front_when = ("submission",)
+    native_routes = ("text", "chat")
+
+
 class UnsupportedChatParameter(HordeError):
     """A request field the horde does not implement, at a value other than its default."""
 
@@ -681,6 +737,140 @@ class InvalidServicePasskey(HordeError):
     template = "The service passkey header does not match the configured passkey."
     native_status = 403
     native_routes = ("chat",)
+
+
+class KudosTransferFromAnon(HordeError):
+    """A kudos transfer sent with the anonymous key."""
+
+    code = "KudosTransferFromAnon"
+    template = "The anonymous user cannot transfer kudos."
+    native_status = 400
+    native_routes = ("kudos",)
+
+
+class InvalidTargetUsername(HordeError):
+    """A kudos transfer whose username is neither a user (its name#id, or its id) nor a shared
+    key's id."""
+
+    code = "InvalidTargetUsername"
+    template = "No user or shared key matches the target '{username}'."
+    native_status = 400
+    default_param = "username"
+    native_routes = ("kudos",)
+
+
+class KudosTransferToAnon(HordeError):
+    """A kudos transfer to the anonymous user (upstream treats it as a mistake)."""
+
+    code = "KudosTransferToAnon"
+    template = "Kudos cannot be sent to the anonymous user."
+    native_status = 400
+    default_param = "username"
+    native_routes = ("kudos",)
+
+
+class KudosTransferToSelf(HordeError):
+    """A kudos transfer to the sender itself (or to one of its own shared keys)."""
+
+    code = "KudosTransferToSelf"
+    template = "You cannot send kudos to yourself."
+    native_status = 400
+    default_param = "username"
+    native_routes = ("kudos",)
+
+
+class TooFastKudosTransfers(HordeError):
+    """A kudos transfer back to a user who sent kudos to the sender within the last minute
+    (spec/accounts.yaml's reverse_wait_seconds, upstream's)."""
+
+    code = "TooFastKudosTransfers"
+    template = (
+        "This user transferred kudos to you very recently. Please wait at least {seconds} seconds."
+    )
+    native_status = 400
+    sends_retry_after = True
+    default_retry_after = 60
+    native_routes = ("kudos",)
+
+
+class NegativeKudosTransfer(HordeError):
+    """A kudos transfer of a negative amount."""
+
+    code = "NegativeKudosTransfer"
+    template = "The amount of a kudos transfer cannot be negative."
+    native_status = 400
+    default_param = "amount"
+    native_routes = ("kudos",)
+
+
+class InvalidKudosTransferAmount(HordeError):
+    """A kudos transfer of 0 kudos."""
+
+    code = "InvalidKudosTransferAmount"
+    template = "Transfer amount must be positive."
+    native_status = 400
+    default_param = "amount"
+    native_routes = ("kudos",)
+
+
+class KudosTransferNotEnough(HordeError):
+    """A kudos transfer above the sender's balance (kudos held upfront for queued requests are
+    already out of it). Nothing moves."""
+
+    code = "KudosTransferNotEnough"
+    template = "Not enough kudos: the transfer needs {amount} and you have {balance}."
+    native_status = 400
+    default_param = "amount"
+    native_routes = ("kudos",)
+
+
+class IdempotencyKeyConflict(HordeError):
+    """A kudos transfer whose Idempotency-Key the sender already used for a transfer to another
+    target or of another amount. The same key with the same target and amount answers the
+    first transfer again and moves nothing."""
+
+    code = "IdempotencyKeyConflict"
+    template = "Idempotency key was already used with different transfer parameters."
+    native_status = 400
+    native_routes = ("kudos",)
+
+
+class AnonForbidden(HordeError):
+    """Creating a shared key with the anonymous key."""
+
+    code = "AnonForbidden"
+    template = "Anonymous user is forbidden from performing this operation."
+    native_status = 403
+    native_routes = ("sharedkeys",)
+
+
+class TooManySharedKeys(HordeError):
+    """Creating a shared key beyond the user's allowance (spec/accounts.yaml: 3, a trusted user
+    10, as upstream). Upstream's rc is the generic Forbidden."""
+
+    code = "TooManySharedKeys"
+    template = "You cannot have more than {limit} shared keys."
+    native_status = 403
+    native_routes = ("sharedkeys",)
+
+
+class SharedKeyNotOwned(HordeError):
+    """Modifying or deleting a shared key with the apikey of a user who does not own it.
+    Upstream's rc is the generic Forbidden."""
+
+    code = "SharedKeyNotOwned"
+    template = "Shared Key {id} belongs to another user."
+    native_status = 403
+    native_routes = ("sharedkeys",)
+
+
+class NoSharedKeyModSelected(HordeError):
+    """A shared key modification whose body changes nothing. Upstream's rc and wording."""
+
+    code = "NoSharedKeyModSelected"
+    template = "No shared key modification selected!"
+    native_status = 400
+    native_routes = ("sharedkeys",)
 
 
 class AnonForbiddenWorker(HordeError):
@@ -939,6 +1129,10 @@ ERRORS: dict[str, type[HordeError]] = {
     "MissingFullSamplerOrder": MissingFullSamplerOrder,
     "StyleNotFound": StyleNotFound,
     "TimeoutIP": TimeoutIP,
+    "SharedKeyEmpty": SharedKeyEmpty,
+    "SharedKeyExpired": SharedKeyExpired,
+    "SharedKeyInsufficientKudos": SharedKeyInsufficientKudos,
+    "SharedKeyTokenLimit": SharedKeyTokenLimit,
     "UnsupportedChatParameter": UnsupportedChatParameter,
     "CorruptPrompt": CorruptPrompt,
     "ImageValidationFailed": ImageValidationFailed,
@@ -951,6 +1145,19 @@ ERRORS: dict[str, type[HordeError]] = {
     "OperationKeyMismatch": OperationKeyMismatch,
     "OperationCancelled": OperationCancelled,
     "InvalidServicePasskey": InvalidServicePasskey,
+    "KudosTransferFromAnon": KudosTransferFromAnon,
+    "InvalidTargetUsername": InvalidTargetUsername,
+    "KudosTransferToAnon": KudosTransferToAnon,
+    "KudosTransferToSelf": KudosTransferToSelf,
+    "TooFastKudosTransfers": TooFastKudosTransfers,
+    "NegativeKudosTransfer": NegativeKudosTransfer,
+    "InvalidKudosTransferAmount": InvalidKudosTransferAmount,
+    "KudosTransferNotEnough": KudosTransferNotEnough,
+    "IdempotencyKeyConflict": IdempotencyKeyConflict,
+    "AnonForbidden": AnonForbidden,
+    "TooManySharedKeys": TooManySharedKeys,
+    "SharedKeyNotOwned": SharedKeyNotOwned,
+    "NoSharedKeyModSelected": NoSharedKeyModSelected,
     "AnonForbiddenWorker": AnonForbiddenWorker,
     "WorkerMaintenance": WorkerMaintenance,
     "TooManyWorkers": TooManyWorkers,

@@ -381,6 +381,108 @@ class Worker(TypedDict):
     uptime: NotRequired[int]
 
 
+class KudosTransferInput(TypedDict):
+    username: str
+    """
+    The receiving user as upstream names one (name#id; the id alone works too), or a shared key's id: its owner receives the kudos and the key's limit grows by them (unless unlimited).
+    """
+    amount: NotRequired[float]
+    """
+    Whole kudos to send (a fraction is dropped, as upstream's integer parser does).
+    """
+
+
+class KudosTransferred(TypedDict):
+    transferred: float
+    """
+    The kudos moved.
+    """
+
+
+class SharedKeyInput(TypedDict):
+    """
+    A new shared key's settings (upstream's SharedKeyInput, with its defaults).
+    """
+
+    kudos: NotRequired[int]
+    """
+    The kudos the key may spend; -1 is no limit but its owner's balance.
+    """
+    expiry: NotRequired[int]
+    """
+    Days until the key expires; -1 never. 0 expires it at once.
+    """
+    name: NotRequired[str]
+    """
+    A descriptive name.
+    """
+    max_image_pixels: NotRequired[int]
+    """
+    Image pixels per job (image requests; kept and shown). -1 unlimited.
+    """
+    max_image_steps: NotRequired[int]
+    """
+    Image steps per job (image requests; kept and shown). -1 unlimited.
+    """
+    max_text_tokens: NotRequired[int]
+    """
+    The max_length a text request (a chat request's max_tokens) sent with the key may ask for; -1 unlimited. Upstream documents 500 as its maximum without enforcing it; here it is the largest max_length.
+    """
+
+
+class SharedKeyModify(TypedDict):
+    """
+    What to change of a shared key (upstream's SharedKeyInput without its defaults): an absent field is left as it is; at least one must be given.
+    """
+
+    kudos: NotRequired[int]
+    """
+    The key's new kudos limit (it replaces what is left).
+    """
+    expiry: NotRequired[int]
+    """
+    Days from now until the key expires; -1 never.
+    """
+    name: NotRequired[str]
+    max_image_pixels: NotRequired[int]
+    max_image_steps: NotRequired[int]
+    max_text_tokens: NotRequired[int]
+
+
+class SharedKeyDetails(TypedDict):
+    id: str
+    """
+    The shared key's id
+    """
+    username: str
+    """
+    The owner (name#id).
+    """
+    name: str
+    """
+    The key's name; empty when it has none (upstream omits it then, which horde-sdk's model, requiring it, cannot parse).
+    """
+    kudos: int
+    """
+    What the key may still spend (whole kudos
+    """
+    expiry: NotRequired[str]
+    """
+    When the key expires (RFC 822, as upstream); absent when it never does.
+    """
+    utilized: int
+    """
+    Whole kudos spent through the key so far.
+    """
+    max_image_pixels: int
+    max_image_steps: int
+    max_text_tokens: int
+
+
+class SimpleResponse(TypedDict):
+    message: Literal["OK"]
+
+
 class User(TypedDict):
     id: int
     username: str

@@ -1,6 +1,7 @@
 """The demo stack's parts that end-to-end modules share: the demo model's gguf, llama-cpp-python
-serving it, and a front on the session's native API (module-scoped: built and started once per
-module that asks for them)."""
+serving it, and fronts on the session's native API (module-scoped: built and started once per
+module that asks for them): ``demo_front``, and ``front``, which presents the native API's
+service passkey (a module may define a ``front`` of its own)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from runtime.front.server import FrontService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.llama_server import LlamaServer
+from tests.conftest import SERVICE_PASSKEY
 from tests.support.demo_model import DEMO_CONTEXT, build_demo_gguf
 from tests.support.front import running_front
 
@@ -32,5 +34,20 @@ def demo_llama(demo_gguf: Path) -> Iterator[LlamaServer]:
 def demo_front(horde_stores: EmbeddedStores, native_service: Any) -> Iterator[FrontService]:
     with running_front(
         horde_stores.redis_url, [native_service.url], deadline=60, grace=20, poll_interval=1
+    ) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def front(horde_stores: EmbeddedStores, native_service: Any) -> Iterator[FrontService]:
+    """A front trusted by the session's native API (its passkey: the client's address is
+    forwarded), with short waits."""
+    with running_front(
+        horde_stores.redis_url,
+        [native_service.url],
+        service_passkey=SERVICE_PASSKEY,
+        deadline=30,
+        grace=5,
+        poll_interval=0.5,
     ) as service:
         yield service

@@ -3,7 +3,6 @@ native status's number), and a body with a non-finite number is refused before i
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -11,29 +10,14 @@ import httpx
 import pytest
 
 from runtime.front.server import FrontService
-from runtime.stores.embedded import EmbeddedStores
-from tests.conftest import SERVICE_PASSKEY, MadeUser
+from tests.conftest import MadeUser
 from tests.integration.native_flow import ledger
 from tests.support.chat_worker import ChatTestWorker
-from tests.support.front import running_front
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "kudos-model"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
-
-
-@pytest.fixture(scope="module")
-def front(horde_stores: EmbeddedStores, native_service: Any) -> Iterator[FrontService]:
-    with running_front(
-        horde_stores.redis_url,
-        [native_service.url],
-        service_passkey=SERVICE_PASSKEY,
-        deadline=30,
-        grace=5,
-        poll_interval=0.5,
-    ) as service:
-        yield service
 
 
 def completion(front: FrontService, api_key: str, raw: str) -> httpx.Response:

@@ -39,7 +39,12 @@ def key_hash_of(api_key: str | None) -> str:
 def user_for_key(session: Session, api_key: str | None) -> User:
     """The user owning ``api_key``; a missing header means the anonymous key, as upstream.
     (A submit locks its user with its other admission reads: ``requests.admission``.)"""
-    user = session.scalars(_USER, {"key_hash": key_hash_of(api_key)}).first()
+    return user_for_hash(session, key_hash_of(api_key))
+
+
+def user_for_hash(session: Session, key_hash: str) -> User:
+    """The user owning the key whose digest is ``key_hash`` (InvalidAPIKey for none)."""
+    user = session.scalars(_USER, {"key_hash": key_hash}).first()
     if user is None:
         raise InvalidAPIKey()
     request_context.set_user(user.id)  # the access log's user id
@@ -59,6 +64,11 @@ KEY_OWNER = (
 )
 """The id of the user owning the key whose digest is the parameter ``key_hash`` (NULL for
 none), for a statement that names the user by its key."""
+
+
+def unique_alias(user: User) -> str:
+    """A user as upstream names one (its get_unique_alias): name#id."""
+    return f"{user.username}#{user.id}"
 
 
 def worker_owner_for_key(session: Session, api_key: str | None) -> User:

@@ -17,6 +17,7 @@ from flask import Flask
 
 from generated.routes import ROUTES
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
+from runtime.native.api import account_views as views_accounts
 from runtime.native.api import chat_views as views_chat
 from runtime.native.api import object_views as views_objects
 from runtime.native.api import progress_views as views_progress
@@ -52,6 +53,11 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "worker": views_status.worker,
     "user": views_status.user,
     "users": views_status.users,
+    "kudos_transfer": views_accounts.kudos_transfer,
+    "sharedkey_create": views_accounts.sharedkey_create,
+    "sharedkey": views_accounts.sharedkey,
+    "sharedkey_modify": views_accounts.sharedkey_modify,
+    "sharedkey_delete": views_accounts.sharedkey_delete,
     "object": views_objects.object_download,
     **OPERATOR_VIEWS,  # /healthz, /readyz, /metrics
     **REFERENCE_VIEWS,  # /openapi.json, /docs

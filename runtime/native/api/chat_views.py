@@ -34,7 +34,8 @@ from generated.signals import CHAT_EVENT_CANCELLED
 from generated.wire.native import ChatAccepted, ChatStatus
 from runtime.contract.messages import image_parts
 from runtime.contract.validator import requested_models, validate_chat_request
-from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_key
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_hash
+from runtime.native.accounts.shared_keys import requester
 from runtime.native.api.body import checked_headers, parse_json
 from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address, trusted_service
@@ -227,7 +228,9 @@ def chat_cancel_operation(key: str) -> Response:
     trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
     checked_headers("chat_cancel_operation")
     with transaction(ctx.sessions) as session:
-        user = user_for_key(session, request.headers.get(HEADER_APIKEY))
+        # a shared key cancels its owner's request (even when spent: a cancel spends nothing)
+        asker = requester(session, request.headers.get(HEADER_APIKEY), utcnow(), spending=False)
+        user = user_for_hash(session, asker.key_hash)
         wp_id = retire_operation(session, user.id, key)
     if wp_id is None:
         raise RequestNotFound(request_type=REQUEST_TYPE, id=key)

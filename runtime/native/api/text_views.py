@@ -8,6 +8,7 @@ from flask import Response, jsonify, request
 
 from generated.errors import StyleNotFound
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT
+from runtime.native.accounts.shared_keys import requester
 from runtime.native.api.body import checked_headers, json_body
 from runtime.native.api.context import native
 from runtime.native.api.service_passkey import source_address
@@ -45,10 +46,10 @@ def text_async() -> tuple[Response, int]:
     now = utcnow()
     source = Source(ctx.redis, source_address(ctx.settings))
     with source.counted(), transaction(ctx.sessions) as session:
-        # the key's user, locked, and its queued jobs: one round trip (requests.admission)
-        admission = read_admission(
-            session, ctx.policy, request.headers.get(HEADER_APIKEY), None, now, pool=False
-        )
+        # a shared key's owner, or the key's user; then that user, locked, and its queued
+        # jobs: one round trip (requests.admission)
+        asker = requester(session, request.headers.get(HEADER_APIKEY), now)
+        admission = read_admission(session, ctx.policy, asker.key_hash, None, now, pool=False)
         result = create_text_request(
             session,
             ctx.policy,
@@ -60,6 +61,7 @@ def text_async() -> tuple[Response, int]:
             counted=admission.queued,
             moderation=Screen.of(ctx.settings),
             source=source,
+            shared_key=asker.shared_key,
         )
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200

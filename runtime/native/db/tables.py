@@ -10,7 +10,8 @@ parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. 
 0003 adds the object-storage columns (offloaded messages, the objects a request owns);
 0004 each worker's speed samples and rolling speed, its extra_slow_worker flag and a
 request's webhook; 0005 the request id of the call that submitted a request; 0006 lets an
-operation key be retired with no request (wp_id NULL).
+operation key be retired with no request (wp_id NULL); 0008 shared keys (and the request's
+key), kudos transfers.
 """
 
 from __future__ import annotations
@@ -67,6 +68,43 @@ class User(Base):
     kudos: Mapped[Decimal] = mapped_column(Money, server_default=text("0"), nullable=False)
     concurrency: Mapped[int] = mapped_column(Integer, server_default=text("30"), nullable=False)
     trusted: Mapped[bool] = _false()
+    created: Mapped[datetime] = _now()
+
+
+class SharedKey(Base):
+    """A user's shared key (upstream's user_sharedkeys): its id is the key a requester sends
+    as apikey, spending the owner's kudos within the key's own limits (-1: none)."""
+
+    __tablename__ = "shared_keys"
+
+    id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str | None] = mapped_column(String(255))
+    kudos: Mapped[Decimal] = mapped_column(Money, nullable=False)
+    """What the key may still spend; -1 unlimited."""
+    utilized: Mapped[Decimal] = mapped_column(Money, server_default=text("0"), nullable=False)
+    expiry: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    max_image_pixels: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_image_steps: Mapped[int] = mapped_column(Integer, nullable=False)
+    max_text_tokens: Mapped[int] = mapped_column(Integer, nullable=False)
+    created: Mapped[datetime] = _now()
+
+
+class KudosTransfer(Base):
+    """A kudos transfer (upstream's KudosTransferLog), with the sender's Idempotency-Key."""
+
+    __tablename__ = "kudos_transfers"
+    __table_args__ = (
+        UniqueConstraint("source_id", "idempotency_key", name="uq_kudos_transfers_source_key"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    source_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    dest_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    sharedkey_id: Mapped[uuid.UUID | None] = mapped_column(UUID(as_uuid=True))
+    """The shared key the transfer was sent to, if it named one (its limit grew by it)."""
+    amount: Mapped[Decimal] = mapped_column(Money, nullable=False)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
     created: Mapped[datetime] = _now()
 
 
@@ -160,6 +198,11 @@ class WaitingPrompt(Base):
             "id",
             postgresql_where=text(f"NOT active AND {OWNS_OBJECTS}"),
         ),
+        Index(
+            "ix_waiting_prompts_sharedkey",
+            "sharedkey_id",
+            postgresql_where=text("sharedkey_id IS NOT NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
@@ -212,6 +255,11 @@ class WaitingPrompt(Base):
     origin_id: Mapped[str | None] = mapped_column(String(MAX_REQUEST_ID))
     """The request id of the call that submitted it (the front's own id through the front);
     handed to its workers in the pop payload (migration 0005)."""
+    sharedkey_id: Mapped[uuid.UUID | None] = mapped_column(
+        ForeignKey("shared_keys.id", ondelete="SET NULL")
+    )
+    """The shared key it was sent with: its charges spend the key's limit too (migration
+    0008). A deleted key leaves its requests running, charged to the owner alone."""
 
 
 class Generation(Base):

@@ -34,7 +34,7 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate
-from runtime.native.accounts import kudos
+from runtime.native.accounts import kudos, shared_keys
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import mark_cancelled, posted
 from runtime.native.requests.rows import unfinished
@@ -98,6 +98,7 @@ def settle_generation(
         session, owner.id, reward, "reward", wp_id=wp.id, generation_id=gen.id, worker_id=worker.id
     )
     kudos.apply_kudos(session, wp.user_id, -reward, "charge", wp_id=wp.id, generation_id=gen.id)
+    shared_keys.spend(session, wp.sharedkey_id, reward)
     session.execute(
         update(Worker)
         .where(Worker.id == worker.id)

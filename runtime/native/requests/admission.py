@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.errors import InvalidAPIKey
-from runtime.native.accounts.keys import KEY_OWNER, key_hash_of
+from runtime.native.accounts.keys import KEY_OWNER
 from runtime.native.db.detached import column_names, detached
 from runtime.native.db.tables import AnyWorker, User
 from runtime.native.queue.jobs import DIALECT, driver_of
@@ -93,18 +93,19 @@ class Admission:
 def read_admission(
     session: Session,
     policy: Policy,
-    api_key: str | None,
+    key_hash: str,
     operation_key: str | None,
     now: datetime,
     *,
     pool: bool = True,
 ) -> Admission:
-    """The submit's user (InvalidAPIKey for an unknown key; no key is the anonymous one),
-    locked, its operation key's row, the online pool as of ``now`` (unless ``pool`` is
-    false) and the user's queued jobs: one round trip in the session's transaction."""
+    """The submit's user, found by its key's digest ``key_hash`` (``accounts.shared_keys.
+    requester``; InvalidAPIKey for an unknown key), locked, its operation key's row, the
+    online pool as of ``now`` (unless ``pool`` is false) and the user's queued jobs: one
+    round trip in the session's transaction."""
     params = {
         **_POOL_LITERALS,
-        "key_hash": key_hash_of(api_key),
+        "key_hash": key_hash,
         "operation_key": operation_key,
         "since": now - timedelta(seconds=policy.worker_stale_seconds),
     }

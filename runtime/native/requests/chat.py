@@ -12,8 +12,12 @@ queued jobs read first, in one round trip: ``requests.admission``):
    worker (503 no_eligible_worker): nothing is queued otherwise;
 4. the plan (``chat_plan``): max_tokens lowered to the largest declared length, context_fit
    truncation, requirements computed once; a pool gap is 404 (features) or 400 (limits);
-5. the dry-run quote against horde.max_kudos, then dry_run, concurrency and upfront kudos
-   exactly as for text requests; the row, the horde tax, the hold and the operation key.
+5. the dry-run quote against horde.max_kudos and a shared key's limits, then dry_run,
+   concurrency and upfront kudos exactly as for text requests; the row, the horde tax (a
+   shared key's spent too), the hold and the operation key.
+
+The apikey may be a shared key's id: the request is then its owner's, within the key's
+limits (``accounts.shared_keys``).
 
 With images, the caller first runs the checks above that need no image
 (``admission_only``), then takes them in (``chat_objects.take_in``): ``request`` then
@@ -46,6 +50,8 @@ from generated.chat.names import (
     HORDE_WEBHOOK,
     HORDE_WORKER_BLACKLIST,
     HORDE_WORKERS,
+    PARAM_MAX_COMPLETION_TOKENS,
+    PARAM_MAX_TOKENS,
     PARAM_MESSAGES,
     PARAM_MODEL,
     PARAM_MODELS,
@@ -63,7 +69,7 @@ from generated.errors import (
 from runtime.contract.conversation import flatten_messages
 from runtime.contract.dispatch import operation_fingerprint
 from runtime.contract.validator import horde_option, requested_models
-from runtime.native.accounts import kudos
+from runtime.native.accounts import kudos, shared_keys
 from runtime.native.accounts.keys import KEY_OWNER, hash_key
 from runtime.native.db.tables import AnyWorker, OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
@@ -164,6 +170,13 @@ def _check_kudos_cap(request: dict[str, Any], cost: Decimal) -> None:
         raise KudosCapExceeded(quote=float(cost), max_kudos=cap)
 
 
+def _output_param(request: dict[str, Any]) -> str:
+    """Where the request named its output length (a shared key's token limit refers to it)."""
+    return (
+        PARAM_MAX_COMPLETION_TOKENS if PARAM_MAX_COMPLETION_TOKENS in request else PARAM_MAX_TOKENS
+    )
+
+
 def create_chat_request(
     session: Session,
     policy: Policy,
@@ -187,7 +200,8 @@ def create_chat_request(
     model and pool, features, kudos cap, concurrency, upfront kudos) and stop before the
     row: the caller does it before fetching or decoding any image, so a request refused
     anyway costs no fetch. The result's id is None unless an operation key was replayed."""
-    admission = read_admission(session, policy, api_key, operation_key or None, now)
+    asker = shared_keys.requester(session, api_key, now)
+    admission = read_admission(session, policy, asker.key_hash, operation_key or None, now)
     user, online, counted = admission.user, admission.online, admission.queued
     fingerprint = operation_fingerprint(original or request) if operation_key else ""
     if operation_key and admission.operation is not None:
@@ -206,6 +220,7 @@ def create_chat_request(
     plan = plan_chat_request(request, declarations, measured)
     cost = kudos.quote(plan.max_length, plan.max_context_length, 1, models, policy.horde_tax)
     _check_kudos_cap(request, cost)
+    shared_keys.check_request(asker.shared_key, cost, plan.max_length, _output_param(request))
     if horde_option(request, HORDE_DRY_RUN):
         return ChatSubmitted(id=None, kudos=cost)
     slow = bool(horde_option(request, HORDE_SLOW_WORKERS))
@@ -216,6 +231,7 @@ def create_chat_request(
         return ChatSubmitted(id=None, kudos=cost)
     wp = _row(policy, user, request, plan, models, full_prompt, cost, now)
     wp.client_agent, wp.ipaddr = client_agent[:255], ipaddr[:64]
+    wp.sharedkey_id = asker.shared_key.id if asker.shared_key is not None else None
     if objects is not None:
         wp.messages_object = objects.offload(plan.messages)
         owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
@@ -223,6 +239,7 @@ def create_chat_request(
     operation = (operation_key, fingerprint) if operation_key else None
     if not enqueue_request(session, wp, Decimal(policy.horde_tax), operation):
         raise OperationKeyRace(operation_key)
+    shared_keys.spend(session, wp.sharedkey_id, Decimal(policy.horde_tax))
     if needs_upfront:
         kudos.hold_upfront(session, user.id, wp.id, cost)
     return ChatSubmitted(

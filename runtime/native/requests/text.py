@@ -23,10 +23,11 @@ from generated.errors import (
     TooManyStopSequences,
 )
 from generated.wire import DEFAULT_STATE
-from runtime.native.accounts import kudos
+from runtime.native.accounts import kudos, shared_keys
 from runtime.native.db.tables import (
     AnyWorker,
     Generation,
+    SharedKey,
     User,
     WaitingPrompt,
     WorkerRow,
@@ -91,12 +92,14 @@ def create_text_request(
     counted: int | None,
     moderation: Screen,
     source: Source,
+    shared_key: SharedKey | None = None,
 ) -> Submitted:
     """Queue a text request (or quote it on dry_run); ``user`` must be locked FOR UPDATE
     (``requests.admission``, which reads its queued jobs as well: ``counted``; None has
     ``rows.admit_jobs`` count them). A ``source`` in timeout is refused, then the prompt
     passes the ``moderation`` screen. The row and the horde tax are one statement
-    (``requests.enqueue``); ``user`` may be in no session."""
+    (``requests.enqueue``); ``user`` may be in no session. Sent with ``shared_key``, the
+    request is held to its limits and its tax spends it."""
     params = dict(body["params"])
     check_text_params(body["prompt"], params)
     source.refuse_in_timeout()
@@ -106,6 +109,7 @@ def create_text_request(
     cost = kudos.quote(
         params["max_length"], params["max_context_length"], n, models, policy.horde_tax
     )
+    shared_keys.check_request(shared_key, cost, params["max_length"])
     if body.get("dry_run"):
         return Submitted(id=None, kudos=cost)
     needs_upfront = admit_jobs(
@@ -137,6 +141,7 @@ def create_text_request(
         softprompt=body.get("softprompt"),
         webhook=body.get("webhook"),
         origin_id=context.request_id.get(),
+        sharedkey_id=shared_key.id if shared_key is not None else None,
         client_agent=client_agent[:255],
         ipaddr=ipaddr[:64],
         extra_priority=queue_priority(policy, user),
@@ -145,6 +150,7 @@ def create_text_request(
         expiry=now + timedelta(seconds=policy.waiting_expiry_seconds),
     )
     enqueue_request(session, wp, Decimal(policy.horde_tax), None)
+    shared_keys.spend(session, wp.sharedkey_id, Decimal(policy.horde_tax))
     if needs_upfront:
         kudos.hold_upfront(session, user.id, wp.id, cost)
     return Submitted(id=wp.id, kudos=cost)
