@@ -199,8 +199,8 @@ def features_gap(
     missing: Collection[str], metadata: dict[str, Any] | None = None
 ) -> NoWorkerSupportsFeatures:
     """404 no_worker_supports_features naming what is missing and, when a guarantee is among
-    it, the opt-in: a best_effort request does not require guarantees (design doc:
-    "Guarantees and the conformance mode"), the features themselves still apply."""
+    it, the opt-in: a best_effort request does not require guarantees (docs/design.md,
+    "Features and guarantees"), the features themselves still apply."""
     guarantees = [name for name in missing if name in GUARANTEES]
     opt_in = (
         f" {', '.join(guarantees)} {'is a guarantee' if len(guarantees) == 1 else 'are guarantees'}"

@@ -1,7 +1,7 @@
 """POST /v1/chat/completions as one ASGI coroutine that owns the request's whole life.
 
 Admitted -> Validated -> Submitted -> Waiting -> Answered, or Refused / Cancelled /
-Faulted (the design doc's state diagram). Owning the life in one coroutine keeps the
+Faulted (docs/design.md, "The front"). Owning the life in one coroutine keeps the
 admission slot and the signal subscription held until the last byte of a stream, and lets
 one watcher notice a client that left: the wait (or the stream) is then cancelled and so is
 the Horde request. Errors before a stream opens are plain HTTP errors in OpenAI's envelope;

@@ -1,4 +1,5 @@
-"""The wait for a submitted request's reply: the design doc's Submitted -> Waiting states.
+"""The wait for a submitted request's reply: the Submitted -> Waiting states
+(docs/design.md, "The front").
 
 ``ReplyWait`` subscribes to the request's completion signal (``async with``; with the hub's
 ``mark`` taken before the submit, it holds what the channel had meanwhile);

@@ -6,8 +6,8 @@ koboldcpp (same, ``/api/extra/tokencount``), llama.cpp's server (``/apply-templa
 ``/tokenize``) and vLLM (``/tokenize`` with the messages). Where there is none, the *byte
 bound* counts one token per UTF-8 byte of the messages' JSON (a byte-level BPE emits at
 least one byte per token), plus the template's fixed part measured from a probe, plus the
-operator's ``--template-overhead`` when tools are sent (design doc: "Prompt fit on the
-worker"). :func:`calibrate` compares a counter with the backend's own
+operator's ``--template-overhead`` when tools are sent (docs/design.md, "Prompt fit on
+the worker"). :func:`calibrate` compares a counter with the backend's own
 ``usage.prompt_tokens`` for a probe conversation at startup.
 """
 

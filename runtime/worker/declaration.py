@@ -1,7 +1,7 @@
 """What the worker declares on every pop, probed once at startup: nothing unchecked.
 
 Each capability and guarantee is declared only when a probe against the backend showed it
-(design doc: "Capability declaration and routing by features"):
+(docs/design.md, "Features and guarantees"):
 
 * tools: a call forced the way dispatch sends a named function (``required``, one tool)
   comes back as that structured call, and a tool loop's second turn (an assistant message

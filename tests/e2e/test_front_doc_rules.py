@@ -100,8 +100,8 @@ def test_a_whole_reply_stream_refused_for_a_missing_feature_is_an_http_error_at_
 ) -> None:
     """A streamed tool request (a whole-reply stream) that no worker can serve: the SDK's
     create() raises NotFoundError, no SSE headers, no keep-alive and no error event, as
-    for a plain stream (design doc: "a declaration gap ... is an HTTP error here, before
-    any SSE headers")."""
+    for a plain stream (docs/design.md, "The front": a gap found at the first status is a plain
+    HTTP error, sent before any SSE headers)."""
     with ChatTestWorker(
         native_url, worker_key, model=MODEL, features=[GUARANTEE_PROMPT_OVERFLOW_REFUSED]
     ):

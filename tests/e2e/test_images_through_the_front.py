@@ -2,10 +2,10 @@
 (image intake, object store, transports at pop) -> the real chat worker (--vision) -> the
 OpenAI backend double, which records what it received.
 
-Every path of the design doc's transport flowchart is taken, and each test checks both what
-the worker was handed (messages_url, a signed URL per image, or the bytes inline) and that
-the backend got every image in OpenAI's image_url form, as the stored JPEG. Refused images
-are 400 naming the message and part, with nothing queued and nothing left stored; a
+Every row of the transport table in docs/design.md ("Images") is taken, and each test checks
+both what the worker was handed (messages_url, a signed URL per image, or the bytes inline)
+and that the backend got every image in OpenAI's image_url form, as the stored JPEG. Refused
+images are 400 naming the message and part, with nothing queued and nothing left stored; a
 request's objects are deleted when it ends.
 """
 

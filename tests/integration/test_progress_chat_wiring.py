@@ -180,7 +180,7 @@ def test_a_cancel_during_reasoning_settles_on_the_posted_reasoning(
     redis: Redis,
     make_user: Callable[..., MadeUser],
 ) -> None:
-    # Reasoning is generated output, charged with the content (design doc "Reasoning"): a
+    # Reasoning is generated output, charged with the content (docs/design.md, "Pricing"): a
     # client that leaves while the model still thinks pays for the reasoning posted.
     requester, worker = make_user("req", kudos=1000), make_user("wk")
     request_id, job = streamed_job(native_client, requester, worker, stream=True)

@@ -84,7 +84,7 @@ def chat_async() -> tuple[Response, int]:
     if result.id is None:
         return jsonify(kudos=float(result.kudos)), 200
     # A replay by operation key queues nothing: 200 with the first request's id and kudos
-    # (the design doc's lost-response diagram); a new request is 202, queued.
+    # (docs/design.md, "Operation keys"); a new request is 202, queued.
     code = 200 if result.existing else 202
     accepted: ChatAccepted = {
         "id": str(result.id),

@@ -1,4 +1,4 @@
-"""Image intake at submit (design doc: "Images by the declared transport").
+"""Image intake at submit (docs/design.md, "Images").
 
 ``take_in_images(messages, store, policy)`` fetches every image part (https URL or data
 URL; the remote ones on the bounded fetch pool, within one deadline for them all), checks

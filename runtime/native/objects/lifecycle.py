@@ -1,5 +1,5 @@
 """A chat request's stored objects over its life: taken in at submit, sent at pop, deleted at
-its end (design doc: "Images by the declared transport", "Messages offload").
+its end (docs/design.md, "Images").
 
 * submit: ``take_in`` runs image intake before the transaction; ``ChatObjects`` then lends
   the transaction its image measures and the offload of the kept messages, and remembers

@@ -1,4 +1,4 @@
-"""Messages offload (design doc: "Messages offload").
+"""Messages offload (docs/design.md, "Images").
 
 At submit, a request whose messages (images inlined as data URLs) serialise above the
 configured size is stored whole as one JSON object; the row keeps its key. At pop, a

@@ -1,6 +1,6 @@
 """Images of a stored request, sent by the popping worker's declared transport.
 
-Called at pop after the commits that release the queue's row lock (design doc flowchart):
+Called at pop after the commits that release the queue's row lock (docs/design.md, "Images"):
 ``url`` gives one signed URL per image, ``base64`` only inlines the JPEG bytes as data
 URLs. Messages without references come back unchanged.
 """

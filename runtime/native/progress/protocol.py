@@ -1,4 +1,4 @@
-"""The Redis protocol of a streamed generation (design doc "Streaming", lease diagram).
+"""The Redis protocol of a streamed generation (docs/design.md, "Streaming").
 
 Every step is one Lua script, so concurrent posts, a cancel and a submit never interleave
 inside a step, and no step reads Postgres:

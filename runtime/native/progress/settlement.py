@@ -1,5 +1,5 @@
-"""The cancel settlement of streamed generations (design doc "Pricing by the text output
-estimate" and the lease diagram's Cancelled state).
+"""The cancel settlement of streamed generations (docs/design.md, "Pricing"
+and "Streaming").
 
 When a request is cancelled, each of its generations still in flight that posted progress
 is settled on the content (and reasoning) posted before the cancel, which the Horde

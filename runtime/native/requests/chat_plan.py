@@ -8,7 +8,7 @@ under strict; limits) are computed once for the row, and a pool gap is refused (
 features or guarantees, 400 for a size limit). The client's request itself is not changed:
 the row keeps its values, and the lowered length travels in ``max_tokens_lowered_to``.
 The plan's messages are the kept messages as stored: a developer message is stored (and so
-sent) as system (design doc: "Sampling defaults and the developer role").
+sent) as system (docs/design.md, "Sampling defaults").
 """
 
 from __future__ import annotations
