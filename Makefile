@@ -72,9 +72,9 @@ generate: $(STAMP)
 check-generated: $(STAMP)
 	$(BIN)/python -m codegen check
 
-## docs: generated/docs/ as a static site in build/docs/ (HTML, readable offline; not committed)
+## docs: the docs site (guides, reference, OpenAPI pages, search) in build/docs/; reads offline
 docs: $(STAMP)
-	$(BIN)/python -m codegen.site build/docs
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 ## lint: ruff's rules, ruff's format check and the import contracts (pyproject [tool.importlinter])
 lint: $(STAMP)

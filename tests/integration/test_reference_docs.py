@@ -4,7 +4,7 @@ where Debian's Chromium is installed, the page rendered in headless Chromium sho
 service's routes while every network request it made went to the service itself.
 
 On the native API (tests/conftest.py's native_service) and on a front in front of it. The
-Chromium test skips on a machine without /usr/bin/chromium (CI has only Python and pip); the
+Chromium test skips on a machine without /usr/bin/chromium (.ci/run installs it); the
 plain HTTP tests run everywhere.
 """
 
@@ -12,14 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
@@ -29,31 +24,12 @@ import yaml
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import SERVICE_PASSKEY
+from tests.support.chromium import NAME_NOT_RESOLVED, needs_chromium, render
 from tests.support.front import running_front
 
 pytestmark = pytest.mark.integration
 
 GENERATED = Path(__file__).resolve().parents[2] / "generated" / "openapi"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-extensions",
-    "--disable-default-apps",
-    # a name no resolver knows is refused here rather than looked up (and still logged)
-    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
-)
-RENDER_BUDGET_MS = 20000
-"""Chromium's virtual time for the page to load its script, fetch the document and render."""
-CHROMIUM_TIMEOUT = 120
-NAME_NOT_RESOLVED = -105
-"""net::ERR_NAME_NOT_RESOLVED: what --host-resolver-rules makes of any other host."""
 # a route of each service that Swagger UI renders as an operation (its path in the page)
 ROUTE_SHOWN = {"native": "/api/v2/generate/chat/async", "front": "/v1/chat/completions"}
 
@@ -153,61 +129,12 @@ def test_an_unknown_asset_is_a_404_in_the_service_envelope(service: tuple[str, s
     assert httpx.get(root + "/docs/LICENSE", timeout=10).status_code == 404
 
 
-@dataclass
-class Fetch:
-    """One request in Chromium's network log (a URL_REQUEST source)."""
-
-    url: str
-    top_site: str
-    """The network isolation key's top-frame site: the page's site for what the page asked."""
-    net_error: int | None = None
-
-
-def _fetches(net_log: Path) -> list[Fetch]:
-    """Every request Chromium's network log saw start, with how it ended."""
-    data: dict[str, Any] = json.loads(net_log.read_text(encoding="utf-8"))
-    start_job = data["constants"]["logEventTypes"]["URL_REQUEST_START_JOB"]
-    fetches: dict[int, Fetch] = {}
-    for event in data.get("events", []):
-        if event["type"] != start_job:
-            continue
-        params = event.get("params") or {}
-        source = int(event["source"]["id"])
-        if "url" in params:
-            site = str(params.get("network_isolation_key", "null")).split(" ")[0]
-            fetches[source] = Fetch(str(params["url"]), site)
-        elif source in fetches and "net_error" in params:
-            fetches[source].net_error = int(params["net_error"])
-    return list(fetches.values())
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_docs_renders_the_routes_in_headless_chromium(service: tuple[str, str]) -> None:
     surface, root = service
-    scratch = Path(tempfile.mkdtemp(prefix="horde-chromium-"))
-    net_log = scratch / "net-log.json"
-    try:
-        run = subprocess.run(
-            [
-                str(CHROMIUM),
-                *CHROMIUM_FLAGS,
-                f"--user-data-dir={scratch / 'profile'}",
-                f"--log-net-log={net_log}",
-                f"--virtual-time-budget={RENDER_BUDGET_MS}",
-                "--dump-dom",
-                root + "/docs",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=CHROMIUM_TIMEOUT,
-            check=False,
-        )
-        dom = run.stdout
-        assert run.returncode == 0, run.stderr[-2000:]
-        fetches = _fetches(net_log)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    rendered = render(root + "/docs")
+    dom, fetches = rendered.dom, rendered.fetches
     # Swagger UI rendered the document: an operation block naming one of the service's
     # routes, and no error box
     assert 'class="swagger-ui' in dom
