@@ -1,22 +1,28 @@
-"""A page rendered in Debian's headless Chromium, with every request it started.
+"""Debian's headless Chromium for the tests of pages, with nothing leaving the machine.
 
-``render(url)`` runs ``chromium --dump-dom`` with a network log and returns the DOM after the
-page's scripts ran and each request Chromium started (``Fetch``). Any host but 127.0.0.1 is
-refused before a name is looked up, so nothing leaves the machine. Tests that need it skip
-where /usr/bin/chromium is missing (.ci/run installs it).
+``render(url)`` runs ``chromium --dump-dom`` with a network log: the DOM after the page's
+scripts ran, and each request Chromium started (``Fetch``). ``chromium()`` is a Playwright
+browser on the same binary (Playwright downloads none) for pages a test clicks through;
+``PageErrors`` collects what a page's scripts threw. Any host but 127.0.0.1 is refused before
+a name is looked up. Without /usr/bin/chromium the tests skip, except in CI, where .ci/run
+installs it and its absence is a failure.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Error, Page, sync_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = (
@@ -39,9 +45,56 @@ CHROMIUM_TIMEOUT = 120
 NAME_NOT_RESOLVED = -105
 """net::ERR_NAME_NOT_RESOLVED: what --host-resolver-rules makes of any other host."""
 
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 860}
+
 needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="Debian's chromium is not installed"
+    not CHROMIUM.exists() and not os.environ.get("CI"),
+    reason="Debian's chromium is not installed (apt-get install chromium)",
 )
+"""Skips a test where Chromium is missing, except in CI, where the test then fails."""
+
+
+def require_chromium() -> None:
+    if CHROMIUM.exists():
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"{CHROMIUM} is missing: .ci/run installs Debian's chromium")
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    """A Playwright browser on Debian's Chromium with ``CHROMIUM_FLAGS``."""
+    require_chromium()
+    with sync_playwright() as playwright:
+        # Playwright adds its own headless switch
+        flags = [flag for flag in CHROMIUM_FLAGS if flag != "--headless"]
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=flags)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+class PageErrors:
+    """Uncaught exceptions and console errors of one page. Chromium's own line for a response
+    with an error status (``Failed to load resource``) is not one: the pages answer such a
+    response by showing the API's message, which the tests check."""
+
+    NETWORK = "Failed to load resource"
+
+    def __init__(self, page: Page) -> None:
+        self.errors: list[str] = []
+        page.on("pageerror", self._thrown)
+        page.on("console", self._logged)
+
+    def _thrown(self, error: Error) -> None:
+        self.errors.append(f"uncaught: {error}")
+
+    def _logged(self, message: ConsoleMessage) -> None:
+        if message.type == "error" and not message.text.startswith(self.NETWORK):
+            self.errors.append(f"console: {message.text} ({message.location.get('url', '')})")
 
 
 @dataclass
