@@ -186,6 +186,23 @@ ROUTES: dict[str, Route] = {
         invalid_body="InvalidPayload",
         errors=("RouteNotFound", "FrontAtCapacity", "RateLimited", "InternalError"),
     ),
+    "front_playground": Route(
+        operation_id="front_playground",
+        surface="front",
+        method="GET",
+        path="/",
+        invalid_body="InvalidPayload",
+        errors=("FrontAtCapacity", "RateLimited", "InternalError"),
+    ),
+    "front_page_asset": Route(
+        operation_id="front_page_asset",
+        surface="front",
+        method="GET",
+        path="/pages/{asset}",
+        path_params={"asset": {"enum": ["playground.js", "playground.css", "pages.css"]}},
+        invalid_body="InvalidPayload",
+        errors=("RouteNotFound", "FrontAtCapacity", "RateLimited", "InternalError"),
+    ),
     "text_async": Route(
         operation_id="text_async",
         surface="native",

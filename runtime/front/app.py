@@ -39,6 +39,7 @@ from runtime.front.drain import Drain
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
 from runtime.front.native_client import NativeClient, native_session
 from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, current_request_id
+from runtime.front.playground import PLAYGROUND_ROUTES
 from runtime.front.reference import REFERENCE_ROUTES
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
@@ -166,6 +167,7 @@ def create_front_app(
         ),
         *OPERATOR_ROUTES,  # /healthz, /readyz, /metrics
         *REFERENCE_ROUTES,  # /openapi.json, /docs
+        *PLAYGROUND_ROUTES,  # /, /pages/{asset}
     ]
     handlers: dict[Any, Any] = {
         404: not_found,

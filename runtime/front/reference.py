@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -10,7 +12,7 @@ from starlette.routing import BaseRoute, Route
 from generated.errors import RouteNotFound
 from generated.routes import ROUTES
 from runtime.front.errors import error_response
-from runtime.observability.reference import CACHE_CONTROL, Reference
+from runtime.observability.reference import ASSET_PARAM, CACHE_CONTROL, Asset, Reference
 
 REFERENCE = Reference("front")
 
@@ -23,13 +25,22 @@ async def docs(request: Request) -> Response:
     return Response(REFERENCE.page(), media_type="text/html")
 
 
-async def docs_asset(request: Request) -> Response:
-    found = REFERENCE.asset(str(request.path_params.get("asset", "")))
-    if found is None:
-        return error_response(RouteNotFound(method=request.method, path=request.url.path))
-    return Response(
-        found.body, media_type=found.content_type, headers={"cache-control": CACHE_CONTROL}
-    )
+def asset_view(
+    find: Callable[[str], Asset | None], cache_control: str
+) -> Callable[[Request], Awaitable[Response]]:
+    """The view of an asset route: ``find(name)``'s bytes, or 404 RouteNotFound."""
+
+    async def view(request: Request) -> Response:
+        found = find(str(request.path_params.get(ASSET_PARAM, "")))
+        if found is None:
+            return error_response(RouteNotFound(method=request.method, path=request.url.path))
+        headers = {"cache-control": cache_control}
+        return Response(found.body, media_type=found.content_type, headers=headers)
+
+    return view
+
+
+docs_asset = asset_view(REFERENCE.asset, CACHE_CONTROL)
 
 
 REFERENCE_ROUTES: list[BaseRoute] = [

@@ -27,6 +27,7 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.supervisors.multiprocess import Multiprocess
 
+from generated.routes import ROUTES
 from generated.signals import CHAT_SIGNALS
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
@@ -93,7 +94,8 @@ class FrontService:
         return cls(bound_host, bound_port, server, thread, app.state.drain)
 
     def describe(self) -> str:
-        return f"chat front: {self.url}/v1"
+        playground = ROUTES["front_playground"].path
+        return f"chat front: {self.url}/v1\nplayground: {self.url}{playground}"
 
     def stop(self) -> None:
         self.drain.begin_threadsafe()
