@@ -66,4 +66,6 @@ RATE_LIMITS: dict[str, tuple[RateLimit, ...]] = {
     "native_openapi": (),
     "native_docs": (),
     "native_docs_asset": (),
+    "native_dashboard": (),
+    "native_page_asset": (),
 }

@@ -656,4 +656,21 @@ ROUTES: dict[str, Route] = {
         invalid_body="InvalidPayload",
         errors=("RouteNotFound", "RateLimited", "InternalError"),
     ),
+    "native_dashboard": Route(
+        operation_id="native_dashboard",
+        surface="native",
+        method="GET",
+        path="/dashboard",
+        invalid_body="InvalidPayload",
+        errors=("RateLimited", "InternalError"),
+    ),
+    "native_page_asset": Route(
+        operation_id="native_page_asset",
+        surface="native",
+        method="GET",
+        path="/pages/{asset}",
+        path_params={"asset": {"enum": ["dashboard.js", "dashboard.css", "pages.css"]}},
+        invalid_body="InvalidPayload",
+        errors=("RouteNotFound", "RateLimited", "InternalError"),
+    ),
 }

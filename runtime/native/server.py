@@ -20,6 +20,7 @@ from typing import TextIO
 import uvicorn
 from sqlalchemy import Engine
 
+from generated.routes import ROUTES
 from runtime.config import Settings
 from runtime.listening import BACKLOG, bind
 from runtime.native.api.app import create_app
@@ -157,7 +158,8 @@ class NativeService:
         return cls(ctx, bound_host, bound_port, app, server, thread, sweeper)
 
     def describe(self) -> str:
-        return f"native API: {self.url}/api/v2"
+        dashboard = ROUTES["native_dashboard"].path
+        return f"native API: {self.url}/api/v2\ndashboard:  {self.url}{dashboard}"
 
     def stop(self) -> None:
         if self._sweeper is not None:

@@ -25,6 +25,7 @@ from runtime.native.api import public_views as views_status
 from runtime.native.api import text_views as views_text
 from runtime.native.api import worker_views as views_workers
 from runtime.native.api.context import EXTENSION, NativeContext
+from runtime.native.api.dashboard import DASHBOARD_VIEWS
 from runtime.native.api.errors import register_error_handlers
 from runtime.native.api.lane import LANE, Lane, LaneView, flask_view
 from runtime.native.api.observe import OPERATOR_VIEWS
@@ -61,6 +62,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "object": views_objects.object_download,
     **OPERATOR_VIEWS,  # /healthz, /readyz, /metrics
     **REFERENCE_VIEWS,  # /openapi.json, /docs
+    **DASHBOARD_VIEWS,  # /dashboard, /pages/{asset}
 }
 
 

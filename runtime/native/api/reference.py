@@ -8,7 +8,7 @@ from collections.abc import Callable
 from flask import Response, request
 
 from generated.errors import RouteNotFound
-from runtime.observability.reference import CACHE_CONTROL, Reference
+from runtime.observability.reference import CACHE_CONTROL, Asset, Reference
 
 REFERENCE = Reference("native")
 
@@ -21,13 +21,21 @@ def docs() -> Response:
     return Response(REFERENCE.page(), content_type="text/html; charset=utf-8")
 
 
-def docs_asset(asset: str) -> Response:
-    found = REFERENCE.asset(asset)
-    if found is None:
-        raise RouteNotFound(method=request.method, path=request.path)
-    response = Response(found.body, content_type=found.content_type)
-    response.headers["Cache-Control"] = CACHE_CONTROL
-    return response
+def asset_view(find: Callable[[str], Asset | None], cache_control: str) -> Callable[..., Response]:
+    """The view of an asset route: ``find(name)``'s bytes, or 404 RouteNotFound."""
+
+    def view(asset: str) -> Response:
+        found = find(asset)
+        if found is None:
+            raise RouteNotFound(method=request.method, path=request.path)
+        response = Response(found.body, content_type=found.content_type)
+        response.headers["Cache-Control"] = cache_control
+        return response
+
+    return view
+
+
+docs_asset = asset_view(REFERENCE.asset, CACHE_CONTROL)
 
 
 REFERENCE_VIEWS: dict[str, Callable[..., Response]] = {
