@@ -8,6 +8,7 @@ spec) and raises ``InvalidChatParameter`` naming the field in OpenAI's manner
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jsonschema.exceptions import ValidationError
@@ -63,6 +64,26 @@ def same(a: Any, b: Any) -> bool:
 def wrong_type(param: str, expected: str, value: Any) -> str:
     """OpenAI's message for a field of the wrong type (``expected``: "an object", ...)."""
     return f"Invalid type for '{param}': expected {expected}, but got {type_word(value)} instead."
+
+
+def kind_of(value: Any, param: str, allowed: Iterable[str], refused: Mapping[str, str]) -> str:
+    """The ``type`` of an object that must be one of ``allowed``: a type in ``refused`` is
+    UnsupportedChatParameter with its reason, any other InvalidChatParameter naming the
+    supported values (OpenAI's wording)."""
+    if not isinstance(value, dict):
+        raise InvalidChatParameter(detail=wrong_type(param, "an object", value), param=param)
+    kind = value.get("type")
+    where = join_param(param, "type")
+    if isinstance(kind, str) and kind in refused:  # a list or object: not a key
+        raise UnsupportedChatParameter(key=f"{where} {kind}", reason=refused[kind], param=where)
+    names = list(allowed)
+    if kind not in names:
+        values = ", ".join(f"'{t}'" for t in names)
+        raise InvalidChatParameter(
+            detail=f"Invalid value for '{where}': {kind!r}. Supported values are: {values}.",
+            param=where,
+        )
+    return str(kind)
 
 
 def _validator(schema: dict[str, Any]) -> SchemaCheck:

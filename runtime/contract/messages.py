@@ -26,7 +26,7 @@ from generated.errors import (
     UnansweredToolCalls,
     UnsupportedChatParameter,
 )
-from runtime.contract.checks import check, join_param, wrong_type
+from runtime.contract.checks import check, join_param, kind_of, wrong_type
 
 _TOOL_CALL_SCHEMA = {
     "type": "object",
@@ -44,19 +44,7 @@ _TOOL_CALL_SCHEMA = {
 
 
 def _part(part: Any, allowed: list[str], param: str) -> dict[str, Any]:
-    if not isinstance(part, dict):
-        raise InvalidChatParameter(detail=wrong_type(param, "an object", part), param=param)
-    kind = part.get("type")
-    if isinstance(kind, str) and kind in REFUSED_PARTS:  # a list or object: not a key
-        key = join_param(param, "type")
-        raise UnsupportedChatParameter(key=f"{key} {kind}", reason=REFUSED_PARTS[kind], param=key)
-    if kind not in allowed:
-        values = ", ".join(f"'{t}'" for t in allowed)
-        where = join_param(param, "type")
-        raise InvalidChatParameter(
-            detail=f"Invalid value for '{where}': {kind!r}. Supported values are: {values}.",
-            param=where,
-        )
+    kind = kind_of(part, param, allowed, REFUSED_PARTS)
     keys = CONTENT_PARTS[kind]["keys"]
     check(part, {"type": "object", "required": list(keys), "properties": keys}, param)
     kept = {"type": kind, **{k: part[k] for k in keys}}

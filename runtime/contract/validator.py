@@ -11,7 +11,7 @@ bound, 404 model_not_found for a model id with a colon.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from generated.chat.names import (
@@ -49,28 +49,28 @@ from runtime.contract.tools import validate_response_format, validate_tool_choic
 _UNKNOWN = "Unrecognized request argument supplied: {}"
 
 
-def _at_default(name: str, value: Any) -> bool:
-    return any(same(value, noop) for noop in PARAMETERS[name]["noop_values"])
+def _at_default(entry: Mapping[str, Any], value: Any) -> bool:
+    return any(same(value, noop) for noop in entry["noop_values"])
 
 
-def _kept(_key: str, _value: Any) -> bool:
+def _kept(_where: str, _value: Any, _entry: Mapping[str, Any]) -> bool:
     """Capability fields are never dropped, even at their default."""
     return True
 
 
-def _kept_unless_default(key: str, value: Any) -> bool:
-    return not _at_default(key, value)
+def _kept_unless_default(_where: str, value: Any, entry: Mapping[str, Any]) -> bool:
+    return not _at_default(entry, value)
 
 
-def _refused_unless_default(key: str, value: Any) -> bool:
-    if _at_default(key, value):
+def _refused_unless_default(where: str, value: Any, entry: Mapping[str, Any]) -> bool:
+    if _at_default(entry, value):
         return False
-    raise UnsupportedChatParameter(key=key, reason=PARAMETERS[key]["reason"], param=key)
+    raise UnsupportedChatParameter(key=where, reason=entry["reason"], param=where)
 
 
 # A parameter's treatment (spec/chat/parameters.yaml) -> whether a non-null value is kept
 # (False: left out as the default), or the refusal.
-TREATMENTS: dict[str, Callable[[str, Any], bool]] = {
+TREATMENTS: dict[str, Callable[[str, Any, Mapping[str, Any]], bool]] = {
     "supported": _kept_unless_default,
     "capability": _kept,
     "refused_unless_default": _refused_unless_default,
@@ -80,17 +80,29 @@ TREATMENTS: dict[str, Callable[[str, Any], bool]] = {
 implements("treatments", TREATMENTS)
 
 
+def kept(where: str, value: Any, entry: Mapping[str, Any]) -> bool:
+    """Whether the value of a key whose spec entry (a table row with schema, treatment,
+    noop_values and reason) is ``entry`` is kept; False when it counts as omitted (null, or
+    at its default). Raises the refusal of a value off its schema or of a refused key."""
+    check(value, entry["schema"], where)
+    return value is not None and TREATMENTS[entry["treatment"]](where, value, entry)
+
+
+def unknown_key(where: str) -> UnsupportedChatParameter:
+    """The refusal of a key no table knows (OpenAI's wording)."""
+    return UnsupportedChatParameter(key=where, reason=_UNKNOWN.format(where), param=where)
+
+
 def _top_level(body: dict[str, Any]) -> dict[str, Any]:
     """Each key checked against its schema and treatment; defaults left out."""
-    kept: dict[str, Any] = {}
+    kept_keys: dict[str, Any] = {}
     for key, value in body.items():
         spec = PARAMETERS.get(key)
         if spec is None:
-            raise UnsupportedChatParameter(key=key, reason=_UNKNOWN.format(key), param=key)
-        check(value, spec["schema"], key)
-        if value is not None and TREATMENTS[spec["treatment"]](key, value):
-            kept[key] = value
-    return kept
+            raise unknown_key(key)
+        if kept(key, value, spec):
+            kept_keys[key] = value
+    return kept_keys
 
 
 def validate_horde(obj: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +111,7 @@ def validate_horde(obj: dict[str, Any]) -> dict[str, Any]:
     for key, value in obj.items():
         where = f"{PARAM_HORDE}.{key}"
         if key not in HORDE_KEYS:
-            raise UnsupportedChatParameter(key=where, reason=_UNKNOWN.format(where), param=where)
+            raise unknown_key(where)
         check(value, HORDE_KEYS[key]["schema"], where)
         if not same(value, HORDE_KEYS[key]["default"]):
             kept[key] = value
