@@ -9,7 +9,8 @@ the raw bytes, after it exactly), parses it (runtime.strict_json: any depth, non
 numbers, lone surrogates and NUL are 400s), drops the front's default no-ops and runs the
 shared validator (item caps first); it returns the body to forward and the normalised
 request. ``admitted_body`` is what a request awaits: the same, with the body to forward
-encoded, run in ``PARSER`` (two processes of their own) for a body over ``OFF_LOOP_BYTES``.
+encoded (or another route's check of its body, the Responses API's translation), run in
+``PARSER`` (two processes of their own) for a body over ``OFF_LOOP_BYTES``.
 
 Why processes: the json module holds the GIL for a whole parse, so a parse on a thread still
 held every other client of the event loop (a 1 MiB body of ``[{},{},...]``, the text
@@ -34,15 +35,15 @@ import os
 import select
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 
-from generated.chat.names import HORDE_DRY_RUN
+from generated.chat.names import HORDE_DRY_RUN, PARAM_HORDE
 from generated.errors import (
     BodyReadTimeout,
     FrontAtCapacity,
@@ -141,22 +142,34 @@ def api_key_of(request: Request) -> str:
 def checked_request(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the body to forward, the normalised request), or the refusal: 413 for a body over
     an allowance, 400 for malformed JSON or a request the validator refuses."""
+    return checked_chat_body(parsed_body(raw))
+
+
+def parsed_body(raw: bytes) -> object:
+    """The body parsed, held to its text and inline-image allowances (413), or the 400 of a
+    malformed body."""
     body_caps.check_allowances(len(raw), body_caps.inline_image_bound(raw))
     try:
         body = strict_json.parse(raw, lift=body_caps.DATA_IMAGE)  # images: not json-scanned
     except strict_json.Malformed as bad:
         raise _refusal(bad) from None  # the traceback would only repeat the body's problem
     body_caps.check_allowances(len(raw), body_caps.inline_image_bytes_in(body))
+    return body
+
+
+def checked_chat_body(body: object) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the chat body to forward, the normalised request) of a parsed chat body: the front's
+    default no-ops dropped, the shared validator's refusals raised."""
     forward = drop_front_defaults(body) if isinstance(body, dict) else body
     request = validate_chat_request(forward)
     if horde_option(request, HORDE_DRY_RUN):
-        where = f"horde.{HORDE_DRY_RUN}"
+        where = f"{PARAM_HORDE}.{HORDE_DRY_RUN}"
         raise UnsupportedChatParameter(
             key=where,
             reason="A kudos quote is served by the native chat route, not the chat front",
             param=where,
         )
-    return forward, request
+    return forward, request  # type: ignore[return-value]  # the validator took a dict
 
 
 def _refusal(bad: strict_json.Malformed) -> HordeError:
@@ -168,16 +181,29 @@ def _refusal(bad: strict_json.Malformed) -> HordeError:
     return InvalidJSON(detail=str(bad))
 
 
-def _checked_and_encoded(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+def encoded(body: dict[str, Any]) -> bytes:
+    """A body to forward, as the native API receives it."""
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def checked_and_encoded(raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    """A chat completion's admitted body: ``checked_request`` with the body encoded."""
     forward, request = checked_request(raw)
-    return json.dumps(forward, separators=(",", ":"), ensure_ascii=False).encode(), request
+    return encoded(forward), request
 
 
-def _parsed_apart(raw: bytes) -> tuple[bytes, dict[str, Any]] | HordeError:
-    """``_checked_and_encoded`` in a parser process: the refusal is returned, not raised (its
-    traceback, which would travel with it, holds nothing the front answers)."""
+Admitted = TypeVar("Admitted")
+Check = Callable[[bytes], Admitted]
+"""A route's check of its raw body: what it admits (for a chat completion
+``checked_and_encoded``), or its refusal raised. A module-level function, so a parser
+process can run it."""
+
+
+def _parsed_apart(check: Check[Admitted], raw: bytes) -> Admitted | HordeError:
+    """``check`` in a parser process: the refusal is returned, not raised (its traceback,
+    which would travel with it, holds nothing the front answers)."""
     try:
-        return _checked_and_encoded(raw)
+        return check(raw)
     except HordeError as refusal:
         return refusal
 
@@ -264,15 +290,15 @@ class Parser:
         pool = self.pool
         return sorted(getattr(pool, "_processes", None) or {}) if pool is not None else []
 
-    async def run(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
+    async def run(self, raw: bytes, check: Check[Admitted]) -> Admitted:
         pool = self._pool()
         try:
             try:
-                future = pool.submit(_parsed_apart, raw)
+                future = pool.submit(_parsed_apart, check, raw)
             except BrokenProcessPool:  # broken before this body: it gets a new pool
                 self._forget(pool)
                 pool = self._pool()
-                future = pool.submit(_parsed_apart, raw)
+                future = pool.submit(_parsed_apart, check, raw)
             done = await asyncio.wrap_future(future)
         except BrokenProcessPool:  # a parser died with this body in: the next gets a new pool
             self._forget(pool)
@@ -292,9 +318,10 @@ PARSER = Parser()
 """This front process's parser processes (each app's lifespan opens and closes it)."""
 
 
-async def admitted_body(raw: bytes) -> tuple[bytes, dict[str, Any]]:
-    """(the body to forward, encoded; the normalised request), or the refusal; in a parser
+async def admitted_body(raw: bytes, check: Check[Admitted]) -> Admitted:
+    """What ``check`` admits of the body (a chat completion's ``checked_and_encoded``: the
+    body to forward, encoded, and the normalised request), or its refusal; in a parser
     process for a body over ``OFF_LOOP_BYTES``."""
     if len(raw) <= OFF_LOOP_BYTES:
-        return _checked_and_encoded(raw)
-    return await PARSER.run(raw)
+        return check(raw)
+    return await PARSER.run(raw, check)

@@ -33,7 +33,7 @@ from generated.routes import ROUTES
 from generated.signals import CHAT_SIGNALS
 from generated.wire.front import Model, ModelList
 from runtime.front.admission import PARSER, Admission, api_key_of
-from runtime.front.chat import ChatCompletions
+from runtime.front.chat import ChatDialect, ChatRequestRoute
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
@@ -157,7 +157,7 @@ def create_front_app(
                 process_exited()
 
     routes = [
-        Route(_front_path("chat_completions"), ChatCompletions(), methods=["POST"]),
+        Route(_front_path("chat_completions"), ChatRequestRoute(ChatDialect), methods=["POST"]),
         Route(_front_path("list_models"), list_models, methods=["GET"]),
         # a model name may hold a slash (upstream's backend/model): the rest of the path
         Route(

@@ -1,4 +1,5 @@
-"""POST /v1/chat/completions as one ASGI coroutine that owns the request's whole life.
+"""POST /v1/chat/completions (and /v1/responses) as one ASGI coroutine that owns the
+request's whole life.
 
 Admitted -> Validated -> Submitted -> Waiting -> Answered, or Refused / Cancelled /
 Faulted (docs/design.md, "The front"). Owning the life in one coroutine keeps the
@@ -7,15 +8,19 @@ one watcher notice a client that left: the wait (or the stream) is then cancelle
 the Horde request. Errors before a stream opens are plain HTTP errors in OpenAI's envelope;
 once submitted they carry x-should-retry: false; after a stream's headers, one error event.
 A plain streamed request relays the worker's progress as it arrives (stream_events); while
-a stream waits, comment lines keep it alive and say the queue position.
+a stream waits, comment lines keep it alive and say the queue position. A route is one
+``Dialect`` on this life: how its body becomes the chat request, how the reply and a late
+error are written (``ChatDialect``; the Responses API's in runtime.front.responses_api).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -23,15 +28,20 @@ from starlette.types import Receive, Scope, Send
 
 from generated.chat.names import PARAM_STREAM
 from generated.errors import HordeError, InternalError
-from generated.wire.front import ChatCompletion
-from runtime.front.admission import ClientGone, admitted_body, api_key_of, read_body
+from runtime.front.admission import (
+    ClientGone,
+    admitted_body,
+    api_key_of,
+    checked_and_encoded,
+    read_body,
+)
 from runtime.front.drain import Drain
 from runtime.front.errors import error_event, error_response
 from runtime.front.native_client import SubmitLost, new_operation_key
 from runtime.front.request_id import RequestId
-from runtime.front.responses import completion
-from runtime.front.sse import DONE, SSE_HEADERS, chunk_stream, encode
-from runtime.front.stream_events import keep_alive, queue_note, reply_events
+from runtime.front.responses import Reply, completion
+from runtime.front.sse import DONE, SSE_HEADERS, ReplyEvents, chunk_stream, encode
+from runtime.front.stream_events import keep_alive, queue_note, reply_events, stream_model
 from runtime.front.waiter import ReplyWait, needs_cancel
 
 if TYPE_CHECKING:
@@ -108,14 +118,69 @@ class DisconnectWatch:
         self._task.cancel()
 
 
-class ChatCompletions:
-    """The ASGI endpoint; the shared FrontState is the app's ``state.front``."""
+@dataclass(frozen=True)
+class Streamed:
+    """A streamed request's reply events (``runtime.front.sse``), with what its events name:
+    the request id, the normalised request, and the model known so far (``model()``)."""
+
+    events: ReplyEvents
+    request_id: str
+    request: dict[str, Any]
+    model: Callable[[], str]
+
+
+class Dialect(Protocol):
+    """What a route speaks over the chat request life, for one request."""
+
+    async def admit(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
+        """(the chat body to forward, encoded; the normalised chat request), or the refusal."""
+        ...
+
+    def answer(self, reply: Reply, request: dict[str, Any]) -> Mapping[str, Any]:
+        """The JSON body of the finished request."""
+        ...
+
+    def stream(self, streamed: Streamed) -> AsyncIterator[bytes]:
+        """The encoded events of a streamed request, its end included."""
+        ...
+
+    def failure(self, error: HordeError) -> bytes:
+        """What ends a stream whose headers went out."""
+        ...
+
+
+class ChatDialect:
+    """OpenAI's chat completions: chat.completion, or its chunks and [DONE]."""
+
+    async def admit(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
+        return await admitted_body(raw, checked_and_encoded)  # off the event loop when large
+
+    def answer(self, reply: Reply, request: dict[str, Any]) -> Mapping[str, Any]:
+        return completion(reply, request)
+
+    async def stream(self, streamed: Streamed) -> AsyncIterator[bytes]:
+        chunks = chunk_stream(streamed.events, streamed.request_id, streamed.request)
+        async for chunk in chunks:
+            yield encode(chunk)
+        yield DONE
+
+    def failure(self, error: HordeError) -> bytes:
+        return encode(error_event(error)) + DONE
+
+
+class ChatRequestRoute:
+    """The ASGI endpoint of a route served as one chat request, in the ``Dialect`` that
+    ``dialect()`` makes for each request; the shared FrontState is the app's
+    ``state.front``."""
+
+    def __init__(self, dialect: Callable[[], Dialect]) -> None:
+        self.dialect = dialect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state: FrontState = scope["app"].state.front
         request = Request(scope, receive)
         source = request.client.host if request.client else "unknown"
-        life = _Life(state, request, send, source)
+        life = _Life(state, request, send, source, self.dialect())
         try:
             with state.admission.admit(source):
                 await life.run()
@@ -124,24 +189,32 @@ class ChatCompletions:
         except HordeError as error:
             await life.fail(error)
         except Exception:
-            log.exception("chat completion failed")
+            log.exception("%s %s failed", request.method, request.url.path)
             await life.fail(InternalError())
+
+
+def stream_model_of(wait: ReplyWait, request: dict[str, Any]) -> str:
+    """The model a stream names before its reply: from the wait's last status read."""
+    return stream_model(wait.status, request)
 
 
 class _Life:
     """One request's run; knows whether it was submitted and whether headers went out."""
 
-    def __init__(self, state: FrontState, request: Request, send: Send, source: str) -> None:
+    def __init__(
+        self, state: FrontState, request: Request, send: Send, source: str, dialect: Dialect
+    ) -> None:
         self.state = state
         self.request = request
         self.send = send
         self.source = source
+        self.dialect = dialect
         self.submitted = False
         self.headers_sent = False
 
     async def fail(self, error: HordeError) -> None:
         if self.headers_sent:
-            await self._event(encode(error_event(error)) + DONE, more=False)
+            await self._event(self.dialect.failure(error), more=False)
             return
         response = error_response(error, submitted=self.submitted)
         await response(self.request.scope, self.request.receive, self.send)
@@ -151,7 +224,7 @@ class _Life:
         self.state.drain.refuse_if_started()
         raw = await read_body(self.request, config.max_body_bytes, config.body_timeout)
         api_key = api_key_of(self.request)
-        body, normalised = await admitted_body(raw)  # off the event loop when large
+        body, normalised = await self.dialect.admit(raw)
         self.state.drain.refuse_if_started()  # a stopping front submits nothing new
         operation_key = new_operation_key()
         since = self.state.hub.mark()  # what the hub hears from here on reaches the wait
@@ -193,7 +266,7 @@ class _Life:
                         await watch.run(self._stream(wait, request_id, normalised))
                     else:
                         reply = await watch.run(wait.reply())
-                        await self._json(completion(reply, normalised))
+                        await self._json(self.dialect.answer(reply, normalised))
                 except HordeError as exc:
                     if needs_cancel(exc):  # before the answer, whose message says so
                         await self.state.cancel(request_id, self.source)
@@ -208,15 +281,16 @@ class _Life:
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
         self.headers_sent = True
         events = reply_events(self.state.redis, wait, request_id, request)
-        chunks = (encode(chunk) async for chunk in chunk_stream(events, request_id, request))
+        model = functools.partial(stream_model_of, wait, request)
+        data = self.dialect.stream(Streamed(events, request_id, request, model))
         interval = self.state.config.keepalive_interval
-        async for data in keep_alive(chunks, interval, lambda: queue_note(wait.status)):
-            await self._event(data)
-        await self._event(DONE, more=False)
+        async for item in keep_alive(data, interval, lambda: queue_note(wait.status)):
+            await self._event(item)
+        await self._event(b"", more=False)
 
     async def _event(self, data: bytes, *, more: bool = True) -> None:
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
-    async def _json(self, payload: ChatCompletion) -> None:
+    async def _json(self, payload: Mapping[str, Any]) -> None:
         response = JSONResponse(payload)
         await response(self.request.scope, self.request.receive, self.send)

@@ -133,7 +133,7 @@ class ChunkMaker:
         }
 
 
-def _rest_of(reply: Reply, relayed: str, relayed_reasoning: str | None) -> ChunkDelta:
+def rest_of(reply: Reply, relayed: str, relayed_reasoning: str | None) -> ChunkDelta:
     """The final reply's delta after what was relayed, channel by channel (reasoning only
     when ``relayed_reasoning`` is not None); a channel that does not extend what was
     relayed diverges (502 stream_diverged)."""
@@ -181,7 +181,7 @@ async def chunk_stream(
         maker.model = reply.model
         if not started:
             yield maker.role()
-        delta = _rest_of(reply, relayed, relayed_reasoning if with_reasoning else None)
+        delta = rest_of(reply, relayed, relayed_reasoning if with_reasoning else None)
         if delta:
             yield maker.chunk(delta)
         if reply.tool_calls:

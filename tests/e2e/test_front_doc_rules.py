@@ -23,7 +23,7 @@ from tests.conftest import MadeUser
 from tests.support.chat_worker import ChatTestWorker
 from tests.support.front import running_front
 from tests.support.native import running_native
-from tests.support.openai_schema import assert_error
+from tests.support.openai_schema import refused
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -70,13 +70,6 @@ def client(
 @pytest.fixture
 def worker_key(make_user: Callable[..., MadeUser]) -> str:
     return make_user("worker-owner").api_key
-
-
-def refused(call: Callable[[], Any], cls: type[openai.APIStatusError]) -> openai.APIStatusError:
-    with pytest.raises(cls) as info:
-        call()
-    assert_error(info.value.response.json())
-    return info.value
 
 
 def test_a_native_refusal_names_its_param_in_the_openai_envelope(

@@ -31,8 +31,8 @@ from tests.support.native import running_native
 from tests.support.openai_schema import (
     assert_chunk,
     assert_completion,
-    assert_error,
     assert_model_list,
+    refused,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
@@ -207,13 +207,6 @@ def test_whole_reply_stream_with_usage(
     assert text == "You said: Say hello"
     assert chunks[-1]["choices"] == []
     assert chunks[-1]["usage"]["completion_tokens"] > 0
-
-
-def refused(call: Callable[[], Any], cls: type[openai.APIStatusError]) -> openai.APIStatusError:
-    with pytest.raises(cls) as info:
-        call()
-    assert_error(info.value.response.json())
-    return info.value
 
 
 def test_refusals_carry_the_sdk_class_param_and_code(

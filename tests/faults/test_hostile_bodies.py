@@ -37,7 +37,7 @@ import httpx
 import pytest
 
 from generated.errors import HordeError, InvalidJSON
-from runtime.front.admission import Parser
+from runtime.front.admission import Parser, checked_and_encoded
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import MadeUser
@@ -276,14 +276,14 @@ def test_a_parser_process_killed_costs_one_answer_at_most() -> None:
     try:
         body = deep(10_000)
         with pytest.raises(InvalidJSON):
-            asyncio.run(parser.run(body))
+            asyncio.run(parser.run(body, checked_and_encoded))
         victim = parser.pids()[0]
         os.kill(victim, signal.SIGKILL)
         until(lambda: not alive(victim), "the parser process gone")
         answers = []
         for _ in range(3):
             try:
-                asyncio.run(parser.run(body))
+                asyncio.run(parser.run(body, checked_and_encoded))
             except HordeError as refused:
                 answers.append(refused.code)
         assert answers[-1] == "InvalidJSON", answers

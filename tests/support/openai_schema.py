@@ -9,16 +9,20 @@ the path inside the instance and the rule it breaks.
     assert_completion(body)        # CreateChatCompletionResponse
     assert_chunk(chunk)            # CreateChatCompletionStreamResponse
     assert_error(body)             # ErrorResponse
+    refused(call, SDKErrorClass)   # the SDK's error of a call, its body an ErrorResponse
     assert_model_list(body)        # ListModelsResponse
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
 
+import openai
+import pytest
 import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
@@ -90,5 +94,14 @@ def assert_error(body: Any) -> None:
     assert_openai(body, "ErrorResponse")
 
 
+def refused(call: Callable[[], Any], cls: type[openai.APIStatusError]) -> openai.APIStatusError:
+    """The SDK error ``call`` raises, of class ``cls``, its body checked as an ErrorResponse."""
+    with pytest.raises(cls) as info:
+        call()
+    assert_error(info.value.response.json())
+    return info.value
+
+
 def assert_model_list(body: Any) -> None:
     assert_openai(body, "ListModelsResponse")
+

@@ -29,23 +29,9 @@ from runtime.front.responses import Reply, completion
 from runtime.front.sse import Delta, Final, chunk_stream
 from runtime.front.waiter import gap_error, needs_cancel
 from tests.support.openai_schema import assert_chunk, assert_completion, assert_error
+from tests.support.replies import reply
 
 REQUEST: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "abcdef"}]}
-
-
-def reply(**fields: Any) -> Reply:
-    base: dict[str, Any] = {
-        "request_id": "r1",
-        "model": "m",
-        "content": "Hello.",
-        "reasoning_content": None,
-        "tool_calls": [],
-        "finish_reason": "stop",
-        "reported": {"prompt_tokens": 5, "completion_tokens": 2},
-        "kudos": 3.0,
-        "charge_basis": "output_estimate",
-    }
-    return Reply(**{**base, **fields})
 
 
 def test_caps_refuse_per_source_then_global_and_release() -> None:
