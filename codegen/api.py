@@ -1,7 +1,8 @@
 """spec/api/*.yaml -> resolved routes, shared by the OpenAPI, route-table and docs targets.
 
 A route's schemas name each other as ``#/schemas/NAME`` and the contract's schemas as
-``#/external/chat_request`` / ``#/external/worker_declaration`` (from codegen.chat_schema).
+``#/external/chat_request`` / ``#/external/responses_request`` /
+``#/external/worker_declaration`` (from codegen.chat_schema and codegen.responses_schema).
 ``load_apis`` checks every reference (schemas, headers, path parameters, errors and their
 status on the route's surface) and refuses a bad one with file, path and suggestion;
 ``rewrite_refs`` points references at ``#/components/schemas/`` or ``#/$defs/``.
@@ -18,12 +19,17 @@ from typing import Any
 from codegen.chat_schema import chat_request_schema, worker_declaration_schema
 from codegen.chat_tables import REPLY_FILE
 from codegen.errors import SpecError, SpecErrors
+from codegen.responses_schema import responses_request_schema
 from codegen.spec import Spec
 from codegen.targets.errors import ERRORS_SCHEMA
 from codegen.targets.errors import collect as collect_errors
 
 API_SCHEMA = "schema/api.schema.json"
-EXTERNAL = {"chat_request": "ChatRequest", "worker_declaration": "WorkerDeclaration"}
+EXTERNAL = {
+    "chat_request": "ChatRequest",
+    "responses_request": "ResponsesRequest",
+    "worker_declaration": "WorkerDeclaration",
+}
 _REF = re.compile(r"^#/(schemas|external)/([A-Za-z0-9_]+)$")
 
 
@@ -120,6 +126,7 @@ def external_schemas(spec: Spec) -> dict[str, dict[str, Any]]:
     """The contract's schemas, by component name, their local $defs hoisted beside them."""
     return {
         **_hoist(chat_request_schema(spec), EXTERNAL["chat_request"]),
+        **_hoist(responses_request_schema(spec), EXTERNAL["responses_request"]),
         **_hoist(worker_declaration_schema(spec), EXTERNAL["worker_declaration"]),
     }
 

@@ -57,7 +57,7 @@ def _message_schema(spec: Spec) -> dict[str, Any]:
     return {"oneOf": variants}
 
 
-def _horde_schema(spec: Spec) -> dict[str, Any]:
+def horde_schema(spec: Spec) -> dict[str, Any]:
     keys = spec[chat_tables.HORDE_FILE]["keys"]
     return {
         "type": ["object", "null"],
@@ -84,7 +84,7 @@ def chat_request_schema(spec: Spec) -> dict[str, Any]:
             schema["default"] = p["default"]
         props[name] = schema
     props["messages"] = {**props["messages"], "items": _message_schema(spec)}
-    props["horde"] = _horde_schema(spec)
+    props["horde"] = horde_schema(spec)
     return {
         "type": "object",
         "description": "An OpenAI chat-completions body plus the horde object and models.",

@@ -2,8 +2,9 @@
 
 The spec names things by string that the hand-written engine (runtime/contract/) dispatches
 on: the ``when`` of a requirement, a parameter's treatment, the conformance and context_fit
-modes, the verification rules and reductions, the counted parts of the price and the content
-parts the flattened prompt renders. ``runtime.contract.registry.ENGINE`` lists what the
+modes, the verification rules and reductions, the counted parts of the price, the content
+parts the flattened prompt renders, and the Responses API's translation rules (spec/responses/,
+applied by runtime/front/responses_api/). ``runtime.contract.registry.ENGINE`` lists what the
 engine implements; this check compares the spec with it, so a name the engine has no code
 for fails ``make check-generated`` (file, path, problem, suggestion) instead of raising
 KeyError at run time.
@@ -24,6 +25,8 @@ HORDE_FILE = "chat/horde.yaml"
 MESSAGES_FILE = "chat/messages.yaml"
 VERIFICATION_FILE = "chat/verification.yaml"
 PRICING_FILE = "chat/pricing.yaml"
+RESPONSES_PARAMETERS_FILE = "responses/parameters.yaml"
+RESPONSES_INPUT_FILE = "responses/input.yaml"
 
 # kind -> the engine module that dispatches on it (named in the suggestion).
 _WHERE = {
@@ -35,6 +38,9 @@ _WHERE = {
     "verification_reductions": "REDUCTIONS in runtime/contract/verification.py",
     "pricing_counted": "MEASURES in runtime/contract/pricing.py",
     "flattened_parts": "PARTS in runtime/contract/conversation.py",
+    "responses_translations": "TRANSLATIONS in runtime/front/responses_api/request.py",
+    "responses_items": "ITEMS_RULES in runtime/front/responses_api/items.py",
+    "responses_parts": "PARTS_RULES in runtime/front/responses_api/items.py",
 }
 
 # A use of a name in the spec: (kind, file, path, name).
@@ -72,6 +78,29 @@ def _uses(spec: Spec) -> Iterator[_Use]:
         yield "pricing_counted", PRICING_FILE, f"counted.{part}", part
     for part in spec[MESSAGES_FILE]["content_parts"]:
         yield "flattened_parts", MESSAGES_FILE, f"content_parts.{part}", part
+    yield from _responses_uses(spec)
+
+
+def _responses_uses(spec: Spec) -> Iterator[_Use]:
+    """The treatments and rules spec/responses/ names."""
+    file = RESPONSES_PARAMETERS_FILE
+
+    def walk(prefix: str, keys: dict[str, Any]) -> Iterator[_Use]:
+        for name, p in keys.items():
+            at = f"{prefix}{name}"
+            yield "treatments", file, f"{at}.treatment", p["treatment"]
+            if "translation" in p:
+                yield "responses_translations", file, f"{at}.translation", p["translation"]
+            yield from walk(f"{at}.keys.", p.get("keys", {}))
+
+    yield from walk("parameters.", spec[file]["parameters"])
+    data = spec[RESPONSES_INPUT_FILE]
+    for item, entry in data["items"].items():
+        path = f"items.{item}.translation"
+        yield "responses_items", RESPONSES_INPUT_FILE, path, entry["translation"]
+    for part, entry in data["content_parts"].items():
+        path = f"content_parts.{part}.becomes"
+        yield "responses_parts", RESPONSES_INPUT_FILE, path, entry["becomes"]
 
 
 # Kinds the engine applies to every request or reply, so the spec must give each one.

@@ -10,10 +10,10 @@ from codegen.render import Output, render
 from codegen.spec import Spec
 
 
-def _schema_words(schema: dict[str, Any]) -> str:
+def schema_words(schema: dict[str, Any]) -> str:
     """A short reading of a parameter's JSON Schema: types, bounds, enums."""
     if "anyOf" in schema:
-        return " or ".join(_schema_words(s) for s in schema["anyOf"])
+        return " or ".join(schema_words(s) for s in schema["anyOf"])
     if "enum" in schema:
         return " \\| ".join(f"`{v}`" for v in schema["enum"])
     types = schema.get("type", "any")
@@ -41,7 +41,7 @@ def _requires(p: dict[str, Any]) -> str:
     )
 
 
-def _value(value: Any) -> str:
+def value_words(value: Any) -> str:
     return f"`{json.dumps(value)}`"
 
 
@@ -52,9 +52,9 @@ def build(spec: Spec) -> list[Output]:
             "name": name,
             "origin": p["origin"],
             "treatment": p["treatment"],
-            "schema": _schema_words(p["schema"]),
-            "default": _value(p["default"]) if "default" in p else "",
-            "noop": ", ".join(_value(v) for v in p.get("noop_values", [])),
+            "schema": schema_words(p["schema"]),
+            "default": value_words(p["default"]) if "default" in p else "",
+            "noop": ", ".join(value_words(v) for v in p.get("noop_values", [])),
             "sampling": "yes" if p.get("sampling") else "",
             "requires": _requires(p),
             "description": p["description"],
@@ -63,7 +63,7 @@ def build(spec: Spec) -> list[Output]:
         for name, p in params.items()
     ]
     horde = [
-        {"key": k, "schema": _schema_words(v["schema"]), "default": _value(v["default"]), **v}
+        {"key": k, "schema": schema_words(v["schema"]), "default": value_words(v["default"]), **v}
         for k, v in spec[chat_tables.HORDE_FILE]["keys"].items()
     ]
     features = spec[chat_tables.FEATURES_FILE]
@@ -78,14 +78,14 @@ def build(spec: Spec) -> list[Output]:
             horde=horde,
             sampling=chat_tables.sampling_defaults(spec),
             drops=chat_tables.front_default_drops(spec),
-            value=_value,
+            value=value_words,
         ),
         render(
             "docs_messages.md.j2",
             spec.sources(chat_tables.MESSAGES_FILE),
             "docs/messages.md",
             m=spec[chat_tables.MESSAGES_FILE],
-            words=_schema_words,
+            words=schema_words,
         ),
         render(
             "docs_features.md.j2",
@@ -104,7 +104,7 @@ def build(spec: Spec) -> list[Output]:
             cpt=limits["chars_per_token_estimate"],
             absent=limits["absent_max_tokens"],
             decl=decl,
-            words=_schema_words,
-            value=_value,
+            words=schema_words,
+            value=value_words,
         ),
     ]

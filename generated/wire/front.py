@@ -6,7 +6,7 @@ generated/openapi/front.yaml that spec/api/front.yaml declares
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 
 class Function(TypedDict):
@@ -129,6 +129,230 @@ class ChatCompletionChunk(TypedDict):
     choices: list[ChunkChoice]
     usage: NotRequired[Usage | None]
     x_horde: NotRequired[XHorde]
+
+
+class ResponseOutputText(TypedDict):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any]
+    logprobs: list[Any]
+
+
+class ResponseReasoningText(TypedDict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ResponseMessageItem(TypedDict):
+    """
+    The reply's content (absent when the reply holds only function calls).
+    """
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[ResponseOutputText]
+
+
+class ResponseReasoningItem(TypedDict):
+    """
+    The reply's reasoning, whole, as reasoning_text (never a summary); left out with horde.include_reasoning false.
+    """
+
+    id: str
+    type: Literal["reasoning"]
+    summary: list[Any]
+    content: list[ResponseReasoningText]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponseFunctionCallItem(TypedDict):
+    """
+    One tool call of the reply; answer it with a function_call_output item naming its call_id.
+    """
+
+    id: str
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    """
+    The arguments: a JSON object, as a string.
+    """
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+ResponseOutputItem: TypeAlias = (
+    ResponseReasoningItem | ResponseMessageItem | ResponseFunctionCallItem
+)
+
+
+class InputTokensDetails(TypedDict):
+    cached_tokens: int
+    cache_write_tokens: int
+
+
+class OutputTokensDetails(TypedDict):
+    reasoning_tokens: int
+
+
+class ResponseUsage(TypedDict):
+    """
+    The worker's token counts (estimated where it reported none, x_horde.estimated_usage).
+    """
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class ResponseIncompleteDetails(TypedDict):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class Response(TypedDict):
+    """
+    OpenAI's Response object of a stateless response (never stored). It repeats the request's keys OpenAI's does, at their values or defaults; x_horde once it is finished.
+    """
+
+    id: str
+    """
+    resp_ and the native request id.
+    """
+    object: Literal["response"]
+    created_at: int
+    completed_at: NotRequired[int | None]
+    status: Literal["in_progress", "completed", "incomplete"]
+    error: None
+    incomplete_details: ResponseIncompleteDetails | None
+    model: str
+    """
+    The model that generated the reply (the requested one before).
+    """
+    output: list[ResponseOutputItem]
+    usage: NotRequired[ResponseUsage]
+    instructions: str | None
+    tools: list[dict[str, Any]]
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any]
+    parallel_tool_calls: bool
+    temperature: float
+    top_p: float
+    max_output_tokens: NotRequired[int | None]
+    max_tool_calls: NotRequired[int | None]
+    metadata: dict[str, Any]
+    text: NotRequired[dict[str, Any]]
+    reasoning: NotRequired[dict[str, Any] | None]
+    truncation: NotRequired[Literal["auto", "disabled"]]
+    previous_response_id: NotRequired[None]
+    background: NotRequired[Literal[False]]
+    user: NotRequired[str | None]
+    safety_identifier: NotRequired[str | None]
+    x_horde: NotRequired[XHorde]
+
+
+class ResponseLifecycleEvent(TypedDict):
+    """
+    response.created and response.in_progress open a stream; response.completed or response.incomplete ends it with the whole Response.
+    """
+
+    type: Literal[
+        "response.created", "response.in_progress", "response.completed", "response.incomplete"
+    ]
+    sequence_number: int
+    response: Response
+
+
+class ResponseOutputItemEvent(TypedDict):
+    type: Literal["response.output_item.added", "response.output_item.done"]
+    sequence_number: int
+    output_index: int
+    item: ResponseOutputItem
+
+
+class ResponseContentPartEvent(TypedDict):
+    type: Literal["response.content_part.added", "response.content_part.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: ResponseOutputText | ResponseReasoningText
+
+
+class ResponseTextDeltaEvent(TypedDict):
+    """
+    Text of the reply, or of its reasoning (response.reasoning_text.delta).
+    """
+
+    type: Literal["response.output_text.delta", "response.reasoning_text.delta"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: NotRequired[list[Any]]
+    """
+    On response.output_text.delta.
+    """
+
+
+class ResponseTextDoneEvent(TypedDict):
+    type: Literal["response.output_text.done", "response.reasoning_text.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: NotRequired[list[Any]]
+    """
+    On response.output_text.done.
+    """
+
+
+class ResponseArgumentsDeltaEvent(TypedDict):
+    type: Literal["response.function_call_arguments.delta"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class ResponseArgumentsDoneEvent(TypedDict):
+    type: Literal["response.function_call_arguments.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
+
+
+class ResponseErrorEvent(TypedDict):
+    """
+    An error after the stream's headers (the horde's code, as the error envelope's); it ends the stream.
+    """
+
+    type: Literal["error"]
+    sequence_number: int
+    code: str | None
+    message: str
+    param: str | None
+
+
+ResponseStreamEvent: TypeAlias = (
+    ResponseLifecycleEvent
+    | ResponseOutputItemEvent
+    | ResponseContentPartEvent
+    | ResponseTextDeltaEvent
+    | ResponseTextDoneEvent
+    | ResponseArgumentsDeltaEvent
+    | ResponseArgumentsDoneEvent
+    | ResponseErrorEvent
+)
+"""
+One event of a streamed response (the SSE event's name is its type).
+"""
 
 
 class Health(TypedDict):

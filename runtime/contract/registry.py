@@ -60,6 +60,23 @@ ENGINE: dict[str, tuple[str, ...]] = {
     "pricing_counted": ("content", "reasoning_content", "tool_call_name", "tool_call_arguments"),
     # content_parts of spec/chat/messages.yaml: runtime.contract.conversation.PARTS
     "flattened_parts": ("text", "image_url", "refusal"),
+    # translation of spec/responses/parameters.yaml:
+    # runtime.front.responses_api.request.TRANSLATIONS
+    "responses_translations": (
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "text_format",
+        "truncation",
+        "no_effect",
+    ),
+    # items.*.translation of spec/responses/input.yaml:
+    # runtime.front.responses_api.items.ITEMS_RULES
+    "responses_items": ("message", "function_call", "function_call_output", "dropped"),
+    # content_parts.*.becomes of spec/responses/input.yaml:
+    # runtime.front.responses_api.items.PARTS_RULES
+    "responses_parts": ("text", "refusal", "image_url"),
 }
 
 

@@ -41,6 +41,7 @@ from runtime.front.native_client import NativeClient, native_session
 from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, current_request_id
 from runtime.front.playground import PLAYGROUND_ROUTES
 from runtime.front.reference import REFERENCE_ROUTES
+from runtime.front.responses_api.route import ResponsesDialect
 from runtime.front.signals import SignalHub
 from runtime.front.waiter import cancel_until_confirmed
 from runtime.observability.metrics import process_exited
@@ -158,6 +159,7 @@ def create_front_app(
 
     routes = [
         Route(_front_path("chat_completions"), ChatRequestRoute(ChatDialect), methods=["POST"]),
+        Route(_front_path("create_response"), ChatRequestRoute(ResponsesDialect), methods=["POST"]),
         Route(_front_path("list_models"), list_models, methods=["GET"]),
         # a model name may hold a slash (upstream's backend/model): the rest of the path
         Route(

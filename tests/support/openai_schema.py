@@ -11,6 +11,8 @@ the path inside the instance and the rule it breaks.
     assert_error(body)             # ErrorResponse
     refused(call, SDKErrorClass)   # the SDK's error of a call, its body an ErrorResponse
     assert_model_list(body)        # ListModelsResponse
+    assert_response(body)          # Response (the Responses API's)
+    assert_response_event(event)   # ResponseStreamEvent
 """
 
 from __future__ import annotations
@@ -105,3 +107,28 @@ def refused(call: Callable[[], Any], cls: type[openai.APIStatusError]) -> openai
 def assert_model_list(body: Any) -> None:
     assert_openai(body, "ListModelsResponse")
 
+
+def assert_response(body: Any) -> None:
+    assert_openai(body, "Response")
+
+
+@cache
+def stream_event_components() -> dict[str, str]:
+    """Each Responses stream event's type -> its component (one of ResponseStreamEvent's)."""
+    schemas = openai_document()["components"]["schemas"]
+    found: dict[str, str] = {}
+    for variant in schemas["ResponseStreamEvent"]["anyOf"]:
+        name = variant["$ref"].rsplit("/", 1)[-1]
+        for value in schemas[name]["properties"]["type"].get("enum", []):
+            found[value] = name
+    return found
+
+
+def assert_response_event(event: Any) -> None:
+    """A ResponseStreamEvent, checked against the component of its type (so a failure names
+    the field, not only the union)."""
+    kind = event.get("type") if isinstance(event, dict) else None
+    component = stream_event_components().get(kind)
+    assert component is not None, f"not an OpenAI Responses stream event type: {event!r:.200}"
+    assert_openai(event, component)
+    assert_openai(event, "ResponseStreamEvent")

@@ -16,6 +16,8 @@ from codegen.spec import SPEC_ROOT, load_spec
 from codegen.targets import chat
 from runtime.contract import conversation, pricing, registry, requirements, validator, verification
 from runtime.contract.validator import validate_chat_request
+from runtime.front.responses_api import items as responses_items
+from runtime.front.responses_api import request as responses_request
 from tests.support.spec_edits import replace_once
 
 # Every kind of the registry, with the engine dispatch table that implements it.
@@ -28,6 +30,9 @@ DISPATCH: dict[str, dict[str, Any]] = {
     "verification_reductions": verification.REDUCTIONS,
     "pricing_counted": pricing.MEASURES,
     "flattened_parts": conversation.PARTS,
+    "responses_translations": responses_request.TRANSLATIONS,
+    "responses_items": responses_items.ITEMS_RULES,
+    "responses_parts": responses_items.PARTS_RULES,
 }
 
 # A parameter with a default whose feature is required under a condition the engine lacks.
