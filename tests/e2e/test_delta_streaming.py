@@ -37,7 +37,7 @@ from tests.integration.native_flow import ledger
 from tests.support.chat_worker import ChatTestWorker
 from tests.support.dropping_proxy import DroppingProxy
 from tests.support.front import running_front
-from tests.support.openai_schema import assert_chunk, assert_error
+from tests.support.openai_schema import assert_chunk, assert_error, assert_response_event
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -479,3 +479,46 @@ def test_include_reasoning_false_sends_no_reasoning_chunk_in_a_relayed_stream(
     assert "".join(e.get(S.ENTRY_REASONING, "") for e in delta_entries(redis, request_id))
     status = chat_status(native_client, request_id)
     assert status["generations"][0]["reasoning_content"] == REASONING  # the native status shows it
+
+
+@pytest.mark.raised_limits(
+    "chat_status",
+    why="it reads the request's status at every delta it gets, to see the job still held",
+)
+def test_a_streamed_response_relays_reasoning_and_text_while_the_worker_generates(
+    sdk: openai.OpenAI,
+    backend: OpenAIBackendDouble,
+    owner: MadeUser,
+    native_service: NativeService,
+    native_client: httpx.Client,
+    redis: Redis,
+) -> None:
+    """The Responses API's stream reads the same relay: response.reasoning_text.delta then
+    response.output_text.delta events while the job is held, then response.completed."""
+    reply = Reply(content=ANSWER, reasoning_content=REASONING, think_tags=True, chunk_delay=0.15)
+    events: list[dict[str, Any]] = []
+    unsubmitted: list[str] = []  # text deltas that reached the client while the job was held
+    with real_worker(native_service.url, owner, backend, native_client, reply):
+        stream = sdk.responses.create(model=MODEL, input="Tell me a story", stream=True)
+        for event in stream:
+            events.append(event.to_dict())
+            assert_response_event(events[-1])
+            if event.type == "response.output_text.delta":
+                request_id = str(events[0]["response"]["id"]).removeprefix("resp_")
+                status = chat_status(native_client, request_id)
+                if status["finished"] == 0 and status["processing"] == 1:
+                    unsubmitted.append(event.delta)
+    kinds = [e["type"] for e in events]
+    assert kinds[-1] == "response.completed"
+    thought = [e["delta"] for e in events if e["type"] == "response.reasoning_text.delta"]
+    text = [e["delta"] for e in events if e["type"] == "response.output_text.delta"]
+    assert ("".join(thought), "".join(text)) == (REASONING, ANSWER)
+    assert kinds.index("response.output_text.delta") > max(
+        i for i, kind in enumerate(kinds) if kind == "response.reasoning_text.delta"
+    )
+    assert len(unsubmitted) >= 2, unsubmitted  # relayed while the worker generated
+    request_id = str(events[-1]["response"]["id"]).removeprefix("resp_")
+    assert len(delta_entries(redis, request_id)) >= 2
+    final = events[-1]["response"]
+    assert [item["type"] for item in final["output"]] == ["reasoning", "message"]
+    assert final["output"][1]["content"][0]["text"] == ANSWER

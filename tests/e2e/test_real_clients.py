@@ -43,7 +43,8 @@ from runtime.worker.demo import DemoWorkerService
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import SERVICE_PASSKEY, reset_database
 from tests.support.demo_model import UNIT_TOOL
-from tests.support.front import running_front
+from tests.support.front import route_requests, running_front
+from tests.support.openai_schema import assert_response
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
@@ -61,6 +62,7 @@ MESSAGES: list[Any] = [{"role": "user", "content": QUESTION}]
 FORCED = {"type": "function", "function": {"name": "get_weather"}}
 UNITS = ("celsius", "fahrenheit")
 TOO_MANY = 429
+RESPONSES_AND_CHAT = ("/v1/responses", "/v1/chat/completions")
 AFTER_SUBMISSION = "false"
 """The x-should-retry of an error once the horde may hold the request."""
 
@@ -257,6 +259,60 @@ def test_openai_sdk_eight_parallel_async_calls_are_all_answered_with_default_ret
     assert refusals == []
 
 
+# --- the openai SDK on the Responses API -----------------------------------------------------
+
+
+def test_openai_sdk_responses_create_stream_and_parse(
+    sdk: openai.OpenAI, refusals: list[Any]
+) -> None:
+    created = sdk.responses.create(model=MODEL_NAME, input=QUESTION, instructions="Be brief.")
+    assert created.output_text == DEMO_REPLY
+    assert created.status == "completed"
+    assert created.usage is not None
+    assert created.usage.output_tokens > 0
+    assert_response(created.to_dict())
+    with sdk.responses.stream(model=MODEL_NAME, input=QUESTION) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == final.output_text == DEMO_REPLY
+    assert final.usage is not None
+    assert final.usage.output_tokens == created.usage.output_tokens
+    parsed = sdk.responses.parse(model=MODEL_NAME, input=QUESTION, text_format=Person)
+    assert isinstance(parsed.output_parsed, Person)
+
+
+def test_openai_sdk_responses_tool_loop_over_two_turns(
+    sdk: openai.OpenAI, refusals: list[Any]
+) -> None:
+    tool = {
+        "type": "function",
+        "name": UNIT_TOOL["function"]["name"],
+        "description": UNIT_TOOL["function"].get("description"),
+        "parameters": UNIT_TOOL["function"]["parameters"],
+        "strict": False,
+    }
+    forced = {"type": "function", "name": tool["name"]}
+    first = sdk.responses.create(
+        model=MODEL_NAME,
+        input=QUESTION,
+        tools=[tool],
+        tool_choice=forced,  # type: ignore[list-item,arg-type]
+    )
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1
+    assert json.loads(calls[0].arguments)["unit"] in UNITS
+    history: list[Any] = [
+        {"role": "user", "content": QUESTION},
+        *[item.model_dump(exclude_none=True) for item in first.output],
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "20"},
+    ]
+    second = sdk.responses.create(model=MODEL_NAME, input=history, tools=[tool])  # type: ignore[list-item]
+    assert second.output_text == DEMO_REPLY
+    assert second.usage is not None
+    assert first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens
+
+
 # --- LangChain ------------------------------------------------------------------------------
 
 
@@ -380,6 +436,46 @@ def test_litellm_tools_come_back_as_the_forced_call(litellm_call: Any, refusals:
     assert [is_unit_call(c) for c in choice.message.tool_calls] == [True]
 
 
+@litellm_pydantic_warnings
+def test_litellm_responses_gets_the_reply_and_its_usage(stack: Stack, refusals: list[Any]) -> None:
+    import litellm
+
+    litellm.telemetry = False
+    front = stack.base_url.removesuffix("/v1")
+    before = {path: route_requests(front, path) for path in RESPONSES_AND_CHAT}
+    response = litellm.responses(
+        model=f"openai/{MODEL_NAME}",
+        input=QUESTION,
+        api_base=stack.base_url,
+        api_key=stack.api_key,
+    )
+    texts = [
+        part.text
+        for item in response.output
+        if getattr(item, "type", None) == "message"
+        for part in item.content
+    ]
+    assert texts == [DEMO_REPLY]
+    assert response.usage.output_tokens > 0
+    streamed = litellm.responses(
+        model=f"openai/{MODEL_NAME}",
+        input=QUESTION,
+        api_base=stack.base_url,
+        api_key=stack.api_key,
+        stream=True,
+    )
+    events = list(streamed)
+    deltas = [e.delta for e in events if getattr(e, "type", None) == "response.output_text.delta"]
+    assert "".join(deltas) == DEMO_REPLY
+    assert events[-1].type == "response.completed"
+    after = {path: route_requests(front, path) for path in RESPONSES_AND_CHAT}
+    # LiteLLM spoke the Responses API to the front, not its bridge onto chat completions
+    assert {path: after[path] - before[path] for path in after} == {
+        "/v1/responses": 2,
+        "/v1/chat/completions": 0,
+    }
+
+
 # --- openai-agents --------------------------------------------------------------------------
 
 
@@ -422,6 +518,69 @@ def test_openai_agents_agent_calls_its_tool_and_answers(stack: Stack, refusals: 
     assert len(called) == 1
     assert called[0] in UNITS
     assert result.final_output == DEMO_REPLY
+
+
+def test_openai_agents_default_model_path_calls_its_tool_over_responses(
+    stack: Stack, refusals: list[Any]
+) -> None:
+    """The agents SDK's default model (the Responses API, no set_default_openai_api) against
+    the front's /v1/responses: a forced tool call, then the answer to its output."""
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIProvider,
+        OpenAIResponsesModel,
+        RunConfig,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
+
+    set_tracing_disabled(True)
+    called: list[str] = []
+    paths: list[str] = []
+
+    @function_tool
+    def get_weather(unit: Literal["celsius", "fahrenheit"]) -> str:
+        """The temperature where the user is."""
+        called.append(unit)
+        return "20"
+
+    async def run() -> Any:
+        async def seen(request: httpx.Request) -> None:
+            paths.append(request.url.path)
+
+        async with (
+            stack.ahttp() as http,
+            openai.AsyncOpenAI(
+                base_url=stack.base_url, api_key=stack.api_key, http_client=http
+            ) as client,
+        ):
+            http.event_hooks["request"].append(seen)
+            provider = OpenAIProvider(openai_client=client)
+            assert isinstance(provider.get_model(MODEL_NAME), OpenAIResponsesModel)
+            agent = Agent(
+                name="weather",
+                instructions="Answer with the weather.",
+                model=MODEL_NAME,
+                tools=[get_weather],
+                model_settings=ModelSettings(tool_choice="get_weather"),
+            )
+            config = RunConfig(model_provider=provider)
+            result = await Runner.run(agent, QUESTION, run_config=config)
+            plain = Agent(name="plain", instructions="Answer.", model=MODEL_NAME)
+            streamed = Runner.run_streamed(plain, QUESTION, run_config=config)
+            kinds = [event.type async for event in streamed.stream_events()]
+            return result, streamed, kinds
+
+    result, streamed, kinds = asyncio.run(run())
+    assert len(called) == 1
+    assert called[0] in UNITS
+    assert result.final_output == DEMO_REPLY
+    assert streamed.final_output == DEMO_REPLY
+    assert "raw_response_event" in kinds
+    assert set(paths) == {"/v1/responses"}
+    assert len(paths) == 3  # the call, the answer to its output, the streamed run
 
 
 # --- pydantic-ai ----------------------------------------------------------------------------

@@ -48,6 +48,17 @@ def open_waits(front_url: str) -> float:
     return 0.0
 
 
+def route_requests(front_url: str, route: str) -> float:
+    """How many requests the front answered on ``route`` (a path template), any status."""
+    text = httpx.get(front_url + "/metrics", timeout=10).text
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "horde_http_requests_total" and sample.labels.get("route") == route
+    )
+
+
 def answer_once_waiting(
     front_url: str, respond: Callable[[dict[str, Any]], Any], settle: float
 ) -> Callable[[dict[str, Any]], Any]:
