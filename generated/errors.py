@@ -165,6 +165,7 @@ class InvalidPayload(HordeError):
     openai_type = "invalid_request_error"
     front_when = ("validation",)
     native_routes = ("any",)
+    native_errors_map = True
 
 
 class PayloadTooLarge(HordeError):

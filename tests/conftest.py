@@ -136,6 +136,7 @@ def native_db(native_service: NativeService) -> sessionmaker[Session]:
     sessions = native_service.context.sessions
     reset_database(sessions)
     native_service.context.redis.flushdb()
+    native_service.context.kept.clear()  # the public figures kept from an earlier test
     return sessions
 
 

@@ -61,6 +61,7 @@ ATTRIBUTE_NAMES = (
     "default_retry_after",
     "front_when",
     "native_routes",
+    "native_errors_map",
 )
 BASE_ATTRIBUTES: dict[str, Any] = {name: getattr(HordeErrorBase, name) for name in ATTRIBUTE_NAMES}
 
@@ -80,6 +81,7 @@ def attributes(entry: dict[str, Any]) -> dict[str, Any]:
         "default_retry_after": entry.get("retry_after_seconds"),
         "front_when": tuple(front.get("when", ())),
         "native_routes": tuple(native.get("routes", ())),
+        "native_errors_map": native.get("errors_map", False),
     }
 
 

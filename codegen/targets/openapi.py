@@ -45,22 +45,36 @@ def _param(name: str, where: str, p: dict[str, Any], required: bool) -> dict[str
     }
 
 
+def native_error_schema(codes: list[str] | None = None) -> dict[str, Any]:
+    """The native API's error body (upstream's ``{message, rc}``, our ``param`` and
+    upstream's validation ``errors``); ``rc`` limited to ``codes`` when given."""
+    return {
+        "type": "object",
+        "required": ["message", "rc"],
+        "properties": {
+            "message": {"type": "string"},
+            "rc": {"enum": codes} if codes is not None else {"type": "string"},
+            "param": {
+                "type": "string",
+                "description": "The request field the refusal names (absent when none).",
+            },
+            "errors": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": (
+                    "A validation refusal's field and problem, as upstream's"
+                    " flask-restx validation errors carry them (InvalidPayload)."
+                ),
+            },
+        },
+    }
+
+
 def _error_schema(
     surface: str, codes: list[str], errors: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
     if surface == "native":
-        return {
-            "type": "object",
-            "required": ["message", "rc"],
-            "properties": {
-                "message": {"type": "string"},
-                "rc": {"enum": codes},
-                "param": {
-                    "type": "string",
-                    "description": "The request field the refusal names (absent when none).",
-                },
-            },
-        }
+        return native_error_schema(codes)
     types = sorted({errors[c]["front"]["type"] for c in codes})
     return {
         "type": "object",

@@ -80,6 +80,9 @@ def build(spec: Spec) -> list[Output]:
                     "path_params": {
                         n: rewrite_refs(p["schema"], DEFS) for n, p in r.path_params.items()
                     },
+                    "query_params": {
+                        n: rewrite_refs(p["schema"], DEFS) for n, p in r.query_params.items()
+                    },
                     "body": body,
                     "invalid_body": r.invalid_body,
                     "errors": r.errors,

@@ -63,6 +63,10 @@ class TextAsyncInput(TypedDict):
     """
     true: only workers whose bridge agent is a validated backend (spec/pricing.yaml) serve the request. Default false, as upstream's request parser.
     """
+    nsfw: NotRequired[bool]
+    """
+    true: only workers that declare nsfw (a pop's nsfw, default true) serve the request. Upstream's request parser defaults it to true, but its text submit never stores it (every upstream text request is nsfw false, so its nsfw flag filters nothing); an absent nsfw here is that stored false.
+    """
     slow_workers: NotRequired[bool]
     extra_slow_workers: NotRequired[bool]
     workers: NotRequired[WorkerList]
@@ -97,6 +101,30 @@ class AsyncAccepted(TypedDict):
     warnings: NotRequired[list[AsyncWarning]]
 
 
+class TextAccepted(TypedDict):
+    """
+    A queued text request, its kudos rounded to a whole number as upstream's answer.
+    """
+
+    id: str
+    """
+    The request id.
+    """
+    kudos: int
+    """
+    The kudos this request is quoted at
+    """
+    message: NotRequired[str]
+    warnings: NotRequired[list[AsyncWarning]]
+
+
+class TextDryRunQuote(TypedDict):
+    kudos: int
+    """
+    The quote
+    """
+
+
 class DryRunQuote(TypedDict):
     kudos: float
 
@@ -104,7 +132,10 @@ class DryRunQuote(TypedDict):
 class TextGeneration(TypedDict):
     id: NotRequired[str]
     text: str
-    seed: NotRequired[int | None]
+    seed: NotRequired[int]
+    """
+    The seed the worker submitted; 0 when it sent none (upstream's submit parser and its status model default it to 0; clients parse it as an integer).
+    """
     worker_id: str
     worker_name: str
     model: str
@@ -129,6 +160,10 @@ class RequestStatus(TypedDict):
 
 
 class TextStatus(RequestStatus):
+    kudos: float
+    """
+    The kudos consumed so far, rounded to a whole number (as upstream).
+    """
     generations: list[TextGeneration]
 
 
@@ -227,6 +262,9 @@ class PopInput(TypedDict):
     name: str
     priority_usernames: NotRequired[list[str]]
     nsfw: NotRequired[bool]
+    """
+    The worker serves requests sent with nsfw true. Default true, as upstream's pop parser (KoboldAI bridges, AI-Horde-Worker's scribe and koboldcpp's embedded worker, send no nsfw).
+    """
     models: NotRequired[list[str]]
     bridge_agent: NotRequired[str]
     threads: NotRequired[int]
@@ -344,12 +382,31 @@ class Heartbeat(TypedDict):
 
 
 class ActiveModel(TypedDict):
+    """
+    Upstream's ActiveModel (its type always text here), plus chat_count.
+    """
+
     name: str
     count: int
+    """
+    Threads of the online workers (not in maintenance) serving it, as upstream counts.
+    """
     performance: NotRequired[float]
+    """
+    Tokens per second: the average recorded speed of those workers (an assumed speed for a worker without samples yet).
+    """
     queued: NotRequired[float]
+    """
+    Tokens queued for it (max_length x jobs left).
+    """
     jobs: NotRequired[float]
+    """
+    Jobs queued for it.
+    """
     eta: NotRequired[int]
+    """
+    Seconds to clear its queue at that speed (0 when none queued).
+    """
     type: Literal["text"]
     chat_count: NotRequired[int]
     """
@@ -357,28 +414,72 @@ class ActiveModel(TypedDict):
     """
 
 
+class WorkerKudosDetails(TypedDict):
+    generated: NotRequired[float]
+    """
+    Kudos earned by generating.
+    """
+    uptime: NotRequired[int]
+    """
+    Kudos earned for uptime (none on this horde).
+    """
+
+
 class Worker(TypedDict):
+    """
+    Upstream's WorkerDetails (horde-sdk requires type, name, id, maintenance_mode and bridge_agent), plus chat_jobs and maintenance_reason.
+    """
+
     id: str
     name: str
     type: Literal["text"]
     online: bool
-    maintenance_mode: NotRequired[bool]
-    maintenance_reason: NotRequired[str | None]
     """
-    Why the worker is in maintenance (null when it is not).
+    Checked in within the stale window (upstream's 5 minutes).
     """
+    requests_fulfilled: NotRequired[int]
+    """
+    Jobs it delivered.
+    """
+    kudos_rewards: NotRequired[float]
+    kudos_details: NotRequired[WorkerKudosDetails]
     performance: NotRequired[str]
     """
     The worker's speed, the average of its newest speed samples: "N tokens per second" (upstream's wording), or "no speed samples yet".
     """
-    trusted: NotRequired[bool]
     threads: NotRequired[int]
+    uptime: NotRequired[int]
+    """
+    Seconds online (not tracked on this horde; 0).
+    """
+    maintenance_mode: bool
+    maintenance_reason: NotRequired[str | None]
+    """
+    Why the worker is in maintenance (null when it is not).
+    """
+    paused: NotRequired[bool]
+    nsfw: NotRequired[bool]
+    trusted: NotRequired[bool]
+    """
+    Its owner is trusted.
+    """
+    flagged: NotRequired[bool]
+    uncompleted_jobs: NotRequired[int]
+    """
+    Jobs it took and did not deliver in time or faulted.
+    """
+    models: list[str]
+    bridge_agent: str
+    """
+    The bridge agent of its last pop (name:version:url).
+    """
     max_length: NotRequired[int]
     max_context_length: NotRequired[int]
-    models: list[str]
+    tokens_generated: NotRequired[int]
+    """
+    Tokens it was credited for.
+    """
     chat_jobs: NotRequired[bool]
-    kudos_rewards: NotRequired[float]
-    uptime: NotRequired[int]
 
 
 class KudosTransferInput(TypedDict):
@@ -483,13 +584,167 @@ class SimpleResponse(TypedDict):
     message: Literal["OK"]
 
 
+class UserKudosDetails(TypedDict):
+    """
+    The user's kudos by where they came from (the ledger's reasons).
+    """
+
+    accumulated: NotRequired[float]
+    """
+    Earned by the user's workers less spent on requests.
+    """
+    gifted: NotRequired[float]
+    donated: NotRequired[float]
+    admin: NotRequired[float]
+    """
+    Granted by the operator (horde-chat users).
+    """
+    received: NotRequired[float]
+    recurring: NotRequired[float]
+    awarded: NotRequired[float]
+    styled: NotRequired[float]
+
+
+class UserThingRecords(TypedDict):
+    megapixelsteps: NotRequired[float]
+    tokens: NotRequired[int]
+
+
+class UserAmountRecords(TypedDict):
+    image: NotRequired[int]
+    text: NotRequired[int]
+    interrogation: NotRequired[int]
+
+
+class UserRecords(TypedDict):
+    usage: NotRequired[UserThingRecords]
+    contribution: NotRequired[UserThingRecords]
+    fulfillment: NotRequired[UserAmountRecords]
+    request: NotRequired[UserAmountRecords]
+    style: NotRequired[UserAmountRecords]
+
+
 class User(TypedDict):
+    """
+    Upstream's UserDetails, the fields this horde holds.
+    """
+
     id: int
     username: str
+    """
+    alias#id, as upstream.
+    """
     kudos: float
+    kudos_details: NotRequired[UserKudosDetails]
+    records: NotRequired[UserRecords]
     concurrency: NotRequired[int]
+    moderator: NotRequired[bool]
     trusted: NotRequired[bool]
+    flagged: NotRequired[bool]
     worker_count: NotRequired[int]
+    worker_ids: NotRequired[list[str]]
+    """
+    The user's workers (only to the user's own key, as upstream).
+    """
+    account_age: NotRequired[int]
+    """
+    Seconds since the account was created.
+    """
+
+
+class SinglePeriodTxtStat(TypedDict):
+    requests: int
+    """
+    Text jobs that ended in the period.
+    """
+    tokens: int
+    """
+    Their requested max_length, summed (upstream's count).
+    """
+
+
+class StatsTxtTotals(TypedDict):
+    minute: SinglePeriodTxtStat
+    hour: SinglePeriodTxtStat
+    day: SinglePeriodTxtStat
+    month: SinglePeriodTxtStat
+    total: SinglePeriodTxtStat
+
+
+ModelCounts: TypeAlias = dict[str, int]
+"""
+Model name -> text jobs that ended in the period.
+"""
+
+
+class TxtModelStats(TypedDict):
+    day: ModelCounts
+    month: ModelCounts
+    total: ModelCounts
+
+
+class HordePerformance(TypedDict):
+    """
+    Upstream's HordePerformance. This horde serves text only: the image and interrogation figures are 0.
+    """
+
+    queued_requests: int
+    """
+    Image requests (always 0).
+    """
+    queued_text_requests: int
+    """
+    Text jobs waiting or being generated.
+    """
+    worker_count: int
+    """
+    Image workers (always 0).
+    """
+    text_worker_count: int
+    """
+    Text workers checked in within the stale window.
+    """
+    thread_count: int
+    """
+    Image worker threads (always 0).
+    """
+    text_thread_count: int
+    """
+    Those text workers' threads.
+    """
+    queued_megapixelsteps: float
+    past_minute_megapixelsteps: float
+    queued_forms: float
+    interrogator_count: int
+    interrogator_thread_count: int
+    queued_tokens: float
+    """
+    Tokens (max_length) of the text jobs waiting or being generated.
+    """
+    past_minute_tokens: float
+    """
+    Tokens delivered in the past minute.
+    """
+
+
+class HordeModes(TypedDict):
+    maintenance_mode: bool
+    """
+    This horde has no maintenance mode; always false.
+    """
+    invite_only_mode: bool
+    """
+    Workers need no invitation; always false.
+    """
+
+
+class Newspiece(TypedDict):
+    date_published: NotRequired[str]
+    newspiece: NotRequired[str]
+    importance: NotRequired[str]
+    tags: NotRequired[list[str]]
+    title: NotRequired[str]
+    more_info_urls: NotRequired[list[str]]
 
 
 class ChatAccepted(AsyncAccepted):

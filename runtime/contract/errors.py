@@ -49,6 +49,8 @@ class HordeErrorBase(Exception):
     """The stages of the front's state diagram at which it returns it (admission, ...)."""
     native_routes: ClassVar[tuple[str, ...]] = ()
     """The native route families that return it (a note for the reference)."""
+    native_errors_map: ClassVar[bool] = False
+    """The native body adds upstream's validation map, ``errors: {field: problem}``."""
 
     def __init__(
         self,
@@ -68,10 +70,13 @@ class HordeErrorBase(Exception):
 
     def native_body(self) -> dict[str, Any]:
         """Upstream AI Horde's error shape, plus ``param`` when the error names a request
-        field (so the front's OpenAI envelope names it too)."""
+        field (so the front's OpenAI envelope names it too), and upstream's ``errors`` map
+        where the spec says (a validation error)."""
         body: dict[str, Any] = {"message": self.message, "rc": self.code}
         if self.param is not None:
             body["param"] = self.param
+        if self.native_errors_map:
+            body["errors"] = {str(self.fields["field"]): str(self.fields["problem"])}
         return body
 
     def openai_body(self) -> dict[str, Any]:

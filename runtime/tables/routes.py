@@ -32,10 +32,20 @@ class Route:
     headers: tuple[str, ...] = ()
     required_headers: tuple[str, ...] = ()
     path_params: dict[str, Any] = field(default_factory=dict)
+    query_params: dict[str, Any] = field(default_factory=dict)
+    """Each query parameter's JSON Schema (``runtime.native.api.validation.query_values``
+    checks them)."""
     body: dict[str, Any] | None = None
     errors: tuple[str, ...] = ()
 
     @property
     def flask_rule(self) -> str:
-        """The path with Flask's ``<name>`` placeholders."""
-        return _PLACEHOLDER.sub(r"<\1>", self.path)
+        """The path with Flask's ``<name>`` placeholders (``<path:name>`` for a parameter
+        whose schema says ``x-slashes``: a model name such as ``org/model``)."""
+
+        def placeholder(match: re.Match[str]) -> str:
+            name = match.group(1)
+            slashes = self.path_params.get(name, {}).get("x-slashes")
+            return f"<path:{name}>" if slashes else f"<{name}>"
+
+        return _PLACEHOLDER.sub(placeholder, self.path)

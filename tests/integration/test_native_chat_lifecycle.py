@@ -75,8 +75,8 @@ def test_listings_count_chat_workers(native_client, make_user):
     chat_pop(native_client, chat_worker.api_key, threads=2)
     pop(native_client, text_worker.api_key, name="text-only", models=[MODEL])
     models = {m["name"]: m for m in native_client.get("/status/models").json()}
-    assert models[MODEL]["count"] == 2
-    assert models[MODEL]["chat_count"] == 1
+    assert models[MODEL]["count"] == 3  # threads serving it, as upstream counts: 2 + 1
+    assert models[MODEL]["chat_count"] == 1  # workers that take chat jobs
     workers = {w["name"]: w for w in native_client.get("/workers").json()}
     assert workers["chat-worker"]["chat_jobs"] is True
     assert workers["text-only"]["chat_jobs"] is False

@@ -89,9 +89,9 @@ def create_user(
     api_key = new_api_key()
     session.add(ApiKey(key_hash=hash_key(api_key), user_id=user.id))
     if kudos:
-        from runtime.native.accounts.kudos import apply_kudos
+        from runtime.native.accounts.kudos import GRANT_REASON, apply_kudos
 
-        apply_kudos(session, user.id, kudos, "grant")
+        apply_kudos(session, user.id, kudos, GRANT_REASON)
     session.flush()
     return user, api_key
 

@@ -32,6 +32,8 @@ __all__ = ["context_multiplier", "model_billions", "token_count"]
 CENT = Decimal("0.01")
 HORDE_TAX_REASON = "horde_tax"
 """The ledger's reason for the horde tax a request pays when it is queued."""
+GRANT_REASON = "grant"
+"""Kudos the operator grants (``horde-chat users``): a user's ``kudos_details.admin``."""
 USERS: Table = User.__table__  # type: ignore[assignment]
 LEDGER: Table = KudosLedger.__table__  # type: ignore[assignment]
 HOLDS: Table = KudosHold.__table__  # type: ignore[assignment]

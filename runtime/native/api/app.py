@@ -21,7 +21,8 @@ from runtime.native.api import account_views as views_accounts
 from runtime.native.api import chat_views as views_chat
 from runtime.native.api import object_views as views_objects
 from runtime.native.api import progress_views as views_progress
-from runtime.native.api import public_views as views_status
+from runtime.native.api import public_views as views_public
+from runtime.native.api import status_views as views_status
 from runtime.native.api import text_views as views_text
 from runtime.native.api import worker_views as views_workers
 from runtime.native.api.context import EXTENSION, NativeContext
@@ -37,7 +38,7 @@ LANE_VIEWS: dict[str, LaneView] = {
     "text_pop": views_workers.text_pop,
     "text_submit": views_workers.text_submit,
     "text_progress": views_progress.text_progress,
-    "heartbeat": views_status.heartbeat,
+    "heartbeat": views_public.heartbeat,
 }
 """The workers' lane: pop, submit, progress and heartbeat (runtime.native.asgi)."""
 VIEWS: dict[str, Callable[..., Any]] = {
@@ -50,15 +51,23 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "chat_cancel_operation": views_chat.chat_cancel_operation,
     **{operation_id: flask_view(view) for operation_id, view in LANE_VIEWS.items()},
     "models": views_status.models,
-    "workers": views_status.workers,
-    "worker": views_status.worker,
-    "user": views_status.user,
-    "users": views_status.users,
+    "model": views_status.model,
+    "stats_text_totals": views_status.stats_text_totals,
+    "stats_text_models": views_status.stats_text_models,
+    "performance": views_status.performance,
+    "modes": views_status.modes,
+    "news": views_status.news,
     "kudos_transfer": views_accounts.kudos_transfer,
     "sharedkey_create": views_accounts.sharedkey_create,
     "sharedkey": views_accounts.sharedkey,
     "sharedkey_modify": views_accounts.sharedkey_modify,
     "sharedkey_delete": views_accounts.sharedkey_delete,
+    "workers": views_public.workers,
+    "worker": views_public.worker,
+    "worker_by_name": views_public.worker_by_name,
+    "find_user": views_public.find_user,
+    "user": views_public.user,
+    "users": views_public.users,
     "object": views_objects.object_download,
     **OPERATOR_VIEWS,  # /healthz, /readyz, /metrics
     **REFERENCE_VIEWS,  # /openapi.json, /docs

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from flask import current_app
 from redis import Redis
@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.config import Settings
 from runtime.native.queue.policy import Policy
+from runtime.native.stats.cache import Kept
 
 if TYPE_CHECKING:
     from runtime.stores.objects import ObjectStore
@@ -32,6 +33,12 @@ class NativeContext:
     redis: Redis
     policy: Policy
     objects: ObjectStore | None = None  # set once the service knows its URL
+    kept: dict[str, Kept[Any]] = field(default_factory=dict)
+    """The public figures this process keeps for a few seconds, by route (``stats``)."""
+
+    def keep(self, name: str) -> Kept[Any]:
+        """The kept figure ``name`` (kept for ``Policy.public_stats_seconds``)."""
+        return self.kept.setdefault(name, Kept(self.policy.public_stats_seconds))
 
     def close(self) -> None:
         """Close the database pools and the Redis client."""

@@ -22,6 +22,7 @@ from runtime.native.requests.text import (
     create_text_request,
     get_text_request,
     text_status,
+    whole_kudos,
 )
 from runtime.stores.database import transaction
 
@@ -64,9 +65,9 @@ def text_async() -> tuple[Response, int]:
             shared_key=asker.shared_key,
         )
     if result.id is None:
-        return jsonify(kudos=float(result.kudos)), 200
+        return jsonify(kudos=whole_kudos(result.kudos)), 200
     wake_workers(ctx.redis, body.get("models") or [])  # committed: a waiting pop takes it
-    return jsonify(id=str(result.id), kudos=float(result.kudos)), 202
+    return jsonify(id=str(result.id), kudos=whole_kudos(result.kudos)), 202
 
 
 def text_status_view(id: str) -> Response:

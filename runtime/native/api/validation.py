@@ -27,6 +27,13 @@ def _validator(operation_id: str) -> SchemaCheck:
 
 
 @cache
+def _param_validator(operation_id: str, place: str, name: str) -> SchemaCheck:
+    route = ROUTES[operation_id]
+    params = route.query_params if place == "query" else route.path_params
+    return SchemaCheck({**params[name], "$defs": DEFS[route.surface]})
+
+
+@cache
 def _header_validator(surface: str, name: str) -> SchemaCheck:
     return SchemaCheck({**HEADERS[surface][name].schema, "$defs": DEFS[surface]})
 
@@ -105,3 +112,44 @@ def validate_headers(operation_id: str, headers: Mapping[str, str]) -> None:
         error = _header_validator(route.surface, name).error(value)
         if error is not None:
             raise ERRORS[code](field=name, problem=_short(error), param=name)
+
+
+def query_values(operation_id: str, args: Mapping[str, str]) -> dict[str, Any]:
+    """The route's query parameters that were sent, each as its schema's type (an integer
+    parsed) and checked against it; a bad one raises the route's body error naming it.
+    Parameters the route does not declare are ignored, as upstream's parsers do."""
+    route = ROUTES[operation_id]
+    values: dict[str, Any] = {}
+    for name, schema in route.query_params.items():
+        raw = args.get(name)
+        if raw is None:
+            continue
+        _no_nul(route.invalid_body, name, raw)
+        value: Any = raw
+        if schema.get("type") == "integer":
+            try:
+                value = int(raw)
+            except ValueError:
+                value = raw  # the check below refuses it, naming the type
+        error = _param_validator(operation_id, "query", name).error(value)
+        if error is not None:
+            raise ERRORS[route.invalid_body](field=name, problem=_short(error), param=name)
+        values[name] = value
+    return values
+
+
+def path_value(operation_id: str, name: str, value: str) -> str:
+    """A path parameter checked against its schema (one a lookup would answer with
+    nothing, a name over its maxLength, is refused naming it instead)."""
+    route = ROUTES[operation_id]
+    _no_nul(route.invalid_body, name, value)
+    error = _param_validator(operation_id, "path", name).error(value)
+    if error is not None:
+        raise ERRORS[route.invalid_body](field=name, problem=_short(error), param=name)
+    return value
+
+
+def _no_nul(code: str, name: str, value: str) -> None:
+    """A query or path value holding a NUL (which no stored text can) is refused, naming it."""
+    if "\x00" in value:
+        raise ERRORS[code](field=name, problem="must not contain a NUL byte", param=name)

@@ -11,7 +11,8 @@ parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. 
 0004 each worker's speed samples and rolling speed, its extra_slow_worker flag and a
 request's webhook; 0005 the request id of the call that submitted a request; 0006 lets an
 operation key be retired with no request (wp_id NULL); 0008 shared keys (and the request's
-key), kudos transfers.
+key), kudos transfers; 0009 the text statistics (``text_gen_stats``, written by a trigger
+when a job ends, and the archive its old rows are folded into).
 """
 
 from __future__ import annotations
@@ -310,6 +311,33 @@ class WorkerPerformance(Base):
     )
     performance: Mapped[float] = mapped_column(Float, nullable=False)
     created: Mapped[datetime] = _now()
+
+
+class TextGenStat(Base):
+    """One text job that ended (upstream's text_gen_stats): delivered, or faulted, timed out
+    or cancelled. Written by the trigger of migration 0009, never by the code; it outlives
+    the request."""
+
+    __tablename__ = "text_gen_stats"
+    __table_args__ = (Index("ix_text_gen_stats_finished", "finished"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    finished: Mapped[datetime] = _now()
+    model: Mapped[str] = mapped_column(String(255), nullable=False)
+    max_length: Mapped[int] = mapped_column(Integer, nullable=False)
+    """The request's max_length: the tokens upstream's statistics count."""
+    delivered: Mapped[bool] = mapped_column(Boolean, nullable=False)
+
+
+class TextGenStatArchive(Base):
+    """Per model, the ``text_gen_stats`` rows older than every period but the total, folded
+    by the sweep (``stats.text_stats.fold_old_stats``) so that table keeps only a month."""
+
+    __tablename__ = "text_gen_stats_archive"
+
+    model: Mapped[str] = mapped_column(String(255), primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    tokens: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
 
 class KudosLedger(Base):

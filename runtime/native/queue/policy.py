@@ -44,6 +44,9 @@ class Policy:
     """Distinct worker names an untrusted user may register (upstream: 3)."""
     workers_per_trusted_user: int = 20
     """Distinct worker names a trusted user may register (upstream: 20)."""
+    public_stats_seconds: float = 5.0
+    """The text statistics and the load are read again at most this often per process
+    (upstream caches its stats routes for 50 s); a test waiting for a count sets 0."""
     rate_limits: Mapping[str, tuple[RateLimit, ...]] = field(default_factory=lambda: RATE_LIMITS)
     """Per operation id, the native API's rate limits (spec/rate_limits.yaml); a test that
     needs more than one route's shipped limit replaces only that route's."""

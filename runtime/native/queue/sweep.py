@@ -12,7 +12,8 @@ marker and a faulted entry, so a front relaying that stream stops at once) and p
 the completion signal of every chat request it faulted or expired.
 Given the object store, it deletes an expired request's objects with its row, and releases
 those of every other ended request that still owns some (a release the routes missed), and
-forgets operation keys a cancel retired (no request) once a request would have expired.
+forgets operation keys a cancel retired (no request) once a request would have expired,
+and folds the text statistics older than a month into their archive.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from runtime.native.progress.protocol import mark_ended
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.wake import wake_workers
 from runtime.native.requests.signals import publish_chat_event
+from runtime.native.stats.text_stats import fold_old_stats
 from runtime.stores.database import transaction
 from runtime.stores.objects import ObjectStore
 
@@ -174,6 +176,7 @@ def sweep(
                 OperationKey.wp_id.is_(None), OperationKey.created < retired_before
             )
         )
+        fold_old_stats(session, now)  # text statistics past every period but the total
     if aborted:
         wake_workers(redis)  # the aborted jobs' requests got their slots back
     if redis is not None:

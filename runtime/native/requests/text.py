@@ -48,11 +48,14 @@ from runtime.native.requests.rows import (
 from runtime.native.requests.status import queue_position, request_jobs, status_counts
 from runtime.observability import context
 from runtime.stores.raw_sql import raw_sql
+from runtime.tables.route_schemas import DEFS
 
 MAX_STOP_SEQUENCES = 128
 MAX_STOP_SEQUENCE_CHARS = 2000
 MIN_SAMPLER_ORDER = 7
 REQUEST_TYPE = "Text Waiting Prompt"
+SEED_UNSENT: int = DEFS["native"]["TextGeneration"]["properties"]["seed"]["default"]
+"""A generation's seed when its worker sent none (upstream's submit parser's default)."""
 
 
 @dataclass(frozen=True)
@@ -196,24 +199,31 @@ def text_status(
     if wp.n > 0:
         online = online_workers(session, policy, now)
         fitting = [w for w, t in online if worker_fits(w, t, wp)]
+    counts = status_counts(
+        policy,
+        wp,
+        jobs,
+        restarted,
+        queue_position(session, policy, wp, fitting),
+        is_possible=wp.n == 0 or bool(fitting),
+    )
     return {
-        **status_counts(
-            policy,
-            wp,
-            jobs,
-            restarted,
-            queue_position(session, policy, wp, fitting),
-            is_possible=wp.n == 0 or bool(fitting),
-        ),
+        **counts,
+        "kudos": whole_kudos(counts["kudos"]),
         "generations": [text_generation_json(g, name) for g, name in jobs.landed],
     }
+
+
+def whole_kudos(kudos: float | Decimal) -> int:
+    """Kudos as upstream's text answers show them (its async answer and status round)."""
+    return round(kudos)
 
 
 def text_generation_json(g: Generation, worker_name: str) -> dict[str, Any]:
     """A landed text generation as the status (and its webhook) shows it."""
     return {
         "text": g.generation,
-        "seed": g.seed,
+        "seed": SEED_UNSENT if g.seed is None else g.seed,
         "worker_id": str(g.worker_id),
         "worker_name": worker_name,
         "model": g.model,

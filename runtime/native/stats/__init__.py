@@ -1,0 +1,1 @@
+"""The horde's public figures: text statistics, the load, the active models."""

@@ -1,0 +1,243 @@
+"""The public routes in upstream's shapes: find_user, workers (filters, by name), the active
+models (type semantics, filters, one model), the text statistics (recorded when a job ends,
+counted per period), the load, the modes and the news; integer kudos and seed 0 on the text
+routes while the chat routes keep theirs; upstream's errors map on a validation error."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, insert, select, update
+
+from runtime.native.db.tables import Generation, TextGenStat
+from runtime.native.queue.sweep import sweep, utcnow
+from runtime.stores.database import transaction
+from tests.integration.chat_flow import chat_async, chat_body, chat_pop, chat_status, submit_reply
+from tests.integration.native_flow import pop, status, submit, submit_text
+
+pytestmark = pytest.mark.integration
+
+MODEL = "test-model-7B"
+
+
+def test_find_user_answers_the_keys_user_with_its_worker_ids(native_client, make_user):
+    owner = make_user("owner", kudos=12.5)
+    job = pop(native_client, owner.api_key, name="w-1")
+    assert job["id"] is None
+    found = native_client.get("/find_user", headers={"apikey": owner.api_key})
+    assert found.status_code == 200, found.text
+    user = found.json()
+    assert user["username"] == f"owner#{owner.id}"
+    assert (user["id"], user["kudos"], user["worker_count"]) == (owner.id, 12.5, 1)
+    assert user["kudos_details"] == {
+        "accumulated": 0.0,
+        "admin": 12.5,
+        "gifted": 0.0,
+        "received": 0.0,
+    }
+    workers = native_client.get("/workers").json()
+    assert user["worker_ids"] == [workers[0]["id"]]
+    assert native_client.get("/find_user").json()["rc"] == "InvalidAPIKey"
+    unknown = native_client.get("/find_user", headers={"apikey": "no-such-key"})
+    assert (unknown.status_code, unknown.json()["rc"]) == (404, "UserNotFound")
+    assert "worker_ids" not in native_client.get(f"/users/{owner.id}").json()
+    created = native_client.put(
+        "/sharedkeys", headers={"apikey": owner.api_key}, json={"name": "for friends"}
+    )
+    assert created.status_code == 200, created.text
+    shared = native_client.get("/find_user", headers={"apikey": created.json()["id"]}).json()
+    assert shared["username"] == f"owner#{owner.id} (Shared Key: for friends)"  # upstream's
+    assert "worker_ids" not in shared
+
+
+def test_workers_carry_upstreams_details_and_filter_by_name_and_type(native_client, make_user):
+    owner = make_user("owner")
+    pop(native_client, owner.api_key, name="Scribe-One", bridge_agent="AI Horde Worker:24:x")
+    pop(native_client, owner.api_key, name="other")
+    every = native_client.get("/workers").json()
+    one = next(w for w in every if w["name"] == "Scribe-One")
+    for field in ("type", "name", "id", "maintenance_mode", "bridge_agent"):
+        assert field in one  # horde-sdk's WorkerDetailItem requires them
+    assert one["bridge_agent"] == "AI Horde Worker:24:x"
+    assert (one["nsfw"], one["requests_fulfilled"], one["tokens_generated"]) == (True, 0, 0)
+    assert next(w for w in every if w["name"] == "other")["bridge_agent"] == "unknown:0:unknown"
+    named = native_client.get("/workers", params={"name": "scribe-one", "type": "image"})
+    assert [w["name"] for w in named.json()] == ["Scribe-One"]  # name wins over type
+    assert native_client.get("/workers", params={"type": "image"}).json() == []
+    assert len(native_client.get("/workers", params={"type": "text"}).json()) == 2
+    by_name = native_client.get("/workers/name/Scribe-One")
+    assert by_name.json() == one
+    for nul in ("/workers?name=a%00b", "/workers/name/a%00b", "/status/models/a%00b"):
+        refused = native_client.get(nul)  # no stored name holds a NUL: 400, never a 500
+        assert (refused.status_code, refused.json()["rc"]) == (400, "InvalidPayload")
+    missing = native_client.get("/workers/name/scribe-one")  # exact, as upstream's
+    assert (missing.status_code, missing.json()["rc"]) == (404, "WorkerNotFound")
+
+
+def queue(client, api_key, model):
+    body = {"prompt": "Hi", "models": [model], "params": {"max_length": 80}}
+    response = client.post("/generate/text/async", headers={"apikey": api_key}, json=body)
+    assert response.status_code == 202, response.text
+
+
+def test_models_follow_upstreams_type_and_filters(native_client, make_user):
+    owner = make_user("owner")
+    requester = make_user("requester", kudos=100)
+    pop(native_client, owner.api_key, name="w-1", models=[MODEL, "org/custom-model"], threads=3)
+    queue(native_client, requester.api_key, MODEL)
+    listed = native_client.get("/status/models", params={"type": "text"}).json()
+    assert [m["name"] for m in listed] == ["org/custom-model", MODEL]
+    first = listed[1]
+    assert (first["count"], first["type"], first["jobs"], first["queued"]) == (3, "text", 1.0, 80.0)
+    assert native_client.get("/status/models").json() == listed  # absent type: text here
+    assert native_client.get("/status/models", params={"type": "image"}).json() == []
+    assert native_client.get("/status/models", params={"min_count": 4}).json() == []
+    assert len(native_client.get("/status/models", params={"max_count": 3}).json()) == 2
+    custom = native_client.get("/status/models", params={"model_state": "custom"}).json()
+    assert [m["name"] for m in custom] == ["org/custom-model", MODEL]  # neither is known
+    assert native_client.get("/status/models", params={"model_state": "known"}).json() == []
+    bad = native_client.get("/status/models", params={"model_state": "some"})
+    assert (bad.status_code, bad.json()["rc"]) == (400, "InvalidPayload")
+    assert native_client.get("/status/models/org/custom-model").json()[0]["count"] == 3
+    assert native_client.get("/status/models/org%2Fcustom-model").json()[0]["count"] == 3
+    assert native_client.get("/status/models/nothing-serves-it").json() == []
+    queue(native_client, requester.api_key, "queued-only")
+    queued_only = native_client.get("/status/models/queued-only").json()
+    assert [(m["name"], m["count"], m["jobs"]) for m in queued_only] == [("queued-only", 0, 1.0)]
+
+
+def test_every_ended_job_is_counted_once_in_the_text_statistics(
+    native_client, native_db, native_service, make_user
+):
+    """A delivered job, one its worker faulted, one that ran out of time and one cancelled
+    while running: four rows, each once (a repeated submit adds none)."""
+    requester = make_user("requester", kudos=1000)
+    owner = make_user("owner")
+    delivered = submit_text(native_client, requester.api_key, max_length=80)
+    job = pop(native_client, owner.api_key)
+    assert submit(native_client, owner.api_key, job["id"], seed=7).status_code == 200
+    assert submit(native_client, owner.api_key, job["id"]).status_code == 400  # DuplicateGen
+    assert status(native_client, delivered)["done"]
+    troubled = submit_text(native_client, requester.api_key, max_length=100)
+    job = pop(native_client, owner.api_key)
+    submit(native_client, owner.api_key, job["id"], "", state="faulted")
+    job = pop(native_client, owner.api_key)  # the slot it got back
+    with transaction(native_db) as session:  # that job runs out of time
+        session.execute(
+            update(Generation)
+            .where(Generation.id == job["id"])
+            .values(start_time=utcnow() - timedelta(hours=1))
+        )
+    sweep(native_db, native_service.context.policy, utcnow())
+    last = pop(native_client, owner.api_key)["id"]  # its slot again, cancelled while it runs
+    native_client.delete(f"/generate/text/status/{troubled}")
+    submit(native_client, owner.api_key, last, "late")  # a cancelled job's late reply
+    with transaction(native_db) as session:  # any later change to an ended job adds none
+        session.execute(update(Generation).values(ttl=Generation.ttl + 1))
+
+    totals = native_client.get("/stats/text/totals").json()
+    assert totals["minute"] == totals["total"] == {"requests": 4, "tokens": 80 + 3 * 100}
+    assert native_client.get("/stats/text/models").json() == {
+        "day": {MODEL: 4},
+        "month": {MODEL: 4},
+        "total": {MODEL: 4},
+    }
+    assert native_client.get("/status/performance").json()["past_minute_tokens"] == 80.0
+
+
+def test_the_statistics_count_each_period_back_from_now(native_client, native_db, native_service):
+    now = utcnow()
+    ages = [timedelta(seconds=10), timedelta(minutes=30), timedelta(hours=5), timedelta(days=3)]
+    ages.append(timedelta(days=40))
+    with transaction(native_db) as session:
+        for age, model in zip(ages, ["a", "a", "b", "b", "c"], strict=True):
+            session.execute(
+                insert(TextGenStat).values(
+                    finished=now - age, model=model, max_length=10, delivered=True
+                )
+            )
+    totals = native_client.get("/stats/text/totals").json()
+    assert {p: v["requests"] for p, v in totals.items()} == {
+        "minute": 1,
+        "hour": 2,
+        "day": 3,
+        "month": 4,
+        "total": 5,
+    }
+    assert totals["total"]["tokens"] == 50
+    models = {
+        "day": {"a": 2, "b": 1, "c": 0},
+        "month": {"a": 2, "b": 2, "c": 0},
+        "total": {"a": 2, "b": 2, "c": 1},
+    }
+    assert native_client.get("/stats/text/models").json() == models
+    # the sweep folds the 40-day-old row into the archive; the counts stay
+    sweep(native_db, native_service.context.policy, now)
+    sweep(native_db, native_service.context.policy, now)  # a second pass folds nothing more
+    native_service.context.kept.clear()
+    with native_db() as session:
+        assert session.scalar(select(func.count()).select_from(TextGenStat)) == 4
+    assert native_client.get("/stats/text/totals").json() == totals
+    assert native_client.get("/stats/text/models").json() == models
+
+
+def test_performance_counts_the_queue_and_the_online_text_workers(native_client, make_user):
+    owner = make_user("owner")
+    requester = make_user("requester", kudos=1000)
+    pop(native_client, owner.api_key, name="w-1", threads=2)
+    pop(native_client, owner.api_key, name="w-2", threads=3)
+    submit_text(native_client, requester.api_key, max_length=100, n=2)
+    pop(native_client, owner.api_key, name="w-1", threads=2)  # one of the two jobs runs
+    load = native_client.get("/status/performance").json()
+    assert (load["text_worker_count"], load["text_thread_count"]) == (2, 5)
+    assert (load["queued_text_requests"], load["queued_tokens"]) == (2, 200.0)
+    assert (load["worker_count"], load["queued_requests"], load["past_minute_tokens"]) == (0, 0, 0)
+    assert native_client.get("/status/modes").json() == {
+        "maintenance_mode": False,
+        "invite_only_mode": False,
+    }
+    assert native_client.get("/status/news").json() == []
+
+
+def test_text_routes_answer_whole_kudos_and_seed_0_the_chat_routes_keep_theirs(
+    native_client, native_db, make_user
+):
+    requester = make_user("requester", kudos=1000)
+    owner = make_user("owner")
+    quote = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": requester.api_key},
+        json={"prompt": "Hi", "dry_run": True, "params": {"max_length": 80}},
+    ).json()
+    assert isinstance(quote["kudos"], int)
+    request_id = submit_text(native_client, requester.api_key)
+    job = pop(native_client, owner.api_key)
+    submit(native_client, owner.api_key, job["id"], "x" * 200)  # no seed, as koboldcpp
+    done = status(native_client, request_id)
+    assert isinstance(done["kudos"], int)
+    assert done["kudos"] >= 1
+    assert done["generations"][0]["seed"] == 0
+
+    chat_pop(native_client, owner.api_key)
+    accepted = chat_async(native_client, requester.api_key, chat_body())
+    assert accepted.status_code == 202, accepted.text
+    job = chat_pop(native_client, owner.api_key)
+    assert submit_reply(native_client, owner.api_key, job["id"]).status_code == 200
+    chat = chat_status(native_client, accepted.json()["id"])
+    assert chat["generations"][0]["seed"] is None  # a chat reply's seed stays as sent
+    assert isinstance(chat["kudos"], float)  # the chat routes keep their cents
+
+
+def test_a_validation_error_carries_upstreams_errors_map(native_client, make_user):
+    requester = make_user("requester", kudos=10)
+    refused = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": requester.api_key},
+        json={"prompt": "Hi", "params": {"max_length": 5000}},
+    )
+    assert refused.status_code == 400
+    body = refused.json()
+    assert body["rc"] == "InvalidPayload"
+    assert body["errors"] == {"params.max_length": "must be at most 4096"}
+    assert body["param"] == "params.max_length"
