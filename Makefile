@@ -20,6 +20,21 @@ LITELLM_PROXY       := $(VENV)/clients/litellm-proxy
 LITELLM_PROXY_STAMP := $(LITELLM_PROXY)/.installed-stamp
 LITELLM_PROXY_REQUIREMENT := litellm[proxy]==1.108.7
 
+# The horde's own clients, for tests/integration/test_horde_clients.py, each in a folder of
+# its own: horde-sdk needs Python >= 3.12 (python3.12; pyenv's shim picks its newest 3.12),
+# horde-client pins a pydantic and requests of its own, and the npm client is a node package.
+PYTHON312           ?= python3.12
+HORDE_SDK           := $(VENV)/clients/horde-sdk
+HORDE_SDK_STAMP     := $(HORDE_SDK)/.installed-stamp
+HORDE_SDK_REQUIREMENT := horde-sdk==0.33.3
+HORDE_CLIENT        := $(VENV)/clients/horde-client
+HORDE_CLIENT_STAMP  := $(HORDE_CLIENT)/.installed-stamp
+HORDE_CLIENT_REQUIREMENT := horde-client==1.0.3
+AI_HORDE_NPM        := $(VENV)/clients/ai-horde-npm
+AI_HORDE_NPM_STAMP  := $(AI_HORDE_NPM)/.installed-stamp
+AI_HORDE_NPM_REQUIREMENT := @zeldafan0225/ai_horde@5.2.0
+HORDE_CLIENT_STAMPS := $(HORDE_SDK_STAMP) $(HORDE_CLIENT_STAMP) $(AI_HORDE_NPM_STAMP)
+
 .DEFAULT_GOAL := help
 
 .PHONY: help install run test unit fuzz typecheck generate check-generated docs lint format bench clean
@@ -30,26 +45,42 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
+# A client's venv of its own: $(call client_venv,FOLDER,PYTHON,REQUIREMENT).
+define client_venv
+	test -x $(1)/bin/python || $(2) -m venv $(1)
+	$(1)/bin/python -m pip install --quiet --upgrade pip
+	$(1)/bin/python -m pip install --quiet '$(3)'
+	touch $(1)/.installed-stamp
+endef
+
 $(INSTRUCTOR_STAMP): Makefile | $(STAMP)
-	test -x $(INSTRUCTOR)/bin/python || $(PYTHON) -m venv $(INSTRUCTOR)
-	$(INSTRUCTOR)/bin/python -m pip install --quiet --upgrade pip
-	$(INSTRUCTOR)/bin/python -m pip install --quiet '$(INSTRUCTOR_REQUIREMENT)'
-	touch $(INSTRUCTOR_STAMP)
+	$(call client_venv,$(INSTRUCTOR),$(PYTHON),$(INSTRUCTOR_REQUIREMENT))
+
+$(HORDE_SDK_STAMP): Makefile | $(STAMP)
+	$(call client_venv,$(HORDE_SDK),PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null | grep -m1 '^3\.12' || true) $(PYTHON312),$(HORDE_SDK_REQUIREMENT))
+
+$(HORDE_CLIENT_STAMP): Makefile | $(STAMP)
+	$(call client_venv,$(HORDE_CLIENT),$(PYTHON),$(HORDE_CLIENT_REQUIREMENT))
+
+$(AI_HORDE_NPM_STAMP): Makefile | $(STAMP)
+	mkdir -p $(AI_HORDE_NPM)
+	npm install --prefix $(AI_HORDE_NPM) --no-audit --no-fund --silent '$(AI_HORDE_NPM_REQUIREMENT)'
+	touch $(AI_HORDE_NPM_STAMP)
 
 $(LITELLM_PROXY_STAMP): Makefile | $(STAMP)
 	rm -rf $(LITELLM_PROXY)
 	$(BIN)/python -m pip install --quiet --no-warn-conflicts --target $(LITELLM_PROXY) '$(LITELLM_PROXY_REQUIREMENT)'
 	touch $(LITELLM_PROXY_STAMP)
 
-## install: create .venv and install the project with its test dependencies (and instructor's venv)
-install: $(STAMP) $(INSTRUCTOR_STAMP)
+## install: create .venv and install the project with its test dependencies (and the clients' own: instructor, horde-sdk, horde-client, the npm ai_horde)
+install: $(STAMP) $(INSTRUCTOR_STAMP) $(HORDE_CLIENT_STAMPS)
 
 ## run: the whole horde locally, on the embedded Postgres and Redis
 run: $(STAMP)
 	$(BIN)/horde-chat up
 
 ## test: regenerate-and-compare, lint, type-check, then the whole pytest suite
-test: $(STAMP) $(INSTRUCTOR_STAMP) check-generated lint typecheck
+test: $(STAMP) $(INSTRUCTOR_STAMP) $(HORDE_CLIENT_STAMPS) check-generated lint typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## unit: the unit tests only (no servers; seconds)
