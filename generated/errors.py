@@ -269,6 +269,48 @@ class NotReady(HordeError):
     native_routes = ("operations",)
 
 
+class HeadersTooLarge(HordeError):
+    """The request line and headers together are longer than the limit, or there are more header
+    lines than the limit (spec/defences.yaml, headers); the request is answered before it
+    reaches a route and its connection is closed."""
+
+    code = "HeadersTooLarge"
+    template = "The request's headers are over the limit: {detail}."
+    native_status = 431
+    front_status = 431
+    openai_type = "invalid_request_error"
+    front_when = ("admission",)
+    native_routes = ("any",)
+
+
+class RequestTimeout(HordeError):
+    """The client did not finish sending the request's head (request line and headers) within the
+    head deadline of its connection, or, on the native API, its body within the body deadline
+    after its head (spec/defences.yaml); nothing was done, and the connection is closed. (The
+    front's own body deadline is body_read_timeout.)"""
+
+    code = "RequestTimeout"
+    template = "The request's {part} did not arrive whole within {seconds} seconds."
+    native_status = 408
+    front_status = 408
+    openai_type = "timeout_error"
+    front_when = ("admission",)
+    native_routes = ("any",)
+
+
+class TooManyConnections(HordeError):
+    """The native API caps the requests one address may have arriving at once, their head or body
+    not yet whole (spec/defences.yaml, connections): a client sending slowly on many
+    connections. The request over it is answered at once and its connection closed."""
+
+    code = "TooManyConnections"
+    template = "This address has {count} requests arriving at the horde at once, its limit; finish or close some and try again."
+    native_status = 429
+    sends_retry_after = True
+    default_retry_after = 5
+    native_routes = ("any",)
+
+
 class StoreUnavailable(HordeError):
     """A request met an outage of the native API's database (or another store it cannot do
     without): its transaction was rolled back, so nothing was changed or charged. The service
@@ -618,7 +660,8 @@ class CorruptPrompt(HordeError):
 
 class ImageValidationFailed(HordeError):
     """An image part could not be fetched, decoded or normalised at submit, or breaks the image
-    size limits."""
+    size limits: one image's bytes or pixels, or the pixels of all the request's images
+    together, read from each image's header before any is decoded."""
 
     code = "ImageValidationFailed"
     template = "Image validation failed: {reason}"
@@ -632,12 +675,13 @@ class ImageValidationFailed(HordeError):
 class IntakeBusy(HordeError):
     """Every slot of the native API's image fetch pool is taken (fetches run on a bounded pool
     apart from the request threads, each within one wall-clock deadline, so slow image hosts
-    never hold the API): the request is refused at once, before anything is fetched, queued or
-    charged."""
+    never hold the API), or no image decode slot came free within the decode wait (decodes run
+    a few at a time, spec/storage/objects.yaml intake): the request is refused before anything
+    is queued or charged."""
 
     code = "IntakeBusy"
     template = (
-        "The horde is fetching as many images as it can at once; try again in {seconds} seconds."
+        "The horde is taking in as many images as it can at once; try again in {seconds} seconds."
     )
     native_status = 503
     front_status = 503
@@ -680,6 +724,22 @@ class TooManyPrompts(HordeError):
 
     code = "TooManyPrompts"
     template = "Parallel requests ({count}) exceeded user limit ({concurrency}). Please try again later or request to increase your concurrency."
+    native_status = 429
+    front_status = 429
+    openai_type = "rate_limit_error"
+    sends_retry_after = True
+    default_retry_after = 5
+    front_when = ("submission",)
+    native_routes = ("text", "chat")
+
+
+class TooManyAnonymousPrompts(HordeError):
+    """A request with the anonymous key from an address that already has its share of the
+    anonymous key's concurrency queued (spec/defences.yaml, anonymous), so one address cannot
+    take the whole shared concurrency from every other keyless client."""
+
+    code = "TooManyAnonymousPrompts"
+    template = "Anonymous requests from your address ({count}) exceeded the per-address share ({limit}) of the anonymous key, which every client without a key shares. Please try again later, or use an API key of your own."
     native_status = 429
     front_status = 429
     openai_type = "rate_limit_error"
@@ -1109,6 +1169,9 @@ ERRORS: dict[str, type[HordeError]] = {
     "RateLimited": RateLimited,
     "InternalError": InternalError,
     "NotReady": NotReady,
+    "HeadersTooLarge": HeadersTooLarge,
+    "RequestTimeout": RequestTimeout,
+    "TooManyConnections": TooManyConnections,
     "StoreUnavailable": StoreUnavailable,
     "FrontAtCapacity": FrontAtCapacity,
     "front_shutting_down": FrontShuttingDown,
@@ -1141,6 +1204,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "KudosCapExceeded": KudosCapExceeded,
     "KudosUpfront": KudosUpfront,
     "TooManyPrompts": TooManyPrompts,
+    "TooManyAnonymousPrompts": TooManyAnonymousPrompts,
     "RequestNotFound": RequestNotFound,
     "InvalidOperationKey": InvalidOperationKey,
     "OperationKeyMismatch": OperationKeyMismatch,

@@ -10,6 +10,12 @@ from __future__ import annotations
 # The horde's own caps at submit, by chat_limits name.
 INTAKE_CAPS: dict[str, int] = {"max_images": 8, "max_image_bytes": 10485760}
 MAX_IMAGE_PIXELS = 25000000
+MAX_REQUEST_PIXELS = 50000000
+"""Every image of one request together, read from the headers before any is decoded."""
+CONCURRENT_DECODES = 2
+"""Images decoded at once in one native API process."""
+DECODE_WAIT_SECONDS = 10
+"""How long a request waits for a decode slot before IntakeBusy."""
 FETCH_TIMEOUT_SECONDS = 10
 MAX_REDIRECTS = 3
 INPUT_FORMATS: frozenset[str] = frozenset(["JPEG", "PNG", "GIF", "WEBP"])
