@@ -27,16 +27,30 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.supervisors.multiprocess import Multiprocess
 
+from generated.errors import HordeError, InternalError
 from generated.routes import ROUTES
 from generated.signals import CHAT_SIGNALS
 from runtime.front.app import create_front_app
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain, server_timeout
+from runtime.http_guard import Answer, GuardedHttpTools, json_answer
 from runtime.listening import BACKLOG, bind
 from runtime.observability.metrics import multiprocess_dir
 from runtime.service_process import settled_after_startup
 
 START_TIMEOUT = 20.0
+HTTP_PROTOCOL = "runtime.front.server:FrontHttp"
+"""uvicorn's protocol for the front, by import path (a server process imports it)."""
+
+
+class FrontHttp(GuardedHttpTools):
+    """The front's connections: the limits on a request's head, their refusals in OpenAI's
+    envelope. Not capped per address: behind a proxy every client's connection is the
+    proxy's (the per-source caps count requests, on the address X-Forwarded-For names)."""
+
+    def render(self, error: HordeError) -> Answer:
+        status = error.front_status or InternalError.front_status or 500
+        return json_answer(status, error.openai_body(), list(error.front_headers().items()))
 
 
 def uvicorn_config(app: Any, config: FrontConfig, **options: Any) -> uvicorn.Config:
@@ -46,8 +60,8 @@ def uvicorn_config(app: Any, config: FrontConfig, **options: Any) -> uvicorn.Con
     return uvicorn.Config(
         app,
         lifespan="on",
-        # the C parser: reading a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms (issue 13)
-        http="httptools",
+        # the C parser (a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms), with caps
+        http=HTTP_PROTOCOL,
         timeout_graceful_shutdown=int(server_timeout(config.shutdown_grace) + 0.999),
         backlog=BACKLOG,
         **config.proxy_options(),  # X-Forwarded-For from configured proxies only

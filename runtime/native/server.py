@@ -20,11 +20,15 @@ from typing import TextIO
 import uvicorn
 from sqlalchemy import Engine
 
+from generated.defences import ARRIVING_PER_SOURCE
+from generated.errors import HordeError
 from generated.routes import ROUTES
 from runtime.config import Settings
+from runtime.http_guard import Answer, GuardedHttpTools, json_answer
 from runtime.listening import BACKLOG, bind
 from runtime.native.api.app import create_app
 from runtime.native.api.context import NativeContext
+from runtime.native.api.errors import error_parts
 from runtime.native.asgi import NativeASGI
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import Sweeper
@@ -41,6 +45,19 @@ START_TIMEOUT = 20.0
 GRACEFUL_SHUTDOWN_SECONDS = 10
 """How long a stopping server lets in-flight requests finish (waiting pops answer at once)."""
 APP_FACTORY = "runtime.native.asgi:app_from_env"
+HTTP_PROTOCOL = "runtime.native.server:NativeHttp"
+"""uvicorn's protocol for the native API, by import path (a server process imports it)."""
+
+
+class NativeHttp(GuardedHttpTools):
+    """The native API's connections: the limits on a request's arrival, the requests
+    arriving per address, and their refusals in upstream's ``{message, rc}``."""
+
+    arriving_per_source = ARRIVING_PER_SOURCE
+
+    def render(self, error: HordeError) -> Answer:
+        status, body, headers = error_parts(error)
+        return json_answer(status, body, headers)
 
 
 def build_context(
@@ -85,8 +102,8 @@ def uvicorn_config(app: object, *, log_level: str = "warning", workers: int = 1)
         workers=workers,
         log_level=log_level,
         lifespan="on",
-        # the C parser: reading a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms (issue 13)
-        http="httptools",
+        # the C parser (a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms), with caps
+        http=HTTP_PROTOCOL,
         # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
         # the service passkey (runtime.native.api.service_passkey); the client is the peer.
         proxy_headers=False,

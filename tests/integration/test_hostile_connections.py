@@ -1,0 +1,203 @@
+"""What one client's connections may cost the services (spec/defences.yaml), on the live
+native API and a live front at the shipped settings: one address has a bounded number of requests
+arriving at once at the native API (and a thousand whole ones waiting cost it nothing:
+tests/integration/test_native_long_poll.py); a request's head is capped in size, lines and
+time on both services. Each refusal comes in the surface's envelope, and the connection is
+closed after it."""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from generated.defences import (
+    ARRIVING_PER_SOURCE,
+    MAX_HEADER_BYTES,
+    MAX_HEADER_COUNT,
+)
+from runtime.front.server import FrontHttp, FrontService
+from runtime.native.server import NativeHttp, NativeService
+from runtime.stores.embedded import EmbeddedStores
+from tests.support.front import running_front
+
+pytestmark = pytest.mark.integration
+
+FLOOD_BYTES = 64 * 1024 * 1024
+"""Header bytes a flood sends at most, unless the service answers and closes first."""
+ANSWER_SECONDS = 30.0
+
+
+@pytest.fixture(scope="module")
+def front(horde_stores: EmbeddedStores, native_service: NativeService) -> Iterator[FrontService]:
+    with running_front(horde_stores.redis_url, [native_service.url]) as service:
+        yield service
+
+
+def address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    return parts.hostname, parts.port
+
+
+def connect(url: str, source: str) -> socket.socket:
+    sock = socket.create_connection(
+        address(url), timeout=ANSWER_SECONDS, source_address=(source, 0)
+    )
+    return sock
+
+
+def answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The status, headers and body of the answer on ``sock``, read until it is whole."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed without an answer: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    while len(body) < int(headers.get("content-length", 0)):
+        body += sock.recv(65536)
+    return int(lines[0].split()[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def closed(sock: socket.socket) -> bool:
+    """Whether the service closed ``sock`` (what it still sends is read and dropped)."""
+    try:
+        while chunk := sock.recv(65536):
+            del chunk
+    except ConnectionResetError:
+        pass
+    return True
+
+
+# ---------------------------------------------------------------- connections
+
+
+def served_from(url: str, source: str) -> bool:
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(transport=transport, timeout=ANSWER_SECONDS) as client:
+        try:
+            return client.get(f"{url}/api/v2/status/heartbeat").status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+PARTIAL_HEAD = b"GET /api/v2/status/heartbeat HTTP/1.1\r\nhost: horde\r\n"
+"""A request's head still arriving (its end not sent)."""
+
+
+def test_one_address_has_a_bounded_number_of_requests_arriving(
+    native_service: NativeService,
+) -> None:
+    url = native_service.url
+    held = [connect(url, "127.0.3.1") for _ in range(ARRIVING_PER_SOURCE)]
+    try:
+        for sock in held:
+            sock.sendall(PARTIAL_HEAD)
+        with connect(url, "127.0.3.1") as over:
+            over.sendall(PARTIAL_HEAD)
+            status, headers, body = answer(over)
+            assert status == 429
+            assert json.loads(body)["rc"] == "TooManyConnections"
+            assert "retry-after" in headers
+            assert closed(over)
+        assert served_from(url, "127.0.3.2")  # another address is not held up
+        finishing = held.pop()
+        finishing.sendall(b"\r\n")  # a request arrived whole no longer counts
+        assert answer(finishing)[0] == 200
+        finishing.close()
+        assert served_from(url, "127.0.3.1")
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_a_head_not_whole_by_its_deadline_is_408_and_closed(
+    surface: tuple[str, str, bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The shipped deadline is HEAD_DEADLINE_SECONDS; a short one shows its refusal without
+    # the test waiting that long.
+    name, url, path = surface
+    monkeypatch.setattr(NativeHttp if name == "native" else FrontHttp, "head_deadline", 0.5)
+    with connect(url, "127.0.2.2") as silent, connect(url, "127.0.2.3") as slow:
+        slow.sendall(b"GET " + path + b" HTTP/1.1\r\nhost: horde\r\n")
+        for sock in (silent, slow):
+            status, _headers, body = answer(sock)
+            assert status == 408
+            assert envelope_code(name, body) == "RequestTimeout"
+            assert closed(sock)
+
+
+# ---------------------------------------------------------------- headers
+
+
+def head_with(lines: list[bytes], path: bytes) -> bytes:
+    return b"GET " + path + b" HTTP/1.1\r\nhost: horde\r\n" + b"".join(lines) + b"\r\n"
+
+
+def envelope_code(surface: str, body: bytes) -> str:
+    payload = json.loads(body)
+    return str(payload["rc"] if surface == "native" else payload["error"]["code"])
+
+
+SURFACES = {"native": b"/api/v2/status/heartbeat", "front": b"/healthz"}
+
+
+@pytest.fixture(params=sorted(SURFACES))
+def surface(
+    request: pytest.FixtureRequest, native_service: NativeService, front: FrontService
+) -> tuple[str, str, bytes]:
+    name = str(request.param)
+    return name, native_service.url if name == "native" else front.url, SURFACES[name]
+
+
+def test_headers_within_the_caps_are_served(surface: tuple[str, str, bytes]) -> None:
+    _name, url, path = surface
+    lines = [b"x-pad-%d: %s\r\n" % (n, b"a" * 100) for n in range(MAX_HEADER_COUNT - 2)]
+    with connect(url, "127.0.4.1") as sock:
+        sock.sendall(head_with(lines, path))
+        assert answer(sock)[0] == 200
+
+
+@pytest.mark.parametrize("over", ["bytes", "count"])
+def test_headers_over_a_cap_are_431_and_closed(surface: tuple[str, str, bytes], over: str) -> None:
+    name, url, path = surface
+    if over == "bytes":
+        lines = [b"x-pad: " + b"a" * MAX_HEADER_BYTES + b"\r\n"]
+    else:
+        lines = [b"x-pad-%d: a\r\n" % n for n in range(MAX_HEADER_COUNT + 1)]
+    with connect(url, "127.0.4.2") as sock:
+        sock.sendall(head_with(lines, path))
+        status, headers, body = answer(sock)
+        assert status == 431
+        assert envelope_code(name, body) == "HeadersTooLarge"
+        assert headers["connection"] == "close"
+        assert closed(sock)
+
+
+def test_a_flood_of_headers_is_cut_off_at_the_cap(surface: tuple[str, str, bytes]) -> None:
+    # Headers that never end: the service answers once they pass the cap and closes the
+    # connection, long before the flood's end (without a cap it kept every byte of them).
+    name, url, path = surface
+    line = b"x-pad: " + b"a" * 8000 + b"\r\n"
+    with connect(url, "127.0.4.3") as sock:
+        sock.sendall(b"GET " + path + b" HTTP/1.1\r\nhost: horde\r\n")
+        sent = 0
+        try:
+            while sent < FLOOD_BYTES and not select.select([sock], [], [], 0)[0]:
+                sock.sendall(line)
+                sent += len(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert sent < FLOOD_BYTES, "the flood was taken whole"
+        status, _headers, body = answer(sock)
+        assert status == 431
+        assert envelope_code(name, body) == "HeadersTooLarge"
