@@ -24,6 +24,7 @@ from generated.config import (
     HORDE_FRONT_SHUTDOWN_GRACE,
     HORDE_SERVICE_PASSKEY,
 )
+from generated.defences import BODY_DEADLINE_SECONDS
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES, MAX_INTAKE_SECONDS
 from runtime.front.waiter import WaitBudget
 from runtime.tables.config import derived_setting, read_settings, setting
@@ -37,7 +38,7 @@ class FrontConfig:
     native_roots: tuple[str, ...] = setting(HORDE_FRONT_NATIVE_ROOTS)
     service_passkey: str | None = setting(HORDE_SERVICE_PASSKEY)
     max_body_bytes: int = derived_setting(HORDE_FRONT_MAX_BODY_BYTES, DEFAULT_MAX_BODY_BYTES)
-    body_timeout: float = 30.0
+    body_timeout: float = BODY_DEADLINE_SECONDS
     per_source_cap: int = setting(HORDE_FRONT_PER_SOURCE)
     global_cap: int = setting(HORDE_FRONT_GLOBAL)
     deadline: float = setting(HORDE_FRONT_DEADLINE)

@@ -3,9 +3,11 @@ served without Flask, the long-poll pop served asynchronously.
 
 Every request runs on one of two bounded thread pools: the workers' lane (pop, submit,
 progress, heartbeat: ``WORKER_LANE_THREADS``) and the clients' (``THREADS``, what waitress
-had), so no burst of client requests holds up a worker or the liveness probe. The clients'
-routes run the Flask app through a2wsgi. The lane's routes are not Flask's: their body is
-read here, on the event loop, and ``runtime.native.api.lane`` (the app's
+had), so no burst of client requests holds up a worker or the liveness probe. Every body is
+read here first, on the event loop, within the body deadline
+(``generated.defences.BODY_DEADLINE_SECONDS``; 408 after): a client sending its body slowly
+holds a coroutine, never a thread. The clients' routes run the Flask app through a2wsgi on
+the body read. The lane's routes are not Flask's: ``runtime.native.api.lane`` (the app's
 ``extensions[LANE]``) answers them whole on a lane thread, one hop there and back
 (``_lane_answer``; issue 14: Flask, werkzeug's request and flask-limiter's per-request
 resolution cost ~1 ms of CPU a request there). The text pop is served by the shell: its
@@ -47,8 +49,11 @@ from a2wsgi import WSGIMiddleware
 from flask import Flask
 from redis.exceptions import RedisError
 
+from generated.defences import BODY_DEADLINE_SECONDS
+from generated.errors import HordeError, RequestTimeout
 from generated.routes import ROUTES
 from generated.signals import WAKE_CHANNEL
+from runtime.native.api.errors import error_parts
 from runtime.native.lane_threads import LaneThreads
 from runtime.native.queue.wake import wake_here
 from runtime.observability.metrics import process_exited
@@ -207,6 +212,7 @@ class NativeASGI:
     def __init__(self, flask_app: Flask, redis_url: str, *, threads: int = THREADS) -> None:
         self.flask_app = flask_app
         self.max_body = int(flask_app.config["MAX_CONTENT_LENGTH"])
+        self.body_deadline: float = BODY_DEADLINE_SECONDS
         self.wsgi = WSGIMiddleware(flask_app.wsgi_app, workers=threads)  # type: ignore[arg-type]
         self.lane: Lane = flask_app.extensions[LANE]
         self.lane_threads = LaneThreads(WORKER_LANE_THREADS, "horde-lane")
@@ -216,14 +222,14 @@ class NativeASGI:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
-        if scope["type"] == "http" and _header(scope, b"transfer-encoding") is not None:
-            found = await self._dechunked(scope, receive)
-            if found is None:
-                return  # the client left before sending its body
-            scope, receive = found
         if scope["type"] != "http":
             await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
-        elif scope["method"] == "POST" and scope["path"] == POP_PATH:
+            return
+        found = await self._body_first(scope, receive, send)
+        if found is None:
+            return  # the client left, or did not send its body in time (answered 408)
+        scope, receive = found
+        if scope["method"] == "POST" and scope["path"] == POP_PATH:
             await self._pop(scope, receive, send)
         elif (operation_id := self.lane.routes.get((scope["method"], scope["path"]))) is not None:
             await self._lane(operation_id, scope, receive, send)
@@ -324,20 +330,51 @@ class NativeASGI:
         answer = await self.lane_threads.call(self.lane.respond_in, context, request)
         return answer
 
-    async def _dechunked(self, scope: Scope, receive: Receive) -> tuple[Scope, Receive] | None:
-        """A chunked body read here (as waitress did) up to the cap and handed on with its
-        Content-Length: Flask reads it, or refuses a longer one with its 413 unread."""
-        body = await _read_body(receive, self.max_body)
+    async def _body_first(
+        self, scope: Scope, receive: Receive, send: Send
+    ) -> tuple[Scope, Receive] | None:
+        """The request with its body read here, on the event loop, within the body deadline
+        (so a client sending it slowly holds no request thread), up to the cap: the route is
+        handed the body read (a chunked one with its Content-Length: Flask reads it, or
+        refuses a longer one with its 413 unread). A declared length over the cap is not
+        read (the route refuses it 413). None: the client left, or its body did not arrive
+        within the deadline (answered 408 here, the connection closed)."""
+        chunked = _header(scope, b"transfer-encoding") is not None
+        if not chunked and (_content_length(scope) or 0) > self.max_body:
+            return scope, receive
+        try:
+            async with asyncio.timeout(self.body_deadline):
+                body = await _read_body(receive, self.max_body)
+        except TimeoutError:
+            await _send_answer(
+                send, _closing(RequestTimeout(part="body", seconds=self.body_deadline))
+            )
+            return None
         if body is None:
             return None
-        length = str(len(body) if len(body) <= self.max_body else self.max_body + 1)
-        headers = [
-            (k, v)
-            for k, v in scope["headers"]
-            if k not in (b"transfer-encoding", b"content-length")
-        ]
-        headers.append((b"content-length", length.encode()))
-        return {**scope, "headers": headers}, _replay(body, receive)
+        if chunked:
+            length = str(len(body) if len(body) <= self.max_body else self.max_body + 1)
+            headers = [
+                (k, v)
+                for k, v in scope["headers"]
+                if k not in (b"transfer-encoding", b"content-length")
+            ]
+            headers.append((b"content-length", length.encode()))
+            scope = {**scope, "headers": headers}
+        return scope, _replay(body, receive)
+
+
+def _closing(error: HordeError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """``error``'s answer in upstream's envelope, closing the connection after it."""
+    status, payload, headers = error_parts(error)
+    body = json.dumps(payload).encode()
+    pairs = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+    pairs += [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+    ]
+    return status, pairs, body
 
 
 def wake_models(data: Any) -> frozenset[str]:

@@ -1,5 +1,6 @@
 """What one client's connections may cost the services (spec/defences.yaml), on the live
-native API and a live front at the shipped settings: one address has a bounded number of requests
+native API and a live front at the shipped settings: a body sent slowly holds no request
+thread and is cut at the body deadline; one address has a bounded number of requests
 arriving at once at the native API (and a thousand whole ones waiting cost it nothing:
 tests/integration/test_native_long_poll.py); a request's head is capped in size, lines and
 time on both services. Each refusal comes in the surface's envelope, and the connection is
@@ -18,16 +19,23 @@ import pytest
 
 from generated.defences import (
     ARRIVING_PER_SOURCE,
+    BODY_DEADLINE_SECONDS,
     MAX_HEADER_BYTES,
     MAX_HEADER_COUNT,
 )
 from runtime.front.server import FrontHttp, FrontService
+from runtime.native.asgi import THREADS
 from runtime.native.server import NativeHttp, NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.support.front import running_front
 
 pytestmark = pytest.mark.integration
 
+CHAT_HEAD = (
+    b"POST /api/v2/generate/chat/async HTTP/1.1\r\nhost: horde\r\napikey: 0000000000\r\n"
+    b"content-type: application/json\r\ncontent-length: 400\r\n\r\n"
+)
+"""A chat submit's head whose 400-byte body is still to come."""
 FLOOD_BYTES = 64 * 1024 * 1024
 """Header bytes a flood sends at most, unless the service answers and closes first."""
 ANSWER_SECONDS = 30.0
@@ -76,6 +84,41 @@ def closed(sock: socket.socket) -> bool:
     except ConnectionResetError:
         pass
     return True
+
+
+# ---------------------------------------------------------------- bodies
+
+
+def test_bodies_sent_slowly_hold_no_request_thread(native_service: NativeService) -> None:
+    # More clients than the API has client threads each send a chat submit's head and then
+    # its body a byte at a time (each from an address of its own, so no rate limit stops
+    # them first). A body read on a request thread held each thread until its body came.
+    slow = [connect(native_service.url, f"127.0.1.{n + 1}") for n in range(THREADS + 4)]
+    try:
+        for sock in slow:
+            sock.sendall(CHAT_HEAD + b" ")
+        users = httpx.get(f"{native_service.url}/api/v2/users", timeout=BODY_DEADLINE_SECONDS / 2)
+        assert users.status_code == 200
+        heartbeat = httpx.get(f"{native_service.url}/api/v2/status/heartbeat", timeout=10)
+        assert heartbeat.status_code == 200
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_a_body_not_whole_by_the_deadline_is_408_and_closed(
+    native_service: NativeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The shipped deadline is BODY_DEADLINE_SECONDS; a short one shows its refusal without
+    # the test waiting that long.
+    monkeypatch.setattr(native_service.app, "body_deadline", 0.5)
+    with connect(native_service.url, "127.0.2.1") as sock:
+        sock.sendall(CHAT_HEAD + b'{"model":')
+        status, headers, body = answer(sock)
+        assert status == 408
+        assert json.loads(body)["rc"] == "RequestTimeout"
+        assert headers["connection"] == "close"
+        assert closed(sock)
 
 
 # ---------------------------------------------------------------- connections
