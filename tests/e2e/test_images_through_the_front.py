@@ -5,8 +5,8 @@ OpenAI backend double, which records what it received.
 Every row of the transport table in docs/design.md ("Images") is taken, and each test checks
 both what the worker was handed (messages_url, a signed URL per image, or the bytes inline)
 and that the backend got every image in OpenAI's image_url form, as the stored JPEG. Refused
-images are 400 naming the message and part, with nothing queued and nothing left stored; a
-request's objects are deleted when it ends.
+images are 400 naming the message and part (or, over a request's pixels, the messages), with
+nothing queued and nothing left stored; a request's objects are deleted when it ends.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import base64
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai import OpenAI
@@ -24,10 +25,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES
 from generated.storage import (
     INTAKE_CAPS,
+    MAX_IMAGE_PIXELS,
+    MAX_REQUEST_PIXELS,
     TRANSPORT_BASE64,
     TRANSPORT_MESSAGES_URL,
     TRANSPORT_URL,
 )
+from generated.wire import ANONYMOUS_API_KEY
 from runtime.front.server import FrontService
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.server import NativeService
@@ -292,5 +296,31 @@ def test_too_many_images_are_refused(
     with start_worker((TRANSPORT_BASE64,)):
         error = _refused(sdk, user_turn(*parts))
     assert f"{cap + 1} image parts; at most {cap}" in error.message
+    assert _queued(native) == 0
+    assert stored_files(store) == []
+
+
+def test_images_over_the_requests_pixels_are_refused_on_both_surfaces(
+    sdk: OpenAI,
+    start_worker: Callable[..., VisionWorker],
+    native: NativeService,
+    store: FilesystemObjectStore,
+) -> None:
+    # Small PNGs of 25 megapixels each: their headers alone refuse them, nothing decoded.
+    side = int(MAX_IMAGE_PIXELS**0.5)
+    count = MAX_REQUEST_PIXELS // (side * side) + 1
+    messages = user_turn(*[image_part(image_data_url(size=side))] * count)
+    with start_worker((TRANSPORT_BASE64,)):
+        error = _refused(sdk, messages)
+        direct = httpx.post(
+            f"{native.url}/api/v2/generate/chat/async",
+            headers={"apikey": ANONYMOUS_API_KEY},
+            json={"model": MODEL, "messages": messages},
+            timeout=30,
+        )
+    assert error.code == "ImageValidationFailed"
+    assert f"over the limit of {MAX_REQUEST_PIXELS} pixels per request" in error.message
+    assert (direct.status_code, direct.json()["rc"]) == (400, "ImageValidationFailed")
+    assert f"{MAX_REQUEST_PIXELS} pixels per request" in direct.json()["message"]
     assert _queued(native) == 0
     assert stored_files(store) == []

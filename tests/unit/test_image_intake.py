@@ -1,10 +1,14 @@
 """Image intake at submit: real images become stored JPEGs; bad ones are a clear 400 naming
-the message and part, and leave nothing stored."""
+the message and part, and leave nothing stored. A request's images are held to its pixel
+budget from their headers before any is decoded, and decodes wait for one of a few slots."""
 
 from __future__ import annotations
 
 import base64
 import io
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +16,10 @@ import pytest
 from PIL import Image
 
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES
-from generated.errors import ImageValidationFailed
-from generated.storage import INTAKE_CAPS, MAX_IMAGE_PIXELS, REFERENCE_PREFIX
+from generated.errors import ImageValidationFailed, IntakeBusy
+from generated.storage import INTAKE_CAPS, MAX_IMAGE_PIXELS, MAX_REQUEST_PIXELS, REFERENCE_PREFIX
 from runtime.native.objects.fetch import FetchPolicy
-from runtime.native.objects.intake import IntakePolicy, take_in_images
+from runtime.native.objects.intake import DecodeSlots, IntakePolicy, take_in_images
 from runtime.stores.objects import JPEG
 from runtime.stores.objects_fs import FilesystemObjectStore
 
@@ -156,3 +160,89 @@ def test_malformed_data_urls_are_refused(store: FilesystemObjectStore, url: str)
 def test_a_failure_after_good_images_deletes_them(store: FilesystemObjectStore) -> None:
     good = data_url(image_bytes("PNG"))
     _refused(store, conversation(good, good, data_url(b"nope")))
+
+
+SIDE = int(MAX_IMAGE_PIXELS**0.5)
+"""The side of the largest square image accepted alone (5000)."""
+
+
+def largest_png() -> bytes:
+    """A PNG of SIDE x SIDE pixels of one colour: tens of kilobytes holding 25 megapixels."""
+    return image_bytes("PNG", size=(SIDE, SIDE), mode="L")
+
+
+def test_a_requests_images_are_held_to_its_pixels_before_any_is_decoded(
+    store: FilesystemObjectStore,
+) -> None:
+    count = MAX_REQUEST_PIXELS // (SIDE * SIDE) + 1
+    message = _refused(store, conversation(*[data_url(largest_png())] * count))
+    assert f"{count} images hold {count * SIDE * SIDE} pixels together" in message
+    assert f"over the limit of {MAX_REQUEST_PIXELS} pixels per request" in message
+    assert stored_keys(store) == []
+
+
+def test_a_request_within_its_pixels_is_taken_in(store: FilesystemObjectStore) -> None:
+    count = MAX_REQUEST_PIXELS // (SIDE * SIDE)
+    result = take_in_images(conversation(*[data_url(largest_png())] * count), store)
+    assert [(i.width, i.height) for i in result.images] == [(SIDE, SIDE)] * count
+
+
+MEASURE = """
+import sys
+from pathlib import Path
+from runtime.native.objects.intake import take_in_images
+from runtime.stores.objects_fs import FilesystemObjectStore
+from tests.unit.test_image_intake import conversation, data_url
+
+def peak():
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+url = data_url(Path(sys.argv[1]).read_bytes())
+store = FilesystemObjectStore(Path(sys.argv[2]), base_url="http://horde", secret="s")
+before = peak()
+try:
+    take_in_images(conversation(*[url] * 8), store)
+    print("accepted", peak() - before)
+except Exception as refused:
+    print(type(refused).__name__, peak() - before)
+"""
+"""Takes eight of the largest images in, in a fresh process, and prints how far its peak
+resident memory rose (MiB): the images are refused from their headers alone."""
+
+
+def test_eight_of_the_largest_images_cost_no_decode(tmp_path: Path) -> None:
+    png = tmp_path / "largest.png"
+    png.write_bytes(largest_png())
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(png), str(tmp_path / "objects")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    outcome, growth = done.stdout.split()
+    # one decode of them holds 25 MB of pixels (and its JPEG's encoder more)
+    assert int(growth) < 16, done.stdout
+    assert outcome == "ImageValidationFailed"
+
+
+def test_a_decode_waits_for_a_slot_then_is_refused_intake_busy() -> None:
+    # The shipped wait is 10 s; a short one shows the same refusal without waiting for it.
+    slots = DecodeSlots(slots=1, wait=0.2)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with slots.slot():
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    with pytest.raises(IntakeBusy), slots.slot():
+        pass
+    release.set()
+    holder.join(30)
+    with slots.slot():  # free again once the holder is done
+        pass

@@ -2,8 +2,11 @@
 
 ``take_in_images(messages, store, policy)`` fetches every image part (https URL or data
 URL; the remote ones on the bounded fetch pool, within one deadline for them all), checks
-it is a real image within the count, byte and pixel caps (the pixels from the header,
-before decoding), normalises it to JPEG, stores it and puts a reference
+each is a real image within the count, byte and pixel caps and all of them within the
+request's pixel budget, from their headers before any is decoded (a decode costs about 3
+bytes a pixel, and a small PNG can hold 25 megapixels); then decodes them one at a time, on
+one of the process's few decode slots (``DECODES``: 503 IntakeBusy when none comes free in
+time), normalises each to JPEG, stores it and puts a reference
 (``generated.storage.REFERENCE_PREFIX`` + key) where its URL was. A bad image raises
 ImageValidationFailed (400) naming the message and part; images stored before it are
 deleted, so the caller, which queues nothing, leaves nothing.
@@ -15,9 +18,11 @@ import base64
 import binascii
 import copy
 import io
+import threading
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +30,16 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES, LIMIT_MAX_IMAGES, PARAM_MESSAGES
 from generated.chat.tables import LIMITS
-from generated.errors import ImageValidationFailed
+from generated.errors import ImageValidationFailed, IntakeBusy
 from generated.storage import (
+    CONCURRENT_DECODES,
+    DECODE_WAIT_SECONDS,
     IMAGE_URL_KEY,
     INPUT_FORMATS,
     INTAKE_CAPS,
     JPEG_QUALITY,
     MAX_IMAGE_PIXELS,
+    MAX_REQUEST_PIXELS,
     PART_IMAGE,
     REFERENCE_PREFIX,
 )
@@ -52,6 +60,7 @@ class BadImage(Exception):
 class IntakePolicy:
     max_images: int = INTAKE_CAPS[LIMIT_MAX_IMAGES]
     max_pixels: int = MAX_IMAGE_PIXELS
+    max_request_pixels: int = MAX_REQUEST_PIXELS
     fetch: FetchPolicy = field(default_factory=FetchPolicy)
 
     @property
@@ -102,16 +111,16 @@ def take_in_images(
             param=PARAM_MESSAGES,
         )
     out = copy.deepcopy(messages)
-    urls = [out[i]["content"][j][PART_IMAGE][IMAGE_URL_KEY] for i, j in located]
-    fetched = iter(_fetch_remote(urls, policy))
+    holders = [out[i]["content"][j][PART_IMAGE] for i, j in located]
+    wheres = [f"messages[{i}].content[{j}]" for i, j in located]
+    raws = _raw_images([holder[IMAGE_URL_KEY] for holder in holders], wheres, policy)
+    _check_request_pixels(raws, wheres, policy)
     stored: list[StoredImage] = []
     try:
-        for (i, j), url in zip(located, urls, strict=True):
-            holder = out[i]["content"][j][PART_IMAGE]
-            where = f"messages[{i}].content[{j}]"
+        for holder, where, raw in zip(holders, wheres, raws, strict=True):
             try:
-                raw = decode_data_url(url, policy.max_bytes) if _is_data(url) else next(fetched)
-                image = _store(normalise(raw, policy), store)
+                with DECODES.slot():
+                    image = _store(normalise(raw, policy), store)
             except BadImage as exc:
                 raise ImageValidationFailed(reason=f"{where}: {exc}", param=where) from None
             stored.append(image)
@@ -121,6 +130,58 @@ def take_in_images(
             store.delete(image.key)
         raise
     return IntakeResult(out, stored)
+
+
+def _raw_images(urls: list[str], wheres: list[str], policy: IntakePolicy) -> list[bytes]:
+    """Every image's bytes, in order: the data URLs decoded, the rest fetched."""
+    fetched = iter(_fetch_remote(urls, policy))
+    raws: list[bytes] = []
+    for url, where in zip(urls, wheres, strict=True):
+        try:
+            raws.append(decode_data_url(url, policy.max_bytes) if _is_data(url) else next(fetched))
+        except BadImage as exc:
+            raise ImageValidationFailed(reason=f"{where}: {exc}", param=where) from None
+    return raws
+
+
+def _check_request_pixels(raws: list[bytes], wheres: list[str], policy: IntakePolicy) -> None:
+    """Each image a real one within the per-image caps, and all of them within the
+    request's pixels, read from their headers: nothing is decoded yet."""
+    total = 0
+    for raw, where in zip(raws, wheres, strict=True):
+        try:
+            width, height = probe(raw, policy)
+        except BadImage as exc:
+            raise ImageValidationFailed(reason=f"{where}: {exc}", param=where) from None
+        total += width * height
+    if total > policy.max_request_pixels:
+        raise ImageValidationFailed(
+            reason=f"the request's {len(raws)} images hold {total} pixels together, over the"
+            f" limit of {policy.max_request_pixels} pixels per request",
+            param=PARAM_MESSAGES,
+        )
+
+
+class DecodeSlots:
+    """The images this process decodes at once: a request waits for a slot up to the
+    decode wait, then is refused IntakeBusy (nothing was queued or stored for it)."""
+
+    def __init__(self, slots: int = CONCURRENT_DECODES, wait: float = DECODE_WAIT_SECONDS) -> None:
+        self._slots = threading.BoundedSemaphore(slots)
+        self.wait = wait
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        if not self._slots.acquire(timeout=self.wait):
+            raise IntakeBusy(seconds=IntakeBusy.default_retry_after)
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+DECODES = DecodeSlots()
+"""This process's decode slots."""
 
 
 def _located_parts(messages: list[dict[str, Any]]) -> list[tuple[int, int]]:
@@ -183,9 +244,9 @@ def decode_data_url(url: str, max_bytes: int) -> bytes:
     return raw
 
 
-def normalise(raw: bytes, policy: IntakePolicy) -> tuple[bytes, int, int]:
-    """The image as JPEG (first frame, EXIF orientation applied, alpha on white), checked
-    for format and pixel count before it is decoded."""
+def _opened(raw: bytes, policy: IntakePolicy) -> Image.Image:
+    """The image opened from its header (nothing decoded), of an accepted format and
+    within the per-image pixel cap."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -194,23 +255,38 @@ def normalise(raw: bytes, policy: IntakePolicy) -> tuple[bytes, int, int]:
         raise BadImage(f"the image has more than {policy.max_pixels} pixels") from None
     except (UnidentifiedImageError, OSError, ValueError):
         raise BadImage("the data is not an image") from None
-    with source:
-        if source.format not in INPUT_FORMATS:
-            accepted = ", ".join(sorted(INPUT_FORMATS))
-            raise BadImage(f"{source.format} images are not accepted ({accepted} are)")
-        width, height = source.size
-        if width * height > policy.max_pixels:
-            raise BadImage(
-                f"the image is {width}x{height}, over the limit of {policy.max_pixels} pixels"
-            )
+    if source.format not in INPUT_FORMATS:
+        source.close()
+        accepted = ", ".join(sorted(INPUT_FORMATS))
+        raise BadImage(f"{source.format} images are not accepted ({accepted} are)")
+    width, height = source.size
+    if width * height > policy.max_pixels:
+        source.close()
+        raise BadImage(
+            f"the image is {width}x{height}, over the limit of {policy.max_pixels} pixels"
+        )
+    return source
+
+
+def probe(raw: bytes, policy: IntakePolicy) -> tuple[int, int]:
+    """The image's width and height, read from its header, nothing decoded (BadImage for
+    one that is not an accepted image within the per-image caps)."""
+    with _opened(raw, policy) as source:
+        return source.size
+
+
+def normalise(raw: bytes, policy: IntakePolicy) -> tuple[bytes, int, int]:
+    """The image as JPEG (first frame, EXIF orientation applied, alpha on white), checked
+    for format and pixel count before it is decoded."""
+    with _opened(raw, policy) as source:
         try:
             source.seek(0)
             source.load()
-            image = ImageOps.exif_transpose(source)
-            jpeg = _as_jpeg(image)
+            ImageOps.exif_transpose(source, in_place=True)  # no copy of the pixels
+            jpeg = _as_jpeg(source)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
             raise BadImage("the image could not be decoded") from None
-    return jpeg, image.width, image.height
+        return jpeg, source.width, source.height
 
 
 def _as_jpeg(image: Image.Image) -> bytes:
