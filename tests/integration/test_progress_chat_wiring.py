@@ -1,6 +1,7 @@
 """Delta streaming wired into the native chat routes: a plain streamed chat job gets a lease
 at pop, its posts reach the request's stream, the submit finishes the lease, a fault leaves
-the ended marker, and a cancel settles on the posted text (ledger checked)."""
+the ended marker, a cancel settles on the posted text, and a reply that breaks the worker's
+own stream is paid and charged for the streamed text (ledger checked)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,22 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from sqlalchemy import select
 
 from generated import streaming as S
 from generated.chat.tables import FEATURES, GUARANTEES
+from generated.pricing import TEXT_MODELS
 from runtime.contract.pricing import output_estimate
 from runtime.front.progress_stream import relay
 from runtime.native.accounts import kudos
-from runtime.native.db.tables import WaitingPrompt
+from runtime.native.db.tables import WaitingPrompt, Worker
 from runtime.native.progress.protocol import ended_kind, posted_text, read_lease
 from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.server import NativeService
@@ -49,11 +53,35 @@ def redis(native_service: NativeService, native_db: Any) -> Redis:
 
 
 def streamed_job(
-    client: httpx.Client, requester: MadeUser, worker: MadeUser, **fields: Any
+    client: httpx.Client,
+    requester: MadeUser,
+    worker: MadeUser,
+    model: str = MODEL,
+    **fields: Any,
 ) -> tuple[str, dict[str, Any]]:
-    chat_pop(client, worker.api_key, features=EVERYTHING)  # online before admission
-    request_id = submit_chat(client, requester.api_key, max_tokens=300, **fields)
-    return request_id, chat_pop(client, worker.api_key, features=EVERYTHING)
+    chat_pop(client, worker.api_key, model=model, features=EVERYTHING)  # online first
+    request_id = submit_chat(client, requester.api_key, model=model, max_tokens=300, **fields)
+    return request_id, chat_pop(client, worker.api_key, model=model, features=EVERYTHING)
+
+
+KNOWN_MODEL = next(iter(TEXT_MODELS))
+"""A model the text model reference knows: its reward grows with the reply (an unknown
+model's is the context multiplier alone, whatever the reply's length)."""
+
+
+def price(native_db: Any, request_id: str, reply: dict[str, str], model: str = MODEL) -> Decimal:
+    """What ``reply`` costs the request (and pays its worker) on its output estimate."""
+    tokens = output_estimate(reply, 300)
+    with native_db() as session:
+        wp = session.get(WaitingPrompt, uuid.UUID(request_id))
+        return kudos.request_reward(wp, tokens, model, trusted=False, bridge_agent="")
+
+
+def aborted_jobs(native_db: Any, worker: MadeUser) -> int:
+    with native_db() as session:
+        return int(
+            session.scalars(select(Worker).where(Worker.user_id == worker.id)).one().aborted_jobs
+        )
 
 
 def entry_kinds(redis: Redis, request_id: str) -> list[str]:
@@ -159,19 +187,16 @@ def test_a_cancel_settles_on_the_posted_text(
         "last_seq": 0,
         "cancelled": True,
     }
-    tokens = output_estimate({S.STREAMED_REPLY_PART: posted}, 300)
-    with native_db() as session:
-        wp = session.get(WaitingPrompt, uuid.UUID(request_id))
-        price = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
-    assert ledger(native_db, worker.id) == [("reward", price)]
-    assert ("charge", -price) in ledger(native_db, requester.id)
+    paid = price(native_db, request_id, {S.STREAMED_REPLY_PART: posted})
+    assert ledger(native_db, worker.id) == [("reward", paid)]
+    assert ("charge", -paid) in ledger(native_db, requester.id)
     shown = chat_status(native_client, request_id)
     assert [g["content"] for g in shown["generations"]] == [posted]
-    assert shown["generations"][0]["kudos"] == float(price)
+    assert shown["generations"][0]["kudos"] == float(paid)
     # The worker stops and does not submit; a late submit is refused and pays nothing more.
     late = submit_reply(native_client, worker.api_key, job["id"], posted + "more")
     assert late.status_code == 400
-    assert ledger(native_db, worker.id) == [("reward", price)]
+    assert ledger(native_db, worker.id) == [("reward", paid)]
 
 
 def test_a_cancel_during_reasoning_settles_on_the_posted_reasoning(
@@ -198,10 +223,52 @@ def test_a_cancel_during_reasoning_settles_on_the_posted_reasoning(
     reply = {S.STREAMED_REPLY_PART: "", S.STREAMED_REASONING_PART: reasoning}
     tokens = output_estimate(reply, 300)
     assert tokens > output_estimate({S.STREAMED_REPLY_PART: ""}, 300)  # the reasoning counted
-    with native_db() as session:
-        wp = session.get(WaitingPrompt, uuid.UUID(request_id))
-        price = kudos.request_reward(wp, tokens, MODEL, trusted=False, bridge_agent="")
-    assert ledger(native_db, worker.id) == [("reward", price)]
-    assert ("charge", -price) in ledger(native_db, requester.id)
+    paid = price(native_db, request_id, reply)
+    assert ledger(native_db, worker.id) == [("reward", paid)]
+    assert ("charge", -paid) in ledger(native_db, requester.id)
     shown = chat_status(native_client, request_id)
     assert [g["reasoning_content"] for g in shown["generations"]] == [reasoning]
+
+
+def test_a_reply_that_breaks_its_own_stream_is_paid_and_charged_what_was_streamed(
+    native_client: httpx.Client,
+    native_db: Any,
+    redis: Redis,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    # The worker streams 40 characters, then submits another 2,000: its client gets the 40
+    # and stream_diverged. Charged and paid for the 40 (as a cancel's settlement), not the
+    # 2,000, and the job counts as the worker's fault.
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, KNOWN_MODEL, stream=True)
+    streamed, submitted = "A" * 40, "B" * 2000
+    post(native_client, worker.api_key, job["id"], 0, streamed)
+    before = ledger(native_db, requester.id)
+    response = submit_reply(native_client, worker.api_key, job["id"], submitted)
+    assert response.status_code == 200, response.text
+
+    paid = price(native_db, request_id, {S.STREAMED_REPLY_PART: streamed}, KNOWN_MODEL)
+    assert paid < price(native_db, request_id, {S.STREAMED_REPLY_PART: submitted}, KNOWN_MODEL)
+    assert response.json()["reward"] == float(paid)
+    assert ledger(native_db, worker.id) == [("reward", paid)]
+    assert ledger(native_db, requester.id)[len(before) :] == [("charge", -paid)]
+    assert aborted_jobs(native_db, worker) == 1
+    # What the status shows is the reply as submitted, which the front finds diverging.
+    assert chat_status(native_client, request_id)["generations"][0]["content"] == submitted
+
+
+def test_a_reply_extending_its_stream_is_paid_whole(
+    native_client: httpx.Client,
+    native_db: Any,
+    redis: Redis,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    request_id, job = streamed_job(native_client, requester, worker, KNOWN_MODEL, stream=True)
+    post(native_client, worker.api_key, job["id"], 0, "A" * 40)
+    reply = "A" * 40 + "B" * 1960
+    response = submit_reply(native_client, worker.api_key, job["id"], reply)
+    assert response.status_code == 200, response.text
+    paid = price(native_db, request_id, {S.STREAMED_REPLY_PART: reply}, KNOWN_MODEL)
+    assert ledger(native_db, worker.id) == [("reward", paid)]
+    assert aborted_jobs(native_db, worker) == 0

@@ -1,8 +1,9 @@
-"""What the native submit reads as the text a client's stream received before an earlier
-worker of the job died (``progress.protocol.relayed_before_fault``) is what the front's
-relay (``runtime.front.progress_stream.relay``) sends: each stream below is written to the
-real Redis as the protocol writes it, relayed by the front's code, and read back by the
-native side's, for the generation that took the job over.
+"""What the native submit reads as the text a client's stream received
+(``progress.protocol.relayed_to_client``: before an earlier worker of the job died, or the
+submitting worker's own posts) is what the front's relay
+(``runtime.front.progress_stream.relay``) sends: each stream below is written to the real
+Redis as the protocol writes it, relayed by the front's code, and read back by the native
+side's, for the generation that submits (B).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from generated import streaming as S
 from runtime.front.progress_stream import relay
-from runtime.native.progress.protocol import Posted, relayed_before_fault
+from runtime.native.progress.protocol import Posted, Relayed, relayed_to_client
 from runtime.native.server import NativeService
 
 pytestmark = pytest.mark.integration
@@ -36,15 +37,18 @@ def end(gen: str, kind: str) -> dict[str, str]:
     return {S.ENTRY_KIND: kind, S.ENTRY_GENERATION_ID: gen}
 
 
-CASES: list[tuple[list[dict[str, str]], Posted | None]] = [
+CASES: list[tuple[list[dict[str, str]], Relayed | None]] = [
     # the first worker posted, then died: the relay ends there, the next reply reconciles
-    ([delta(A, "Hel"), delta(A, "lo", "hm"), end(A, S.KIND_FAULTED)], Posted("Hello", "hm")),
-    ([delta(A, "Hel"), end(A, S.KIND_FAULTED), delta(B, "Bye")], Posted("Hel", "")),
+    (
+        [delta(A, "Hel"), delta(A, "lo", "hm"), end(A, S.KIND_FAULTED)],
+        Relayed(Posted("Hello", "hm"), own=False),
+    ),
+    ([delta(A, "Hel"), end(A, S.KIND_FAULTED), delta(B, "Bye")], Relayed(Posted("Hel", ""), False)),
     # the first died before posting: the relay goes on to the next worker's own deltas
-    ([end(A, S.KIND_FAULTED), delta(B, "Hi")], None),
+    ([end(A, S.KIND_FAULTED), delta(B, "Hi")], Relayed(Posted("Hi", ""), own=True)),
     ([end(A, S.KIND_FAULTED)], None),
-    # nothing died after posting
-    ([delta(B, "Hi")], None),
+    # the submitting worker's own posts, relayed as they came
+    ([delta(B, "Hi"), delta(B, " there", "hm")], Relayed(Posted("Hi there", "hm"), own=True)),
     ([], None),
 ]
 
@@ -57,17 +61,20 @@ def test_the_native_side_reads_what_the_relay_sent_before_a_fault(
     key = S.STREAM_KEY.of(REQUEST)
     for fields in entries:
         redis.xadd(key, fields)  # type: ignore[arg-type]
-    assert relayed_before_fault(redis, REQUEST, B) == expected
+    assert relayed_to_client(redis, REQUEST, B) == expected
     if expected is None:
         return
+    stop = asyncio.Event()
+    if expected.own:
+        stop.set()  # the relay is still on B's deltas: it drains them and returns
 
     async def relayed() -> Posted:
         client = AsyncRedis.from_url(native_service.context.settings.redis_url or "")
         try:
-            got = [d async for d in relay(client, REQUEST)]
+            got = [d async for d in relay(client, REQUEST, stop=stop)]
         finally:
             await client.aclose()
         return Posted("".join(d.text for d in got), "".join(d.reasoning for d in got))
 
     # the relay ends on the fault by itself (no stop): what it sent is what the native reads
-    assert asyncio.run(asyncio.wait_for(relayed(), 5)) == expected
+    assert asyncio.run(asyncio.wait_for(relayed(), 5)) == expected.posted

@@ -55,11 +55,11 @@ from runtime.native.api.lane import LaneRequest, Reply
 from runtime.native.api.observe import POP_CHAT, POP_TEXT, count_committed
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
 from runtime.native.progress.protocol import (
-    Posted,
+    Relayed,
     finish,
     mark_ended,
     read_lease,
-    relayed_before_fault,
+    relayed_to_client,
     write_lease,
 )
 from runtime.native.queue.chat_find import find_chat_job
@@ -261,15 +261,15 @@ def _fault_unsendable(ctx: NativeContext, job: ChatJob, reason: UnservableJob) -
         release_ended(ctx.sessions, ctx.objects, [job.wp_id])
 
 
-def _relayed_before_fault(ctx: NativeContext, generation_id: str) -> Posted | None:
-    """A streamed job's text its client received before an earlier worker died (None when
-    not streamed, nothing so, or Redis does not answer: the reply is charged whole)."""
+def _relayed(ctx: NativeContext, generation_id: str) -> Relayed | None:
+    """The text a streamed job's client received (``relayed_to_client``; None when not
+    streamed, nothing so, or Redis does not answer: the reply is charged whole)."""
     redis = ctx.redis
     try:
         lease = read_lease(redis, generation_id)
         if lease is None:
             return None
-        return relayed_before_fault(redis, lease.request_id, generation_id)
+        return relayed_to_client(redis, lease.request_id, generation_id)
     except RedisError:
         log.warning("chat submit %s: the relayed text could not be read", generation_id)
         return None
@@ -283,7 +283,7 @@ def _chat_submission(ctx: NativeContext, body: dict[str, Any]) -> ChatSubmission
         usage=body.get(REPLY_USAGE),
         seed=int64(body.get("seed"), "seed"),
         gen_metadata=body.get("gen_metadata") or [],
-        read_relayed=lambda: _relayed_before_fault(ctx, str(body["id"])),
+        read_relayed=lambda: _relayed(ctx, str(body["id"])),
     )
 
 

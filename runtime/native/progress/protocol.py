@@ -16,10 +16,11 @@ inside a step, and no step reads Postgres:
 * ``posted`` (content and reasoning) / ``posted_text`` (content) read back what a
   generation posted, for the cancel settlement. Read it after ``mark_cancelled``: from
   then on nothing is appended.
-* ``relayed_before_fault`` reads back what a front's relay of the request sent before it
-  ended on another generation's fault (a worker that died mid-stream), for the submit of
-  the generation that took the job over: a reply that does not extend it reaches the
-  client as ``stream_diverged``, so the request is charged for that text at most.
+* ``relayed_to_client`` reads back what a front's relay of the request sent, for the
+  submit of a streamed generation: the text before another generation's fault (a worker
+  that died mid-stream; this one took the job over), or this generation's own posts. A
+  reply that does not extend it reaches the client as ``stream_diverged``, so the request
+  is charged for that text at most.
 
 Names, lifetimes and the cap come from ``generated.streaming`` (spec/streaming.yaml).
 redis-py types every answer as ``T | Awaitable[T]`` (one signature for its sync and async
@@ -309,22 +310,37 @@ def posted_text(redis: Redis, request_id: str, generation_id: str | None = None)
     return posted(redis, request_id, generation_id).content
 
 
-def relayed_before_fault(redis: Redis, request_id: str, generation_id: str) -> Posted | None:
+@dataclass(frozen=True)
+class Relayed:
+    """What a relay of a request sent its client, and whose it was."""
+
+    posted: Posted
+    own: bool
+    """All of it was the submitting generation's own posts (else an earlier worker's, whose
+    relay ended when that worker died)."""
+
+
+def relayed_to_client(redis: Redis, request_id: str, generation_id: str) -> Relayed | None:
     """What a relay of the request (``runtime.front.progress_stream.relay``, whose rule this
-    mirrors) sent before it ended on the faulted end entry of a generation other than
-    ``generation_id``; None when the relay did not end so (nothing was relayed before a
-    fault, or it goes on to this generation's own deltas)."""
+    mirrors) sent its client, read when generation ``generation_id`` submits: the text
+    before the faulted end entry of another generation (a worker that died mid-stream), or
+    the deltas it is still relaying (this generation's own posts); None when nothing was
+    relayed, or the relay ended otherwise."""
     content: list[str] = []
     reasoning: list[str] = []
+    own = True
     entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.STREAM_KEY.of(request_id)))
     for _entry_id, fields in entries:
         kind = fields.get(S.ENTRY_KIND)
         if kind == S.KIND_DELTA:
             content.append(fields.get(S.ENTRY_DELTA, ""))
             reasoning.append(fields.get(S.ENTRY_REASONING, ""))
+            own = own and fields.get(S.ENTRY_GENERATION_ID) == generation_id
         elif kind in S.END_KINDS and (kind != S.KIND_FAULTED or content):
             ended_elsewhere = fields.get(S.ENTRY_GENERATION_ID) != generation_id
             if kind == S.KIND_FAULTED and ended_elsewhere:
-                return Posted("".join(content), "".join(reasoning))
+                return Relayed(Posted("".join(content), "".join(reasoning)), own=False)
             return None
-    return None
+    if not content:
+        return None
+    return Relayed(Posted("".join(content), "".join(reasoning)), own=own)

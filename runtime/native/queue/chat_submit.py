@@ -11,11 +11,14 @@ A kept reply is claimed with the same compare-and-set as a text submit, charged 
 rewarded through the text formula on ``output_estimate`` (never on the reported counts,
 which are stored and shown), with ``charge_basis`` stored on the generation.
 
-A reply that takes over a streamed job whose first worker died after its text reached the
-client (``relayed``: what the front's relay sent before it ended on that fault) and that
-does not extend that text, content and reasoning, reaches the client as ``stream_diverged``
-and nothing more: the worker is paid for its reply, the requester charged for the relayed
-text at most (``charged_tokens``). A reply that extends it continues the client's stream.
+A streamed reply that does not extend the text its client's stream already received
+(``relayed``), content and reasoning, reaches the client as ``stream_diverged`` and nothing
+more, and the requester is charged for the relayed text at most (``charged_tokens``). When
+that text was an earlier worker's (it died mid-stream and this one took the job over), this
+worker is paid for its reply. When it was the worker's own posts, the worker broke its own
+stream: as a cancel's settlement, it is paid for what the client received, not for the
+reply, and the job counts as its fault (toward maintenance). A reply that extends the
+relayed text continues the client's stream.
 
 A censored (or csam) submit is not delivered as an answer: the generation keeps no content,
 reasoning or tool calls and its finish_reason is content_filter (OpenAI's outcome for a
@@ -54,7 +57,7 @@ from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate, reply_text
 from runtime.contract.verification import verify_chat_reply
 from runtime.native.db.tables import AnyWorker, Generation, User, WaitingPrompt
-from runtime.native.progress.protocol import Posted
+from runtime.native.progress.protocol import Relayed
 from runtime.native.queue.chat_find import ChatJob, FoundChat
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.submit import (
@@ -65,10 +68,11 @@ from runtime.native.queue.submit import (
     fault_job,
     land_job,
 )
+from runtime.native.queue.sweep import count_worker_fault
 from runtime.native.queue.webhooks import Delivery
 from runtime.native.requests.chat_status import EndedStatus
 from runtime.native.requests.status import Jobs
-from runtime.observability.context import KIND_CHAT
+from runtime.observability.context import KIND_CHAT, note_worker_fault
 from runtime.stores.database import transaction
 from runtime.tables.route_schemas import DEFS
 
@@ -85,10 +89,10 @@ class ChatSubmission:
     usage: dict[str, Any] | None
     seed: int | None
     gen_metadata: list[Any] = field(default_factory=list)
-    read_relayed: Callable[[], Posted | None] = lambda: None
-    """What the client's stream received before an earlier worker of the job died, read
-    (from Redis) only for a kept reply to a request that streams deltas: no other has a
-    lease or a stream (issue 14: a Redis round trip on every chat submit)."""
+    read_relayed: Callable[[], Relayed | None] = lambda: None
+    """What the client's stream received (an earlier worker's posts before it died, or this
+    job's own), read (from Redis) only for a kept reply to a request that streams deltas: no
+    other has a lease or a stream (issue 14: a Redis round trip on every chat submit)."""
 
 
 @dataclass
@@ -244,23 +248,32 @@ def _land_reply(
         "seed": sub.seed,
         "gen_metadata": sub.gen_metadata,
     }
-    received = _diverged_from(sub.read_relayed() if streamed else None, reply, wp.max_length)
+    relayed = sub.read_relayed() if streamed else None
+    received = _diverged_from(relayed, reply, wp.max_length)
+    broke_its_stream = received is not None and relayed is not None and relayed.own
+    if received is not None and broke_its_stream:
+        tokens = min(tokens, received)  # paid, as charged, for what its client received
     landed = land_job(
         session, policy, user, worker, wp, gen, tokens, sub.state, now, stored, received
     )
+    if broke_its_stream:
+        with transaction(faults) as tx:
+            count_worker_fault(tx, policy, gen.id, worker.id, now)
+            note_worker_fault(tx.info, KIND_CHAT)  # /metrics counts it at the commit
     return _landed_outcome(landed, gen, worker, online)
 
 
-def _diverged_from(relayed: Posted | None, reply: dict[str, Any], max_length: int) -> int | None:
+def _diverged_from(relayed: Relayed | None, reply: dict[str, Any], max_length: int) -> int | None:
     """The output estimate of the relayed text when ``reply`` does not extend it (the
     client's stream then ends with stream_diverged); None when it does."""
     if relayed is None:
         return None
+    sent = relayed.posted
     content = reply.get(REPLY_CONTENT) or ""
     reasoning = reply.get(REPLY_REASONING_CONTENT) or ""
-    if content.startswith(relayed.content) and reasoning.startswith(relayed.reasoning):
+    if content.startswith(sent.content) and reasoning.startswith(sent.reasoning):
         return None
-    received = {STREAMED_REPLY_PART: relayed.content, STREAMED_REASONING_PART: relayed.reasoning}
+    received = {STREAMED_REPLY_PART: sent.content, STREAMED_REASONING_PART: sent.reasoning}
     return output_estimate(received, max_length)
 
 

@@ -87,6 +87,15 @@ def fault_generation(
         _count_abort(session, policy, gen.worker_id, now)
 
 
+def count_worker_fault(
+    session: Session, policy: Policy, gen_id: uuid.UUID, worker_id: uuid.UUID, now: datetime
+) -> None:
+    """Count a landed job as its worker's fault (toward the abort limit) without faulting
+    it: a reply that broke the worker's own stream, paid only for what its client got."""
+    session.execute(update(Generation).where(Generation.id == gen_id).values(aborted_at=now))
+    _count_abort(session, policy, worker_id, now)
+
+
 def maintenance_reason(count: int, limit: int) -> str:
     """What an operator reads on /workers and in the worker's pop error."""
     return (
