@@ -1,7 +1,9 @@
 """Operation keys (X-Operation-Key, scoped to the user): the same key and body return the
 existing request with 200 and charge nothing again; another body is 422; concurrent duplicates
 never create a second row. A cancel by key with no request under it retires the key, so a
-submit still on its way queues and charges nothing (409)."""
+submit still on its way queues and charges nothing (409). The anonymous user's keys are
+also its submitter's address's: another keyless client can neither cancel by one nor
+retire it."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ import pytest
 from sqlalchemy import func, select
 
 from generated.chat.names import PARAM_MODELS
-from generated.routes import HEADER_X_OPERATION_KEY
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY, HEADER_X_OPERATION_KEY
+from generated.wire import ANONYMOUS_API_KEY, HEADER_FORWARDED_FOR
 from runtime.contract.dispatch import operation_fingerprint
 from runtime.contract.validator import validate_chat_request
 from runtime.native.db.tables import OperationKey, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import sweep, utcnow
+from tests.conftest import SERVICE_PASSKEY
 from tests.integration.chat_flow import MODEL, chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
 
@@ -225,3 +229,41 @@ def test_the_sweep_forgets_a_retired_key_once_a_request_would_have_expired(
     sweep(native_db, policy, now=utcnow() + timedelta(seconds=policy.waiting_expiry_seconds + 5))
     with native_db() as session:
         assert session.scalar(select(func.count()).select_from(OperationKey)) == 0
+
+
+def _from_address(native_url: str, address: str, forwarded: bool) -> httpx.Client:
+    """A client at ``address``: its own connection's, or (``forwarded``) named by a front's
+    X-Forwarded-For beside the service passkey, as the front sends for its clients."""
+    if forwarded:
+        headers = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, HEADER_FORWARDED_FOR: address}
+        return httpx.Client(base_url=native_url, headers=headers, timeout=30)
+    transport = httpx.HTTPTransport(local_address=address)
+    return httpx.Client(base_url=native_url, transport=transport, timeout=30)
+
+
+@pytest.mark.raised_limits(
+    "chat_async", why="two keyed submits in a row from one address; the key's owner is under test"
+)
+@pytest.mark.parametrize("forwarded", [False, True], ids=["direct", "through-a-front"])
+def test_an_anonymous_key_belongs_to_the_address_that_submitted_under_it(
+    native_url, native_db, make_user, forwarded
+):
+    # Every keyless client is the anonymous user: a stranger who learnt another's key must
+    # neither cancel that request by it nor retire the key before its owner uses it.
+    worker = make_user("wk")
+    with (
+        _from_address(native_url, "127.0.0.2", forwarded) as owner,
+        _from_address(native_url, "127.0.0.3", forwarded) as stranger,
+    ):
+        chat_pop(owner, worker.api_key)
+        queued = _keyed(owner, ANONYMOUS_API_KEY, "op-1", chat_body()).json()
+        assert _cancel_by_key(stranger, ANONYMOUS_API_KEY, "op-1").status_code == 404
+        assert not _cancelled(native_db, queued["id"])
+        assert _cancel_by_key(stranger, ANONYMOUS_API_KEY, "op-2").status_code == 404
+        mine = _keyed(owner, ANONYMOUS_API_KEY, "op-2", chat_body("another"))
+        assert mine.status_code == 202, mine.text
+        # its owner's cancel by the key still finds it, and its replay still answers
+        again = _keyed(owner, ANONYMOUS_API_KEY, "op-1", chat_body())
+        assert (again.status_code, again.json()["id"]) == (200, queued["id"])
+        assert _cancel_by_key(owner, ANONYMOUS_API_KEY, "op-1").status_code == 200
+        assert _cancelled(native_db, queued["id"])

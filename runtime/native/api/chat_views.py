@@ -56,6 +56,7 @@ from runtime.native.requests.chat import (
     get_chat_request,
     read_chat_request,
     retire_operation,
+    stored_operation_key,
 )
 from runtime.native.requests.chat_status import chat_status
 from runtime.native.requests.countermeasures import Source
@@ -223,15 +224,19 @@ def chat_cancel(id: str) -> Response:
 def chat_cancel_operation(key: str) -> Response:
     """Cancel the request that the caller's submit with operation key ``key`` queued (a
     front whose every submit response was lost has no id to cancel it by). With none, the
-    key is retired: a submit with it still on its way queues nothing (409)."""
+    key is retired: a submit with it still on its way queues nothing (409). The caller's key
+    is the caller's own (``stored_operation_key``): another user's, or another keyless
+    client's, is not found here."""
     ctx = native()
     trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
     checked_headers("chat_cancel_operation")
+    api_key = request.headers.get(HEADER_APIKEY)
+    stored_key = stored_operation_key(key, api_key, source_address(ctx.settings))
     with transaction(ctx.sessions) as session:
         # a shared key cancels its owner's request (even when spent: a cancel spends nothing)
-        asker = requester(session, request.headers.get(HEADER_APIKEY), utcnow(), spending=False)
+        asker = requester(session, api_key, utcnow(), spending=False)
         user = user_for_hash(session, asker.key_hash)
-        wp_id = retire_operation(session, user.id, key)
+        wp_id = retire_operation(session, user.id, stored_key)
     if wp_id is None:
         raise RequestNotFound(request_type=REQUEST_TYPE, id=key)
     return chat_cancel(str(wp_id))

@@ -6,7 +6,9 @@ this order (the key's user locked FOR UPDATE, its operation key, the online pool
 queued jobs read first, in one round trip: ``requests.admission``):
 
 1. an operation key already used by the user returns its request (same id, same kudos), or
-   is refused with 422 when the body's fingerprint differs; nothing is charged again;
+   is refused with 422 when the body's fingerprint differs; nothing is charged again. The
+   anonymous user's keys are also bound to the submitter's address
+   (``stored_operation_key``): every client without a key is that one user;
 2. a source in timeout is refused, then moderation screens the full submitted messages;
 3. every listed model must be known (404 model_not_found) and served by an online chat
    worker (503 no_eligible_worker): nothing is queued otherwise;
@@ -28,6 +30,7 @@ and offloads the kept messages above the threshold. The row records the objects 
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -70,7 +73,7 @@ from runtime.contract.conversation import flatten_messages
 from runtime.contract.dispatch import operation_fingerprint
 from runtime.contract.validator import horde_option, requested_models
 from runtime.native.accounts import kudos, shared_keys
-from runtime.native.accounts.keys import KEY_OWNER, hash_key
+from runtime.native.accounts.keys import ANONYMOUS_API_KEY, KEY_OWNER, hash_key
 from runtime.native.db.tables import AnyWorker, OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import ChatObjects
 from runtime.native.queue.fit import VALIDATED_BACKENDS_KEY, chat_model, serving_declarations
@@ -101,6 +104,21 @@ class ChatSubmitted:
     """The objects the new row owns (none for a dry run or a recovered request)."""
     first: FirstStatus | None = None
     """A newly queued request's status as of its commit (``FirstStatus.read`` after it)."""
+
+
+ANONYMOUS_KEY_SCOPE = "anonymous."
+"""How a stored anonymous operation key begins (a key as sent cannot hold the dot)."""
+
+
+def stored_operation_key(key: str, api_key: str | None, source: str) -> str:
+    """An operation key as it is stored for the user of ``api_key``: as sent, but the
+    anonymous user's bound to the submitter's address too (a digest of both). Every client
+    without a key is the anonymous user, and a key belongs to its submitter alone: another
+    keyless client that knows it can neither cancel that request by it nor retire it."""
+    if api_key and api_key != ANONYMOUS_API_KEY:
+        return key
+    digest = hashlib.sha256(f"{source}\n{key}".encode()).hexdigest()
+    return ANONYMOUS_KEY_SCOPE + digest
 
 
 class OperationKeyRace(Exception):
@@ -201,7 +219,8 @@ def create_chat_request(
     row: the caller does it before fetching or decoding any image, so a request refused
     anyway costs no fetch. The result's id is None unless an operation key was replayed."""
     asker = shared_keys.requester(session, api_key, now)
-    admission = read_admission(session, policy, asker.key_hash, operation_key or None, now)
+    stored_key = stored_operation_key(operation_key, api_key, ipaddr) if operation_key else None
+    admission = read_admission(session, policy, asker.key_hash, stored_key, now)
     user, online, counted = admission.user, admission.online, admission.queued
     fingerprint = operation_fingerprint(original or request) if operation_key else ""
     if operation_key and admission.operation is not None:
@@ -236,7 +255,7 @@ def create_chat_request(
         wp.messages_object = objects.offload(plan.messages)
         owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
         wp.object_keys = owned
-    operation = (operation_key, fingerprint) if operation_key else None
+    operation = (stored_key, fingerprint) if stored_key else None
     if not enqueue_request(session, wp, Decimal(policy.horde_tax), operation):
         raise OperationKeyRace(operation_key)
     shared_keys.spend(session, wp.sharedkey_id, Decimal(policy.horde_tax))
