@@ -1,5 +1,6 @@
 """Chat admission against the online pool, service selection, moderation, the passkey,
-the kudos cap, and the availability fields of the status."""
+the kudos cap, the anonymous key's share per address, and the availability fields of the
+status."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from generated.chat.names import (
     PARAM_MODELS,
     PARAM_TOOLS,
 )
+from generated.defences import ANONYMOUS_QUEUED_PER_SOURCE
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
+from generated.wire import ANONYMOUS_API_KEY
 from runtime.native.db.tables import KudosLedger, WaitingPrompt, Worker
 from runtime.native.queue.sweep import utcnow
 from runtime.stores.database import transaction
@@ -323,3 +326,37 @@ def test_wait_time_counts_a_listed_request_once_one_eligible_worker_may_take_it(
     assert last["queue_position"] == 4
     # ahead: the first, the one allowed to b, the one blocking a only (3 x 100), then its own
     assert last["wait_time"] == 4 * alone
+
+
+@pytest.mark.raised_limits(
+    "chat_async",
+    "text_async",
+    why="one address fills its anonymous share in a row; the share is under test, not the rate",
+)
+def test_one_address_holds_only_its_share_of_the_anonymous_key(native_client, make_user):
+    # The anonymous key's concurrency is every keyless client's: one address (here, as a
+    # front forwards it) holding requests a worker never answers must leave the rest of it.
+    worker = make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    hog = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, "X-Forwarded-For": "198.51.100.1"}
+    other = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, "X-Forwarded-For": "198.51.100.2"}
+    for n in range(ANONYMOUS_QUEUED_PER_SOURCE):
+        held = chat_async(native_client, ANONYMOUS_API_KEY, chat_body(f"hold {n}"), **hog)
+        assert held.status_code == 202, held.text
+    refused = chat_async(native_client, ANONYMOUS_API_KEY, chat_body("one more"), **hog)
+    assert refused.status_code == 429
+    assert refused.json()["rc"] == "TooManyAnonymousPrompts"
+    assert "Retry-After" in refused.headers
+    served = chat_async(native_client, ANONYMOUS_API_KEY, chat_body("mine"), **other)
+    assert served.status_code == 202, served.text
+    # The text route shares it too (counted on the connection's address there).
+    statuses = [
+        native_client.post(
+            "/generate/text/async",
+            headers={"apikey": ANONYMOUS_API_KEY},
+            json={"prompt": f"hold {n}", "models": [MODEL]},
+        )
+        for n in range(ANONYMOUS_QUEUED_PER_SOURCE + 1)
+    ]
+    assert [r.status_code for r in statuses] == [202] * ANONYMOUS_QUEUED_PER_SOURCE + [429]
+    assert statuses[-1].json()["rc"] == "TooManyAnonymousPrompts"

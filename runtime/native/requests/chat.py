@@ -244,7 +244,15 @@ def create_chat_request(
         return ChatSubmitted(id=None, kudos=cost)
     slow = bool(horde_option(request, HORDE_SLOW_WORKERS))
     needs_upfront = admit_jobs(
-        session, policy, user, 1, plan.max_length, cost, slow_workers=slow, counted=counted
+        session,
+        policy,
+        user,
+        1,
+        plan.max_length,
+        cost,
+        source=ipaddr,
+        slow_workers=slow,
+        counted=counted,
     )
     if admission_only:
         return ChatSubmitted(id=None, kudos=cost)

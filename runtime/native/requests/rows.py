@@ -1,6 +1,7 @@
 """What text and chat requests share as rows of ``waiting_prompts``: finding one by id (a
 text id is not found on the chat routes, and the reverse), the user's concurrency count,
-admission of new jobs (concurrency, upfront kudos) and what queuing one charges.
+admission of new jobs (concurrency, the anonymous key's share per address, upfront kudos)
+and what queuing one charges.
 
 ``text_requests`` and ``chat_requests`` call these; each keeps the checks of its own kind.
 """
@@ -11,10 +12,25 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, Select, bindparam, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    String,
+    bindparam,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.orm import Session
 
-from generated.errors import KudosUpfront, RequestNotFound, TooManyPrompts
+from generated.defences import ANONYMOUS_QUEUED_PER_SOURCE
+from generated.errors import (
+    KudosUpfront,
+    RequestNotFound,
+    TooManyAnonymousPrompts,
+    TooManyPrompts,
+)
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID
 from runtime.native.db.tables import Generation, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
@@ -99,20 +115,26 @@ def queued_jobs(session: Session, user_id: int) -> int:
     return int(session.execute(_QUEUED_JOBS, {"user_id": user_id}).scalar_one())
 
 
-def queued_jobs_of(user_id: ColumnElement[int]) -> ColumnElement[int]:
+def queued_jobs_of(
+    user_id: ColumnElement[int], source: ColumnElement[str] | None = None
+) -> ColumnElement[int]:
     """``queued_jobs`` as a column, for the user ``user_id`` (a parameter, or a subquery
     naming the user some other way): a statement that runs after the user's row lock may
-    carry it (a chat request's admission reads it with the online workers)."""
+    carry it (a chat request's admission reads it with the online workers). ``source``:
+    only the user's requests from that address."""
+    mine = [WaitingPrompt.user_id == user_id]
+    if source is not None:
+        mine.append(WaitingPrompt.ipaddr == source)
     waiting = (
         select(func.coalesce(func.sum(WaitingPrompt.n), 0))
-        .where(WaitingPrompt.user_id == user_id, WaitingPrompt.active.is_(True))
+        .where(*mine, WaitingPrompt.active.is_(True))
         .scalar_subquery()
     )
     processing = (
         select(func.count())
         .select_from(Generation)
         .join(WaitingPrompt, WaitingPrompt.id == Generation.wp_id)
-        .where(WaitingPrompt.user_id == user_id, *unfinished())
+        .where(*mine, *unfinished())
         .scalar_subquery()
     )
     return (waiting + processing).label("queued_jobs")
@@ -121,6 +143,26 @@ def queued_jobs_of(user_id: ColumnElement[int]) -> ColumnElement[int]:
 _QUEUED_JOBS = select(queued_jobs_of(bindparam("user_id", type_=Integer())))
 """``queued_jobs``' statement, built once (building it cost each submit ~0.4 ms of CPU;
 SQLAlchemy keeps a statement's cache key on it, so a kept one is not walked again)."""
+_ANONYMOUS_JOBS_FROM = select(
+    queued_jobs_of(literal_column(str(ANONYMOUS_USER_ID)), bindparam("source", type_=String()))
+)
+"""The anonymous user's jobs from one address, built once."""
+SOURCE_CHARS = 64
+"""A request row keeps this much of its source address (``ipaddr``)."""
+
+
+def anonymous_share(session: Session, jobs: int, source: str) -> None:
+    """Refuse ``jobs`` more of the anonymous user from ``source`` over its share per address
+    (run under the user's row lock, so concurrent submits count each other)."""
+    held = int(
+        session.execute(_ANONYMOUS_JOBS_FROM, {"source": source[:SOURCE_CHARS]}).scalar_one()
+    )
+    if held + jobs > ANONYMOUS_QUEUED_PER_SOURCE:
+        raise TooManyAnonymousPrompts(
+            count=held + jobs,
+            limit=ANONYMOUS_QUEUED_PER_SOURCE,
+            retry_after=CONCURRENCY_RETRY_AFTER,
+        )
 
 
 def admit_jobs(
@@ -131,10 +173,12 @@ def admit_jobs(
     max_length: int,
     cost: Decimal,
     *,
+    source: str,
     slow_workers: bool = True,
     counted: int | None = None,
 ) -> bool:
-    """Refuse ``jobs`` more over the user's concurrency, or a request the user cannot hold
+    """Refuse ``jobs`` more over the user's concurrency (and, for the anonymous user, over
+    its share for ``source``, the client's address), or a request the user cannot hold
     upfront: a large one, or one that keeps slow workers away (``slow_workers`` false, as
     upstream's require_upfront_kudos); returns whether the request needs an upfront hold.
     ``counted``: the user's ``queued_jobs``, already read under the user's row lock."""
@@ -143,6 +187,8 @@ def admit_jobs(
         raise TooManyPrompts(
             count=count + jobs, concurrency=user.concurrency, retry_after=CONCURRENCY_RETRY_AFTER
         )
+    if user.id == ANONYMOUS_USER_ID:
+        anonymous_share(session, jobs, source)
     needs_upfront = max_length > policy.upfront_max_length or not slow_workers
     if needs_upfront and user.kudos < cost:
         raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))

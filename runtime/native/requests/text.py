@@ -122,6 +122,7 @@ def create_text_request(
         n,
         params["max_length"],
         cost,
+        source=ipaddr,
         slow_workers=bool(body.get("slow_workers", True)),
         counted=counted,
     )
