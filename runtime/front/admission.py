@@ -10,7 +10,8 @@ numbers, lone surrogates and NUL are 400s), drops the front's default no-ops and
 shared validator (item caps first); it returns the body to forward and the normalised
 request. ``admitted_body`` is what a request awaits: the same, with the body to forward
 encoded (or another route's check of its body, the Responses API's translation), run in
-``PARSER`` (two processes of their own) for a body over ``OFF_LOOP_BYTES``.
+``PARSER`` (two processes of their own) for a body over ``OFF_LOOP_BYTES``, its turn there
+shared fairly between client addresses (``runtime.front.fair_share``).
 
 Why processes: the json module holds the GIL for a whole parse, so a parse on a thread still
 held every other client of the event loop (a 1 MiB body of ``[{},{},...]``, the text
@@ -19,11 +20,14 @@ refusal or the body encoded plus the normalised request, whose unpickling is che
 legitimate large body is mostly long strings). Up to ``OFF_LOOP_BYTES`` the parse stays on
 the loop: a few milliseconds at worst, less than the trip to a process would add. The pool
 is bounded: two processes, a flood of large bodies queues for them (how many can queue is
-the admission caps'; their bytes are already read). A parser process that dies (the kernel's
-OOM killer) breaks its pool: the request answers 503 FrontAtCapacity and the next large body
-gets a new pool. Parser processes exit with the front, even when it is SIGKILLed. Like
-``--processes N`` (uvicorn's spawned workers), a parser process imports the front's main
-module again: a script that runs a front needs the ``if __name__ == "__main__"`` guard.
+the admission caps'; their bytes are already read), in a queue per address: the next body
+parsed is the one of the address with the fewest bytes parsed, so one client's flood of
+large bodies delays another's by about one body, not by the whole flood. A parser process
+that dies (the kernel's OOM killer) breaks its pool: the request answers 503 FrontAtCapacity
+and the next large body gets a new pool. Parser processes exit with the front, even when it
+is SIGKILLed. Like ``--processes N`` (uvicorn's spawned workers), a parser process imports
+the front's main module again: a script that runs a front needs the ``if __name__ ==
+"__main__"`` guard.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
 
 from starlette.requests import ClientDisconnect, Request
@@ -69,6 +73,9 @@ cores)."""
 PARSER_PROCESSES = 2
 """One per core of the machines measured; more would only share the same cores."""
 PARSER_NICENESS = 10
+PARSER_SLOTS = 2 * PARSER_PROCESSES
+"""Bodies handed to the parser processes at once (one parsing, one next, for each); the
+others wait in ``FairShare``, where their turns are given fairly by address."""
 
 
 class ClientGone(Exception):
@@ -194,6 +201,8 @@ def checked_and_encoded(raw: bytes) -> tuple[bytes, dict[str, Any]]:
 
 Admitted = TypeVar("Admitted")
 Check = Callable[[bytes], Admitted]
+ParserTurn = Callable[[int], AbstractAsyncContextManager[None]]
+"""A body's turn at the parser processes, given its size (``FairShare.turn`` for one address)."""
 """A route's check of its raw body: what it admits (for a chat completion
 ``checked_and_encoded``), or its refusal raised. A module-level function, so a parser
 process can run it."""
@@ -318,10 +327,12 @@ PARSER = Parser()
 """This front process's parser processes (each app's lifespan opens and closes it)."""
 
 
-async def admitted_body(raw: bytes, check: Check[Admitted]) -> Admitted:
+async def admitted_body(raw: bytes, check: Check[Admitted], turn: ParserTurn) -> Admitted:
     """What ``check`` admits of the body (a chat completion's ``checked_and_encoded``: the
     body to forward, encoded, and the normalised request), or its refusal; in a parser
-    process for a body over ``OFF_LOOP_BYTES``."""
+    process for a body over ``OFF_LOOP_BYTES``, once ``turn`` (the client address's place in
+    the fair share) lets it in."""
     if len(raw) <= OFF_LOOP_BYTES:
         return check(raw)
-    return await PARSER.run(raw, check)
+    async with turn(len(raw)):
+        return await PARSER.run(raw, check)

@@ -32,11 +32,12 @@ from generated.errors import HordeError, ModelNotFound
 from generated.routes import ROUTES
 from generated.signals import CHAT_SIGNALS
 from generated.wire.front import Model, ModelList
-from runtime.front.admission import PARSER, Admission, api_key_of
+from runtime.front.admission import PARSER, PARSER_SLOTS, Admission, api_key_of
 from runtime.front.chat import ChatDialect, ChatRequestRoute
 from runtime.front.config import FrontConfig
 from runtime.front.drain import Drain
 from runtime.front.errors import error_response, method_not_allowed, not_found, unexpected
+from runtime.front.fair_share import FairShare
 from runtime.front.native_client import NativeClient, native_session
 from runtime.front.observe import OPERATOR_ROUTES, ObserveMiddleware, current_request_id
 from runtime.front.playground import PLAYGROUND_ROUTES
@@ -63,6 +64,8 @@ class FrontState:
     drain: Drain
     started: int = field(default_factory=lambda: int(time.time()))
     cancels: set[asyncio.Task[Any]] = field(default_factory=set)
+    parse_share: FairShare = field(default_factory=lambda: FairShare(PARSER_SLOTS))
+    """Turns at the parser processes, shared fairly between client addresses."""
 
     def cancel_later(self, request_id: str, source: str | None = None) -> asyncio.Task[bool]:
         """Cancel on the native side, repeated until confirmed, in a task that outlives the

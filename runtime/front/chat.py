@@ -30,6 +30,7 @@ from generated.chat.names import PARAM_STREAM
 from generated.errors import HordeError, InternalError
 from runtime.front.admission import (
     ClientGone,
+    ParserTurn,
     admitted_body,
     api_key_of,
     checked_and_encoded,
@@ -132,8 +133,9 @@ class Streamed:
 class Dialect(Protocol):
     """What a route speaks over the chat request life, for one request."""
 
-    async def admit(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
-        """(the chat body to forward, encoded; the normalised chat request), or the refusal."""
+    async def admit(self, raw: bytes, turn: ParserTurn) -> tuple[bytes, dict[str, Any]]:
+        """(the chat body to forward, encoded; the normalised chat request), or the refusal;
+        a large body is parsed at ``turn``."""
         ...
 
     def answer(self, reply: Reply, request: dict[str, Any]) -> Mapping[str, Any]:
@@ -152,8 +154,8 @@ class Dialect(Protocol):
 class ChatDialect:
     """OpenAI's chat completions: chat.completion, or its chunks and [DONE]."""
 
-    async def admit(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
-        return await admitted_body(raw, checked_and_encoded)  # off the event loop when large
+    async def admit(self, raw: bytes, turn: ParserTurn) -> tuple[bytes, dict[str, Any]]:
+        return await admitted_body(raw, checked_and_encoded, turn)  # off the event loop when large
 
     def answer(self, reply: Reply, request: dict[str, Any]) -> Mapping[str, Any]:
         return completion(reply, request)
@@ -224,7 +226,9 @@ class _Life:
         self.state.drain.refuse_if_started()
         raw = await read_body(self.request, config.max_body_bytes, config.body_timeout)
         api_key = api_key_of(self.request)
-        body, normalised = await self.dialect.admit(raw)
+        body, normalised = await self.dialect.admit(
+            raw, functools.partial(self.state.parse_share.turn, self.source)
+        )
         self.state.drain.refuse_if_started()  # a stopping front submits nothing new
         operation_key = new_operation_key()
         since = self.state.hub.mark()  # what the hub hears from here on reaches the wait

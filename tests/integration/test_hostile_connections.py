@@ -4,14 +4,18 @@ thread and is cut at the body deadline; one address has a bounded number of requ
 arriving at once at the native API (and a thousand whole ones waiting cost it nothing:
 tests/integration/test_native_long_poll.py); a request's head is capped in size, lines and
 time on both services. Each refusal comes in the surface's envelope, and the connection is
-closed after it."""
+closed after it. The front's parser turns are shared fairly between addresses."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import select
+import signal
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 
 import httpx
@@ -23,6 +27,7 @@ from generated.defences import (
     MAX_HEADER_BYTES,
     MAX_HEADER_COUNT,
 )
+from runtime.front.admission import PARSER, PARSER_PROCESSES, PARSER_SLOTS
 from runtime.front.server import FrontHttp, FrontService
 from runtime.native.asgi import THREADS
 from runtime.native.server import NativeHttp, NativeService
@@ -244,3 +249,72 @@ def test_a_flood_of_headers_is_cut_off_at_the_cap(surface: tuple[str, str, bytes
         status, _headers, body = answer(sock)
         assert status == 431
         assert envelope_code(name, body) == "HeadersTooLarge"
+
+
+# ---------------------------------------------------------------- parse turns
+
+
+def dry_run_body(size: int) -> bytes:
+    """A chat body of about ``size`` bytes the front parses, validates and refuses (400: a
+    dry run is the native route's), never submitting it."""
+    part = b'{"type":"text","text":"xxxxxxxx"},'
+    head = b'{"model":"m","horde":{"dry_run":true},"messages":[{"role":"user","content":['
+    return head + part * (size // len(part)) + b'{"type":"text","text":"x"}]}]}'
+
+
+async def _post_from(url: str, source: str, body: bytes, finished: list[str]) -> None:
+    host, port = address(url)
+    reader, writer = await asyncio.open_connection(host, port, local_addr=(source, 0))
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: horde\r\ncontent-type: application/json\r\n"
+        + b"content-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"400", head
+    finished.append(source)
+    writer.close()
+
+
+def test_a_flood_of_large_bodies_from_one_address_does_not_queue_anothers(
+    front: FrontService,
+) -> None:
+    # The parser processes are stopped while one address's bodies and then another's
+    # arrive, so all of them wait for a turn; once they run again, the other address's body
+    # goes after about one of the flood's, not after all of them.
+    state = front.server.config.app.state.front
+    flood, body = 40, dry_run_body(40 * 1024)
+    deadline = time.monotonic() + ANSWER_SECONDS
+    while len(PARSER.pids()) < PARSER_PROCESSES:
+        assert time.monotonic() < deadline, "the front's parser processes did not start"
+        time.sleep(0.05)
+    pids = PARSER.pids()
+
+    async def run() -> list[str]:
+        finished: list[str] = []
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            sends = [
+                asyncio.create_task(_post_from(front.url, "127.0.5.1", body, finished))
+                for _ in range(flood)
+            ]
+            await _until(lambda: state.admission.by_source["127.0.5.1"] == flood)
+            sends.append(asyncio.create_task(_post_from(front.url, "127.0.5.2", body, finished)))
+            await _until(lambda: state.admission.by_source["127.0.5.2"] == 1)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        await asyncio.wait_for(asyncio.gather(*sends), ANSWER_SECONDS)
+        return finished
+
+    finished = asyncio.run(run())
+    assert finished.index("127.0.5.2") <= PARSER_SLOTS + 1, finished
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + ANSWER_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, "the front did not take the requests in"
+        await asyncio.sleep(0.01)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from generated.errors import HordeError
-from runtime.front.admission import admitted_body
+from runtime.front.admission import ParserTurn, admitted_body
 from runtime.front.chat import Streamed
 from runtime.front.responses import Reply
 from runtime.front.responses_api.events import ResponseEvents
@@ -31,8 +31,8 @@ class ResponsesDialect:
         self.created = int(time.time())
         self.events: ResponseEvents | None = None
 
-    async def admit(self, raw: bytes) -> tuple[bytes, dict[str, Any]]:
-        body, request, self.echo = await admitted_body(raw, checked_and_encoded)
+    async def admit(self, raw: bytes, turn: ParserTurn) -> tuple[bytes, dict[str, Any]]:
+        body, request, self.echo = await admitted_body(raw, checked_and_encoded, turn)
         return body, request
 
     def answer(self, reply: Reply, request: dict[str, Any]) -> Mapping[str, Any]:
