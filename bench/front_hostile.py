@@ -25,6 +25,12 @@ bodies is reading them: with uvicorn's h11 protocol a 30 MB body cost the loop ~
 even when refused from its Content-Length, with httptools, which both servers now use, ~7 ms):
 ``array_1mb`` (1 MiB of ``{}``, the text allowance) and ``images_24mb`` (two inline images
 of 12 MiB, the inline-image allowance; refused for ``horde.dry_run`` after validation).
+
+``flood_40kib`` is a flood instead of one body: one address sends 40 KiB bodies back to back
+on FLOOD_CONNECTIONS connections (each parsed in the parser processes, refused for
+``horde.dry_run`` after validation) while another address sends one such body a second;
+``front_parse_wait_ms_<baseline|flooded>`` is the median time the other address's body took
+(alone, then during the flood), ``front_parse_wait_max_ms_flooded`` the slowest.
 """
 
 from __future__ import annotations
@@ -178,39 +184,53 @@ async def others(url: str, stop: asyncio.Event) -> list[tuple[float, float]]:
     keep-alive connection, written and read with asyncio streams (an httpx client of 50
     connections on one loop was itself slower than the front), starting at a random point
     of its first pause so the clients do not come together."""
-    timings: list[tuple[float, float]] = []
+    clients = [timed_posts(url, SMALL, stop, PAUSE, jitter=True) for _ in range(CLIENTS)]
+    return [timing for timings in await asyncio.gather(*clients) for timing in timings]
+
+
+async def timed_posts(
+    url: str,
+    body: bytes,
+    stop: asyncio.Event,
+    pause: float,
+    *,
+    source: str | None = None,
+    jitter: bool = False,
+) -> list[tuple[float, float]]:
+    """(start, end) of each POST of ``body`` until ``stop``, on one keep-alive connection
+    (from ``source``, when given), ``pause`` seconds apart (after a random part of one first,
+    with ``jitter``); each must be answered 400 (refused after validation)."""
     host, port = url.removeprefix("http://").split("/")[0].split(":")
     path = "/" + url.removeprefix("http://").split("/", 1)[1]
     request = (
         f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(SMALL)}\r\n\r\n"
-    ).encode() + SMALL
-
-    async def one() -> None:
-        reader, writer = await asyncio.open_connection(host, int(port))
-        await asyncio.sleep(random.uniform(0, PAUSE))
-        try:
-            while not stop.is_set():
-                start = time.monotonic()
-                writer.write(request)
-                await writer.drain()
-                head = await reader.readuntil(b"\r\n\r\n")
-                status = head.split(b" ", 2)[1]
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
-                end = time.monotonic()
-                if status != b"400":
-                    raise RuntimeError(f"small request answered {status!r}")
-                timings.append((start, end))
-                await asyncio.sleep(PAUSE)
-        finally:
-            writer.close()
-
-    await asyncio.gather(*(one() for _ in range(CLIENTS)))
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    local = (source, 0) if source is not None else None
+    reader, writer = await asyncio.open_connection(host, int(port), local_addr=local)
+    if jitter:
+        await asyncio.sleep(random.uniform(0, pause))
+    timings: list[tuple[float, float]] = []
+    try:
+        while not stop.is_set():
+            start = time.monotonic()
+            writer.write(request)
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = head.split(b" ", 2)[1]
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            if status != b"400":
+                raise RuntimeError(f"a request was answered {status!r}")
+            timings.append((start, time.monotonic()))
+            if pause:
+                await asyncio.sleep(pause)
+    finally:
+        writer.close()
     return timings
 
 
@@ -275,11 +295,56 @@ async def measure(url: str, body: bytes, pid: int) -> tuple[float, float, float,
     return stall * 1000, (peak - before) / MB, parsers / MB, sends[0].status, took, sends[0].error
 
 
+FLOOD = "flood_40kib"
+FLOOD_CONNECTIONS = 60
+"""Below the front's shipped per-source cap (64): a flood one client may send."""
+FLOOD_SECONDS = 15.0
+FLOODER, OTHER = "127.0.0.2", "127.0.0.3"
+
+
+async def parse_waits(url: str) -> tuple[list[float], list[float]]:
+    """Seconds the other address's bodies took alone, then during one address's flood."""
+    body = parts_body(40 * 1024 - 200)
+    stop = asyncio.Event()
+    other = asyncio.create_task(timed_posts(url, body, stop, PAUSE, source=OTHER))
+    await asyncio.sleep(FLOOD_SECONDS / 3)
+    stop.set()
+    alone = await other
+    stop = asyncio.Event()
+    flood = [
+        asyncio.create_task(timed_posts(url, body, stop, 0.0, source=FLOODER))
+        for _ in range(FLOOD_CONNECTIONS)
+    ]
+    await asyncio.sleep(BASELINE)
+    other = asyncio.create_task(timed_posts(url, body, stop, PAUSE, source=OTHER))
+    await asyncio.sleep(FLOOD_SECONDS)
+    stop.set()
+    flooded = await other
+    await asyncio.gather(*flood)
+    return [e - s for s, e in alone], [e - s for s, e in flooded]
+
+
+def flood_figures(redis_url: str, native_url: str) -> None:
+    process, front_url = start_front(redis_url, native_url, cap=CLIENTS * 4, poll=10)
+    try:
+        alone, flooded = asyncio.run(parse_waits(f"{front_url}/v1/chat/completions"))
+    finally:
+        stop_front(process)
+    median_alone, median_flooded = statistics.median(alone), statistics.median(flooded)
+    print(f"{FLOOD}: {len(flooded)} of the other address's bodies during the flood", flush=True)
+    print(f"figure: front_parse_wait_ms_baseline = {median_alone * 1000:.1f} ms", flush=True)
+    print(f"figure: front_parse_wait_ms_flooded = {median_flooded * 1000:.1f} ms", flush=True)
+    print(f"figure: front_parse_wait_max_ms_flooded = {max(flooded) * 1000:.1f} ms", flush=True)
+
+
 def main() -> None:
-    chosen = sys.argv[1:] or list(BODIES)
+    chosen = sys.argv[1:] or [*BODIES, FLOOD]
     with native_service() as service:
         redis_url = str(service.context.settings.redis_url)
         for name in chosen:
+            if name == FLOOD:
+                flood_figures(redis_url, service.url)
+                continue
             body = BODIES[name]()
             process, front_url = start_front(redis_url, service.url, cap=CLIENTS * 4, poll=10)
             try:

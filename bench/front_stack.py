@@ -31,15 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from generated.chat.names import (
-    DECL_CHAT_FEATURES,
-    DECL_CHAT_JOBS,
-    DECL_MODEL_ID,
-    DECL_PROMPT_JOBS,
-)
 from generated.chat.tables import FEATURES, GUARANTEES
 from runtime.native.accounts.keys import create_user
 from runtime.stores.database import transaction
+from tests.integration.chat_flow import chat_pop_body
 
 FIND_JOB_TIMEOUT = 60.0
 """How long the worker pops for a job it was told to expect before recording an error."""
@@ -93,6 +88,13 @@ def stop_front(process: subprocess.Popen[str]) -> None:
         process.wait(timeout=10)
 
 
+def chat_declaration(name: str, model: str) -> dict[str, Any]:
+    """A pop body of a chat-only worker ``name`` serving ``model`` with every feature and
+    guarantee."""
+    everything = [*FEATURES, *GUARANTEES]
+    return chat_pop_body(name, model=model, features=everything, prompt_jobs=False)
+
+
 class BenchWorker:
     """One worker thread answering chat jobs for ``model`` with a fixed reply."""
 
@@ -105,16 +107,7 @@ class BenchWorker:
     ) -> None:
         headers = {"apikey": api_key}
         self.client = httpx.Client(base_url=f"{native_url}/api/v2", headers=headers, timeout=30)
-        self.declaration = {
-            "name": "bench-chat-worker",
-            "models": [model],
-            "max_length": 512,
-            "max_context_length": 4096,
-            DECL_CHAT_JOBS: True,
-            DECL_MODEL_ID: model,
-            DECL_CHAT_FEATURES: [*FEATURES, *GUARANTEES],
-            DECL_PROMPT_JOBS: False,
-        }
+        self.declaration = chat_declaration("bench-chat-worker", model)
         self.hold = hold
         self.submit_started: list[float] = []
         self.submit_returned: list[float] = []
