@@ -15,6 +15,14 @@ from codegen.render import Output, render
 from codegen.spec import Spec
 from codegen.targets.docs_chat import schema_words, value_words
 
+MODULES = {
+    "tables": (
+        "the parameters and what each becomes, the input items, content parts, tools, "
+        "tool_choice and text formats, the Response object's ids and statuses"
+    ),
+    "names": "every name of it as a constant",
+}
+
 
 def _literal(value: Any) -> str:
     return pprint.pformat(value, width=96, sort_dicts=False)
@@ -40,7 +48,7 @@ def build(spec: Spec) -> list[Output]:
         "id_kinds": list(replies["id_prefixes"]),
     }
     return [
-        render("responses/__init__.py.j2", sources, "responses/__init__.py"),
+        render("responses/__init__.py.j2", sources, "responses/__init__.py", modules=MODULES),
         render(
             "responses/tables.py.j2",
             sources,
