@@ -23,11 +23,11 @@ is bounded: two processes, a flood of large bodies queues for them (how many can
 the admission caps'; their bytes are already read), in a queue per address: the next body
 parsed is the one of the address with the fewest bytes parsed, so one client's flood of
 large bodies delays another's by about one body, not by the whole flood. A parser process
-that dies (the kernel's OOM killer) breaks its pool: the request answers 503 FrontAtCapacity
-and the next large body gets a new pool. Parser processes exit with the front, even when it
-is SIGKILLed. Like ``--processes N`` (uvicorn's spawned workers), a parser process imports
-the front's main module again: a script that runs a front needs the ``if __name__ ==
-"__main__"`` guard.
+that dies (the kernel's OOM killer) is noticed by the next large body, which gets a new
+pool; the bodies it held answer 503 FrontAtCapacity. Parser processes exit with the front,
+even when it is SIGKILLed. Like ``--processes N`` (uvicorn's spawned workers), a parser
+process imports the front's main module again: a script that runs a front needs the
+``if __name__ == "__main__"`` guard.
 """
 
 from __future__ import annotations
@@ -262,6 +262,12 @@ class Parser:
 
     def _pool(self) -> ProcessPoolExecutor:
         with self.lock:
+            if self.pool is not None and not _all_alive(self.pool):
+                # The pool's own thread notices a death only when it waits with nothing else
+                # to read: under a steady flow of bodies, never. A new pool now, and the
+                # bodies the dead process held fail (BrokenProcessPool) when it does notice.
+                self.pool.shutdown(wait=False)
+                self.pool = None
             if self.pool is None:
                 # forkserver: no fork of this threaded process; each parser starts from a
                 # server that imported this module once
@@ -321,6 +327,13 @@ class Parser:
             if self.pool is pool:
                 self.pool = None
         pool.shutdown(wait=False)
+
+
+def _all_alive(pool: ProcessPoolExecutor) -> bool:
+    """Whether every process of ``pool`` runs (a dead one was reaped: its sentinel says so;
+    no wait, two polls of a pipe)."""
+    processes = getattr(pool, "_processes", None) or {}
+    return all(process.is_alive() for process in list(processes.values()))
 
 
 PARSER = Parser()
