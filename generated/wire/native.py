@@ -152,7 +152,7 @@ class RequestStatus(TypedDict):
     faulted: bool
     wait_time: int
     """
-    Estimated seconds until done.
+    Estimated seconds. On the text status, until done: the queued work ahead and the request's own, as upstream. On the chat status, until a worker could start it: the queued work ahead that its eligible workers could take, over their throughput (0 with nothing ahead, whatever its max_tokens); fail_fast compares it with the time left.
     """
     queue_position: int
     kudos: float

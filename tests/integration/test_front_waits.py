@@ -37,6 +37,7 @@ from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.embedded_redis import EmbeddedRedis
 from tests.conftest import SERVICE_PASSKEY, MadeUser
+from tests.integration.chat_flow import chat_body
 from tests.integration.native_flow import ledger
 from tests.support.chat_worker import ChatTestWorker, Respond
 from tests.support.dropping_proxy import DroppingProxy, split
@@ -383,17 +384,42 @@ def test_fail_fast_without_threads_is_queue_unavailable(
 
 
 def test_fail_fast_refuses_a_wait_over_the_budget(
-    serve: Callable[..., ChatTestWorker], client: openai.OpenAI
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    native_client: httpx.Client,
+    requester: MadeUser,
 ) -> None:
     with serve() as worker:
-        worker.pause()  # one thread at the assumed rate: 512 tokens take far over 3 s
+        worker.pause()  # one thread at the assumed rate: 512 tokens ahead take far over 3 s
+        ahead = chat_body(model=MODEL, max_tokens=512)
+        queued = native_client.post(
+            "/generate/chat/async", headers={"apikey": requester.api_key}, json=ahead
+        )
+        assert queued.status_code == 202, queued.text
         error = refused_chat(
-            client, max_tokens=512, extra_body={"horde": {"availability_mode": "fail_fast"}}
+            client, max_tokens=16, extra_body={"horde": {"availability_mode": "fail_fast"}}
         )
     assert error.body["code"] == "queue_unavailable"  # type: ignore[index]
     found = re.search(r"estimated wait of (\d+) s", error.message)
     assert found is not None, error.message
     assert int(found.group(1)) > FAST["deadline"], error.message
+
+
+def test_fail_fast_is_served_when_a_worker_is_free_whatever_its_max_tokens(
+    serve: Callable[..., ChatTestWorker], client: openai.OpenAI
+) -> None:
+    """The estimate is the queued work ahead over the eligible throughput (design doc:
+    "Admission against the online pool"), not the request's own generation: with nothing
+    ahead and a worker free, 512 tokens at the assumed 10 a second are no reason to refuse
+    a 3 s budget."""
+    with serve(replying(content="Hi")):
+        reply = client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,  # type: ignore[arg-type]
+            max_tokens=512,
+            extra_body={"horde": {"availability_mode": "fail_fast"}},
+        )
+    assert reply.choices[0].message.content == "Hi"
 
 
 def test_lost_submit_response_is_recovered_with_the_same_key(

@@ -4,6 +4,7 @@ status."""
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import pytest
@@ -131,7 +132,7 @@ def test_max_tokens_above_every_worker_is_lowered_to_the_largest(native_client, 
     requester, small, large = make_user("req", 10**6), make_user("s"), make_user("l")
     chat_pop(native_client, small.api_key, "small", limits={LIMIT_MAX_LENGTH: 100})
     chat_pop(native_client, large.api_key, "large", limits={LIMIT_MAX_LENGTH: 300})
-    request_id = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 4000})
+    request_id = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 500})
     assert chat_status(native_client, request_id)["max_tokens_lowered_to"] == 300
     assert (
         chat_pop(native_client, small.api_key, "small", limits={LIMIT_MAX_LENGTH: 100})["id"]
@@ -285,17 +286,24 @@ def test_status_reports_availability_against_the_online_pool(native_client, nati
     "chat_async",
     why="three submits in a row from one address and key; the wait time is under test",
 )
-def test_wait_time_counts_only_work_the_eligible_workers_could_take(native_client, make_user):
+def test_wait_time_counts_only_work_the_eligible_workers_could_take(
+    native_client, native_service, make_user
+):
+    """The queued work ahead that the eligible workers could take, over their throughput
+    (design doc: "Admission against the online pool"), not the request's own generation: a
+    request nothing is ahead of waits 0 s however large its max_tokens, so fail_fast does
+    not refuse it while a worker is free."""
     requester, worker = make_user("req", 10**6), make_user("wk")
-    chat_pop(native_client, worker.api_key, prompt_jobs=False)
-    first = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
-    alone = chat_status(native_client, first)["wait_time"]
-    assert alone > 0
+    chat_pop(native_client, worker.api_key, prompt_jobs=False)  # one new thread: assumed rate
+    first = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 500})
+    alone = chat_status(native_client, first)
+    assert (alone["queue_position"], alone["wait_time"]) == (0, 0)
     submit_text(native_client, requester.api_key, max_length=500)  # a chat-only pool ignores it
     second = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
     behind = chat_status(native_client, second)
     assert behind["queue_position"] == 2
-    assert behind["wait_time"] == 2 * alone
+    rate = native_service.context.policy.assumed_tokens_per_second
+    assert behind["wait_time"] == math.ceil(500 / rate)  # the first's work, not its own
 
 
 @pytest.mark.raised_limits(
@@ -303,7 +311,7 @@ def test_wait_time_counts_only_work_the_eligible_workers_could_take(native_clien
     why="five submits in a row from one address and key; the wait time is under test",
 )
 def test_wait_time_counts_a_listed_request_once_one_eligible_worker_may_take_it(
-    native_client, native_db, make_user
+    native_client, native_db, native_service, make_user
 ):
     """Two eligible workers of one setup are one SQL branch of the wait time; the worker
     lists ahead still count per worker: allowed to one of them, or blocking only one, the
@@ -314,9 +322,7 @@ def test_wait_time_counts_a_listed_request_once_one_eligible_worker_may_take_it(
     with native_db() as session:
         ids = {name: id for name, id in session.execute(select(Worker.name, Worker.id))}
     a, b = str(ids["chat-a"]), str(ids["chat-b"])
-    first = submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
-    alone = chat_status(native_client, first)["wait_time"]
-    assert alone > 0
+    submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
     for workers, blacklist in (([b], False), ([a, b], True), ([a], True)):
         horde = {HORDE_WORKERS: workers, HORDE_WORKER_BLACKLIST: blacklist}
         submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100, PARAM_HORDE: horde})
@@ -324,8 +330,10 @@ def test_wait_time_counts_a_listed_request_once_one_eligible_worker_may_take_it(
         native_client, submit_chat(native_client, requester.api_key, **{PARAM_MAX_TOKENS: 100})
     )
     assert last["queue_position"] == 4
-    # ahead: the first, the one allowed to b, the one blocking a only (3 x 100), then its own
-    assert last["wait_time"] == 4 * alone
+    # ahead: the first, the one allowed to b, the one blocking a only (3 x 100), over two
+    # new threads at the assumed rate; not its own
+    rate = 2 * native_service.context.policy.assumed_tokens_per_second
+    assert last["wait_time"] == math.ceil(3 * 100 / rate)
 
 
 @pytest.mark.raised_limits(

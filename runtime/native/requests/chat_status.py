@@ -5,7 +5,8 @@ online workers whose declaration covers the stored requirements; fail_fast reads
 ``missing_features`` / ``exceeded_limits`` (the pool gap among the online workers serving
 the request's models), ``is_possible``, ``queue_position`` (requests ahead, as upstream) and
 ``wait_time``: the queued work ahead that this request's eligible workers could take
-(tokens), plus this request's own, over those workers' throughput.
+(tokens) over those workers' throughput, so not this request's own generation (a request
+no work is ahead of waits 0 s, however large its max_tokens).
 """
 
 from __future__ import annotations
@@ -339,4 +340,4 @@ def _position(
     sql, literals = position_sql(pool.eligible)
     cursor.execute(sql, {**literals, **position_values(wp)})
     count, tokens = cursor.fetchone()
-    return position_of(policy, wp, [w for w, _ in pool.eligible], count, tokens)
+    return position_of(policy, [w for w, _ in pool.eligible], count, tokens)

@@ -1,13 +1,14 @@
 """What the text and chat status routes share: a request's jobs with their workers' names,
 the counts every status carries, and the queue position with its wait estimate.
 
-The wait is the queued work ahead (max_length x n, in tokens) plus the request's own, over
-the throughput of the workers that could serve it: each one's recorded speed (the rolling
-average of its speed samples, tokens per second) times its threads, or
-``Policy.assumed_tokens_per_second`` per thread for a worker without samples. Which
-queued work counts and which workers serve differ by kind: the text status counts all work
-ahead and the online workers that fit; the chat status only the work its eligible workers
-could take (``takes``), over those workers.
+The wait is queued work (max_length x n, in tokens) over the throughput of the workers that
+could serve it: each one's recorded speed (the rolling average of its speed samples, tokens
+per second) times its threads, or ``Policy.assumed_tokens_per_second`` per thread for a
+worker without samples. Which work counts and which workers serve differ by kind: the text
+status counts all work ahead plus the request's own (upstream's estimate of when it is
+done) over the online workers that fit; the chat status only the work ahead that its
+eligible workers could take (``takes``), over those workers: when a worker could start it
+(the design doc's estimate, which fail_fast compares with the time left).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def queue_position(
     if wp.n <= 0:
         return 0, 0
     count, tokens = session.execute(position_query(takes), position_values(wp)).one()
-    return position_of(policy, wp, workers, count, tokens)
+    return position_of(policy, workers, count, int(tokens) + wp.max_length * wp.n)
 
 
 def position_query(takes: ColumnElement[bool] | None = None) -> Select[int, int]:
@@ -149,10 +150,11 @@ def position_values(wp: WaitingPrompt) -> dict[str, Any]:
 
 
 def position_of(
-    policy: Policy, wp: WaitingPrompt, workers: list[AnyWorker], count: int, tokens: int
+    policy: Policy, workers: list[AnyWorker], count: int, tokens: int
 ) -> tuple[int, int]:
-    """(requests ahead, estimated seconds) from ``position_query``'s count and tokens."""
+    """(requests ahead, estimated seconds): ``position_query``'s count, and ``tokens`` of
+    work over ``workers``' throughput."""
     rate = throughput(policy, workers)
     if rate <= 0:
         return int(count), 0
-    return int(count), math.ceil((int(tokens) + wp.max_length * wp.n) / rate)
+    return int(count), math.ceil(int(tokens) / rate)
