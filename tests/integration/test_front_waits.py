@@ -19,6 +19,7 @@ import asyncio
 import json
 import re
 import shutil
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -32,6 +33,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated.chat.names import GUARANTEE_PROMPT_OVERFLOW_REFUSED
+from generated.wire import ANONYMOUS_API_KEY
 from runtime.native.db.tables import OperationKey, WaitingPrompt
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
@@ -420,6 +422,95 @@ def test_fail_fast_is_served_when_a_worker_is_free_whatever_its_max_tokens(
             extra_body={"horde": {"availability_mode": "fail_fast"}},
         )
     assert reply.choices[0].message.content == "Hi"
+
+
+def test_fail_fast_decides_on_a_status_with_queue_information(
+    horde_stores: EmbeddedStores,
+    native_service: NativeService,
+    native_db: sessionmaker[Session],
+    native_url: str,
+    serve: Callable[..., ChatTestWorker],
+    requester: MadeUser,
+) -> None:
+    """A status with nothing queued and no worker generating says nothing of the queue
+    (upstream's horde answers so until its cached positions refresh), so the front reads
+    it again for up to queue_info_wait before it decides (design doc: "Admission against
+    the online pool"). An anonymous request (the lowest priority) meets that status; on its
+    first read again a user's 512-token request has gone ahead of it, and that read
+    refuses it (proxy: the read is held until the user's request is queued)."""
+    jumped: list[int] = []
+
+    def jump_the_queue(request: bytes) -> None:
+        if request.startswith(STATUS) and not jumped:
+            ahead = httpx.post(
+                native_url + "/generate/chat/async",
+                headers={"apikey": requester.api_key},
+                json=chat_body(model=MODEL, max_tokens=512),
+                timeout=30,
+            )
+            jumped.append(ahead.status_code)
+
+    with (
+        DroppingProxy(native_service.port, on_request=jump_the_queue) as holding,
+        front_on(horde_stores, [holding.url]) as front,
+        serve() as worker,
+        openai.OpenAI(base_url=front.url + "/v1", api_key=ANONYMOUS_API_KEY) as anonymous,
+    ):
+        worker.pause()  # online and free, taking nothing
+        error = refused_chat(
+            anonymous, max_tokens=16, extra_body={"horde": {"availability_mode": "fail_fast"}}
+        )
+    assert jumped == [202]
+    assert error.body["code"] == "queue_unavailable"  # type: ignore[index]
+    assert "estimated wait" in error.message
+    assert [row.cancelled for row in rows(native_db) if row.user_id != requester.id] == [True]
+
+
+def test_each_client_request_gets_a_fresh_operation_key(
+    serve: Callable[..., ChatTestWorker],
+    client: openai.OpenAI,
+    proxy: DroppingProxy,
+    native_db: sessionmaker[Session],
+    requester: MadeUser,
+) -> None:
+    """Only the front's own repeat of a submit reuses its key (design doc: "A separate
+    front woken by Redis"): the same body sent twice by a client is two requests, two
+    keys, two charges."""
+    with serve(replying(content="Hi")):
+        for _ in range(2):
+            client.chat.completions.create(model=MODEL, messages=MESSAGES)  # type: ignore[arg-type]
+    keys = [split(sent)[0]["x-operation-key"] for sent in proxy.sent(SUBMIT)]
+    assert len(keys) == len(set(keys)) == 2
+    assert len(rows(native_db)) == 2
+    charges = [d for reason, d in ledger(native_db, requester.id) if reason == "charge"]
+    assert len(charges) == 2
+
+
+def test_a_body_slower_than_its_deadline_is_408(
+    horde_stores: EmbeddedStores, proxy: DroppingProxy
+) -> None:
+    """A body not whole within body_timeout is refused 408 body_read_timeout in OpenAI's
+    envelope, nothing submitted (design doc: the front's Admitted -> Refused). The timeout
+    is 1 s here, not the shipped 30 s, so the test does not wait half a minute."""
+    with front_on(horde_stores, [proxy.url], body_timeout=1.0) as front:
+        host, port = front.url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as connection:
+            connection.sendall(
+                b"POST /v1/chat/completions HTTP/1.1\r\nhost: front\r\n"
+                b"content-type: application/json\r\ncontent-length: 200\r\n\r\n"
+                b'{"model": "' + MODEL.encode()
+            )
+            answer = b""
+            while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+                chunk = connection.recv(65536)
+                assert chunk, answer
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), head
+    error = json.loads(body)
+    assert_error(error)
+    assert error["error"]["code"] == "body_read_timeout"
+    assert not proxy.sent(SUBMIT)
 
 
 def test_lost_submit_response_is_recovered_with_the_same_key(

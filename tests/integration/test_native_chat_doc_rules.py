@@ -4,11 +4,22 @@ room for its reply (routing, truncation, the job)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
 import pytest
+from sqlalchemy import select, update
 
 from generated.chat.names import (
+    CONFORMANCE_BEST_EFFORT,
+    FEATURE_TOOLS,
+    HORDE_CONFORMANCE,
     HORDE_CONTEXT_FIT,
     LIMIT_MAX_CONTEXT_LENGTH,
+    LIMIT_MAX_TOOLS,
     PARAM_MAX_TOKENS,
     ROLE_DEVELOPER,
     ROLE_SYSTEM,
@@ -19,9 +30,12 @@ from generated.chat.tables import (
     PAYLOAD_FIT_MAX_TOKENS,
     REPLY_RESERVE_TOKENS,
 )
+from generated.wire import ANONYMOUS_API_KEY
 from runtime.contract.messages import estimated_tokens, text_chars
-from runtime.native.db.tables import WaitingPrompt
+from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.stores.database import transaction
 from tests.integration.chat_flow import (
+    BASIC,
     MODEL,
     chat_async,
     chat_body,
@@ -116,3 +130,135 @@ def test_without_max_tokens_routing_truncation_and_the_job_reserve_room_for_a_re
     explicit = chat_pop(native_client, worker.api_key, limits=limits)["payload"]
     assert explicit[PARAM_MAX_TOKENS] == 30
     assert PAYLOAD_FIT_MAX_TOKENS not in explicit
+
+
+def test_eligibility_reads_no_candidates_messages(
+    native_client, native_service, make_user, monkeypatch
+):
+    """Eligibility compares a declaration with the stored requirements and does not load a
+    candidate's messages (design doc: "Capability declaration and routing by features").
+    Every statement the native API runs for a status read and for pops (one finding only a
+    request it may not take, one taking the other) is planned as it ran (EXPLAIN VERBOSE of
+    its text and values): no scan of waiting_prompts outputs or filters on a request's
+    messages or its whole stored request; only the UPDATE of the one request a pop took
+    returns them, for the job."""
+    requester, worker, toolsmith = make_user("req", 1000), make_user("wk"), make_user("tools")
+    chat_pop(native_client, worker.api_key)
+    chat_pop(native_client, toolsmith.api_key, "tool-worker", features=[*BASIC, FEATURE_TOOLS])
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    submit_chat(native_client, requester.api_key, tools=[tool])  # only tool-worker's
+    plain = submit_chat(native_client, requester.api_key)
+    ran: list[tuple[bool, Any, Any]] = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
+        if "waiting_prompts" in (query.decode() if isinstance(query, bytes) else str(query)):
+            ran.append((isinstance(cursor, psycopg.RawCursor), query, params))
+        return execute(cursor, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    chat_status(native_client, plain)
+    assert chat_pop(native_client, worker.api_key)["id"]  # passes the tool request over
+    monkeypatch.undo()
+    assert len(ran) >= 3
+    scans, returned = [], []
+    with native_service.context.engine.connect() as connection:
+        driver = connection.connection.driver_connection
+        for raw, query, params in ran:
+            cursor = psycopg.RawCursor(driver) if raw else driver.cursor()
+            with cursor:
+                prefix = "EXPLAIN (VERBOSE, FORMAT JSON) "
+                cursor.execute(prefix.encode() + query if raw else prefix + query, params)
+                (plan,) = cursor.fetchone()[0]
+            for node in _plan_nodes(plan["Plan"]):
+                if node.get("Relation Name") != "waiting_prompts":
+                    continue
+                reads = _reads_messages(node)
+                (returned if node["Node Type"] == "ModifyTable" else scans).append(reads)
+        connection.rollback()
+    assert scans
+    assert not any(scans)
+    assert returned == [True]  # the pop's UPDATE of the request it took
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
+
+
+def _reads_messages(node: dict[str, Any]) -> bool:
+    """Whether a plan node outputs or filters on the messages or the whole stored request
+    (a key of it, such as the end user's identifiers, is not the messages)."""
+    shown = " ".join([*node.get("Output", []), str(node.get("Filter", ""))])
+    return bool(re.search(r"\.(messages|chat_request)\b(?!\[)", shown))
+
+
+def test_limits_apply_under_best_effort(native_client, make_user):
+    """best_effort relaxes the guarantees only: a limit still routes and refuses (design
+    doc: "Guarantees and the conformance mode": a clamped value changes the request)."""
+    requester = make_user("req", 1000)
+    narrow, wide = make_user("narrow"), make_user("wide")
+    features = [*BASIC, FEATURE_TOOLS]
+    chat_pop(
+        native_client, narrow.api_key, "narrow", features=features, limits={LIMIT_MAX_TOOLS: 1}
+    )
+    tools = [
+        {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+        for name in ("first", "second")
+    ]
+    relaxed = {HORDE_CONFORMANCE: CONFORMANCE_BEST_EFFORT}
+    refused = chat_async(native_client, requester.api_key, chat_body(tools=tools, horde=relaxed))
+    assert refused.status_code == 400, refused.text
+    assert (refused.json()["rc"], refused.json()["param"]) == (
+        "no_worker_supports_limit",
+        LIMIT_MAX_TOOLS,
+    )
+    chat_pop(native_client, wide.api_key, "wide", features=features, limits={LIMIT_MAX_TOOLS: 4})
+    submit_chat(native_client, requester.api_key, tools=tools, horde=relaxed)
+    passed_over = chat_pop(
+        native_client, narrow.api_key, "narrow", features=features, limits={LIMIT_MAX_TOOLS: 1}
+    )
+    assert passed_over["id"] is None
+    taken = chat_pop(
+        native_client, wide.api_key, "wide", features=features, limits={LIMIT_MAX_TOOLS: 4}
+    )
+    assert taken["id"]
+
+
+def test_a_chat_jobs_speed_sample_is_its_output_estimate_over_its_time(
+    native_client, native_db, make_user
+):
+    """The output estimate is the speed sample too (design doc: "Reasoning"): content,
+    reasoning and tool calls by characters over 4, capped at max_length, over the job's
+    time; never the worker's reported counts."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    submit_chat(native_client, requester.api_key, max_tokens=500)
+    job = chat_pop(native_client, worker.api_key)
+    with transaction(native_db) as session:  # the worker took 50 s
+        session.execute(
+            update(Generation)
+            .where(Generation.id == job["id"])
+            .values(start_time=Generation.start_time - timedelta(seconds=50))
+        )
+    reply = {"reasoning_content": "r" * 200, "usage": {"completion_tokens": 9000}}
+    landed = submit_reply(native_client, worker.api_key, job["id"], "x" * 200, **reply)
+    assert landed.status_code == 200, landed.text
+    with native_db() as session:
+        speed = session.scalars(select(Worker.speed).where(Worker.name == "chat-worker")).one()
+    assert speed == pytest.approx((200 + 200) / 4 / 50, abs=0.05)  # 100 tokens in ~50 s
+
+
+def test_an_anonymous_request_waits_behind_every_users(native_client, make_user):
+    """Anonymous requests have the lowest kudos priority (design doc: "Anonymous access"):
+    one queued first still waits behind a later request of a user without kudos."""
+    nobody, worker = make_user("no-kudos", 0), make_user("wk")
+    chat_pop(native_client, worker.api_key)
+    anonymous = submit_chat(native_client, ANONYMOUS_API_KEY, max_tokens=50)
+    users = submit_chat(native_client, nobody.api_key, max_tokens=50)
+    assert chat_status(native_client, users)["queue_position"] == 0
+    assert chat_status(native_client, anonymous)["queue_position"] == 1
+    assert chat_pop(native_client, worker.api_key)["id"]
+    assert chat_status(native_client, users)["processing"] == 1
+    assert chat_status(native_client, anonymous)["processing"] == 0
