@@ -250,10 +250,12 @@ def declaration_covers(
 def pool_gap(
     declarations: list[dict[str, Any]], required: list[str], limits: dict[str, int | float]
 ) -> Gap | None:
-    """The pool's gap: None if any declaration covers; a feature gap outranks a limit gap.
+    """The pool's gap: None if any declaration covers; a limit gap outranks a feature gap.
 
-    A limit gap reports the largest value any worker declares for that limit; a feature gap
-    the names missing from the declaration that lacks fewest.
+    When a worker declares every required feature and only a limit stops it, the gap is that
+    limit (400: the client can shrink the request), with the largest value any such worker
+    declares for it; only when no worker declares the features is it a feature gap (404),
+    naming what is missing from the declaration that lacks fewest.
     """
     gaps = [declaration_covers(d, required, limits) for d in declarations]
     if not gaps or any(g is None for g in gaps):

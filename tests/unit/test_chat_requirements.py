@@ -190,7 +190,7 @@ def test_a_feature_gap_is_a_404_and_a_limit_gap_a_400() -> None:
     assert declaration_covers(roomy, required, limits) is None
 
 
-def test_pool_gap_prefers_the_feature_gap_and_reports_the_largest_limit() -> None:
+def test_pool_gap_prefers_the_limit_gap_and_reports_the_largest_limit() -> None:
     req = request(tools=[TOOL], max_tokens=900)
     required, limits = required_chat_features(req), required_chat_limits(req)
     feats = ["tools", "prompt_overflow_refused"]
@@ -201,6 +201,11 @@ def test_pool_gap_prefers_the_feature_gap_and_reports_the_largest_limit() -> Non
     gap = pool_gap([small, mid], required, limits)
     assert gap is not None
     assert (gap.kind, gap.maximum) == ("limit", 800)
+    # a worker without the features beside one with them but too small: the limit (400)
+    for pool in ([declaration(), small], [small, declaration()]):
+        mixed = pool_gap(pool, required, limits)
+        assert mixed is not None
+        assert (mixed.kind, mixed.limit, mixed.maximum) == ("limit", "max_length", 256)
     assert pool_gap([declaration()], required, limits).kind == "features"
     assert (
         pool_gap([small, declaration(chat_features=feats, max_length=1000)], required, limits)
