@@ -25,7 +25,9 @@ class WorkerConfig:
     ``context`` is the backend's real context in tokens; it is required when the backend
     exposes it on no route (llama-cpp-python's server). ``gguf`` names the model file, so the
     exact counter can render with the model's own template where the backend has no
-    template route. ``template_overhead`` is added to the byte bound for tool preambles.
+    template route. ``template_overhead`` is added to the byte bound for tool preambles: the
+    preamble's size as measured (0 is a measurement); None when the operator measured
+    nothing, so the bound does not cover tool requests.
 
     ``vision``: the operator says a multimodal projector is loaded. No backend route reports
     that, so the worker declares vision only with it, and only after a probe image was
@@ -42,7 +44,7 @@ class WorkerConfig:
     name: str = "horde-chat-worker"
     threads: int = 1
     chat_only: bool = False
-    template_overhead: int = 0
+    template_overhead: int | None = None
     context: int | None = None
     max_length: int = DEFAULT_MAX_LENGTH
     gguf: Path | None = None
@@ -108,8 +110,9 @@ def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--template-overhead",
         type=_non_negative_int,
-        default=0,
-        help="tokens added to the byte bound for tool preambles the probe does not measure",
+        help="tokens added to the byte bound for tool preambles the probe does not measure "
+        "(check.py's 'tool preamble'; 0 is a measurement; without it the bound does not "
+        "cover strict tool requests)",
     )
     parser.add_argument(
         "--context",

@@ -292,7 +292,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         exact,
         client,
         model_id,
-        tool_overhead=config.template_overhead,
+        tool_overhead=config.template_overhead or 0,
         format_messages=lambda messages: backend_messages(kind, messages),
     )
     probed = Probed(
@@ -308,7 +308,7 @@ def probe(client: BackendClient, config: WorkerConfig) -> Probed:
         features.append(GUARANTEE_PROMPT_OVERFLOW_REFUSED)
         if (
             calibration.counter.kind != "exact"
-            and config.template_overhead == 0
+            and config.template_overhead is None
             and FEATURE_TOOLS in features
         ):
             # The probe has no tools, so the bound does not cover a tool preamble: tools stay

@@ -7,6 +7,7 @@ loop faulting a job through the real native API.
 
 from __future__ import annotations
 
+import argparse
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +40,7 @@ from generated.errors import (
     UnservableJob,
 )
 from runtime.worker.backend import BackendClient
-from runtime.worker.config import WorkerConfig
+from runtime.worker.config import WorkerConfig, add_worker_arguments, config_from_args
 from runtime.worker.counter import PROBE_MESSAGES
 from runtime.worker.declaration import Probed, WorkerStartupError, pop_declaration, probe
 from runtime.worker.horde import HordeClient
@@ -195,6 +196,27 @@ def test_byte_bound_without_template_overhead_keeps_tools_and_scopes_the_guarant
     assert GUARANTEE_PROMPT_OVERFLOW_REFUSED in probed.features
     assert SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS in probed.features
     assert any("--template-overhead" in note for note in probed.notes)
+
+
+def test_a_template_overhead_measured_as_zero_backs_the_guarantee_for_tools(
+    make_backend: Callable,
+) -> None:
+    """``--template-overhead 0`` is a measurement (check.py's "tool preamble: 0 tokens", the
+    worker guide's example), not the option left out: no scope withholds the guarantee."""
+    backend = make_backend()
+    backend.script(
+        Reply(content=None, tool_calls=[{"name": "probe_flag", "arguments": "{}"}]),
+        Reply(content="no call"),
+    )
+    parser = argparse.ArgumentParser()
+    add_worker_arguments(parser)
+    required = ["--horde", "h", "--api-key", "k", "--backend", backend.openai_base_url]
+    assert config_from_args(parser.parse_args(required)).template_overhead is None
+    measured = config_from_args(parser.parse_args([*required, "--template-overhead", "0"]))
+    assert measured.template_overhead == 0
+    probed = _probe(backend, template_overhead=measured.template_overhead)
+    assert {FEATURE_TOOLS, GUARANTEE_PROMPT_OVERFLOW_REFUSED} <= set(probed.features)
+    assert SCOPE_PROMPT_OVERFLOW_REFUSED_EXCEPT_TOOLS not in probed.features
 
 
 def test_reasoning_is_declared_when_the_reply_carries_it(make_backend: Callable) -> None:
