@@ -286,7 +286,10 @@ def test_check_script_reports_the_counters_calibration_features_and_tool_preambl
         f"the worker counts with the byte-bound counter -> over by {bound - usage}"
     )
     assert lines["tool preamble"].startswith(f"{with_tool - usage} tokens")
-    assert {"tools", "seed"} <= set(lines["features the probes showed"].split(", "))
+    shown = set(lines["features the probes showed"].split(", "))
+    # one forced tool comes back as its call, "required" among two does not (llama-cpp-python)
+    assert {"tools", "tool_choice_enforced", "seed"} <= shown
+    assert "tool_choice_required_enforced" not in shown
     assert lines["guarantees it could declare"] == "prompt_overflow_refused"
     assert "prompt_overflow_refused" in json.loads(lines["declaration"])["chat_features"]
     assert lines["plain chat"].startswith(repr(DEMO_REPLY))
@@ -309,8 +312,7 @@ def test_example_worker_declares_tools_on_the_byte_bound_only_with_the_measured_
         "model": MODEL_NAME,
         "messages": [{"role": "user", "content": "Weather?"}],
         "tools": [UNIT_TOOL],
-        "tool_choice": "required",
-        "horde": {"conformance": "best_effort"},  # tool_choice_enforced is not declared
+        "tool_choice": "required",  # strict: one forced tool needs tool_choice_enforced
     }
     response = chat_async(native_client, requester.api_key, body)
     assert response.status_code == 202, response.text

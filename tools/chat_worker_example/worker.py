@@ -45,6 +45,7 @@ FLAG = {
 PROBE_TOOLS = [
     {"type": "function", "function": {"name": n, "parameters": FLAG}} for n in ("flag", "other")
 ]
+TOOL_FEATURES = ("tools", "tool_choice_enforced", "tool_choice_required_enforced")
 # The OpenAI fields of a job's payload this worker passes on to the backend.
 FORWARDED = (
     "max_tokens", "temperature", "top_p", "stop", "seed", "frequency_penalty",
@@ -226,10 +227,12 @@ def probe_features(backend: Backend, model: str) -> list[str]:
         )
 
     features = []
+    # A forced call with one tool is how the horde sends a named function: it backs tools and
+    # tool_choice_enforced. "required" among several tools is a guarantee of its own.
     if calls(ask(tools=PROBE_TOOLS[:1], tool_choice="required"), {"flag"}):
-        features.append("tools")
+        features += ["tools", "tool_choice_enforced"]
         if calls(ask(tools=PROBE_TOOLS, tool_choice="required"), {"flag", "other"}):
-            features.append("tool_choice_enforced")
+            features.append("tool_choice_required_enforced")
     as_object = ask(response_format={"type": "json_object"})
     object_ok = as_object is not None and parsed(as_object["content"]) is not None
     schema = {"name": "flag", "schema": FLAG, "strict": True}
@@ -272,7 +275,7 @@ def declare(model: str, features: list[str], calibration: dict[str, Any], limits
         features.append("prompt_overflow_refused")
         if calibration["counter"] == "byte-bound" and overhead is None:
             # The probe has no tools: the bound covers a tool preamble only when told its size.
-            features = [f for f in features if f not in ("tools", "tool_choice_enforced")]
+            features = [f for f in features if f not in TOOL_FEATURES]
     return {
         "chat_jobs": True,
         "prompt_jobs": False,  # chat only: text jobs would need /v1/completions
