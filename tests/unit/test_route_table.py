@@ -3,7 +3,10 @@ spec, errors naming the field."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from generated import errors, routes
 from runtime.native.api import validation
@@ -63,3 +66,26 @@ def test_route_table_shape() -> None:
     for route in routes.ROUTES.values():
         for code in (*route.errors, route.invalid_body):
             assert code in errors.ERRORS
+
+
+ROOT = Path(__file__).resolve().parents[2]
+AFTER_SUBMISSION = {"submission", "first_status", "waiting", "stream"}
+"""The design doc's front states a request reaches only on the chat route (spec/errors.yaml
+``front.when``)."""
+
+
+def test_a_submitting_route_lists_every_error_a_submitted_request_can_meet() -> None:
+    """Its OpenAPI document and reference page list what the front returns on it: each
+    front route that submits a chat request (``errors_under: chat/`` in its spec) lists
+    every error the front returns at submission or after."""
+    met = {
+        code
+        for code, error in errors.ERRORS.items()
+        if AFTER_SUBMISSION & set(getattr(error, "front_when", ()))
+    }
+    front = yaml.safe_load((ROOT / "spec" / "api" / "front.yaml").read_text())
+    submitting = [op for op, route in front["routes"].items() if "errors_under" in route]
+    assert "chat_completions" in submitting
+    for operation_id in submitting:
+        listed = set(routes.ROUTES[operation_id].errors)
+        assert sorted(met - listed) == [], operation_id
