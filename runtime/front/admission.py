@@ -35,8 +35,11 @@ from __future__ import annotations
 import asyncio
 import json
 import multiprocessing
+import multiprocessing.forkserver as forkserver
+import multiprocessing.resource_tracker as resource_tracker
 import os
 import select
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -273,6 +276,10 @@ class Parser:
                 # server that imported this module once
                 context = multiprocessing.get_context("forkserver")
                 context.set_forkserver_preload([__name__])
+                # the resource tracker's start unblocks SIGINT in this thread: it goes first
+                resource_tracker.ensure_running()
+                with _sigint_blocked():
+                    forkserver.ensure_running()  # and so every parser: SIGINT stays blocked
                 self.pool = ProcessPoolExecutor(
                     self.processes,
                     mp_context=context,
@@ -327,6 +334,19 @@ class Parser:
             if self.pool is pool:
                 self.pool = None
         pool.shutdown(wait=False)
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile: a process started here (the forkserver, and
+    the parsers it forks) keeps it blocked. A terminal's Ctrl-C reaches every process of its
+    group; the front stops on it and ends its parsers, and a parser (or the forkserver,
+    while its interpreter starts) that took it printed a KeyboardInterrupt traceback."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _all_alive(pool: ProcessPoolExecutor) -> bool:

@@ -54,7 +54,9 @@ class EmbeddedRedis:
             "--daemonize", "no",
             "--logfile", str(data_dir / "redis.log"),
         ]  # fmt: skip
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL)
+        # its own session: a terminal's Ctrl-C reaches only the service, which stops this
+        # server last, after the processes using it (they would log it lost meanwhile)
+        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True)
         server = cls(data_dir=data_dir, socket_path=socket_path, process=process)
         server._wait_ready(timeout)
         return server

@@ -26,6 +26,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from runtime.front.admission import PARSER_PROCESSES
 from runtime.native.db.migrate import current_revision, head_revision, upgrade
 from runtime.stores.embedded import EmbeddedStores
 
@@ -67,7 +68,11 @@ def assert_refused(done: subprocess.CompletedProcess[str], service: str, why: st
 class Running:
     """A ``horde-chat`` service process; ``url`` once it printed where it serves."""
 
-    def __init__(self, args: list[str], env: dict[str, str], pattern: str) -> None:
+    def __init__(
+        self, args: list[str], env: dict[str, str], pattern: str, *, own_group: bool = False
+    ) -> None:
+        """``own_group``: in a session of its own, so a test can signal its process group as
+        a terminal does (Ctrl-C: SIGINT to every process of the foreground group)."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", *args],
             cwd=ROOT,
@@ -75,6 +80,7 @@ class Running:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=own_group,
         )
         self.stderr: list[str] = []
         lines: queue.Queue[str | None] = queue.Queue()
@@ -104,8 +110,12 @@ class Running:
         for line in self.process.stderr:
             self.stderr.append(line)
 
-    def stop(self) -> int:
-        self.process.send_signal(signal.SIGTERM)
+    def stop(self, ctrl_c: bool = False) -> int:
+        """SIGTERM to the process; ``ctrl_c``: SIGINT to its whole group (``own_group``)."""
+        if ctrl_c:
+            os.killpg(self.process.pid, signal.SIGINT)
+        else:
+            self.process.send_signal(signal.SIGTERM)
         try:
             code = self.process.wait(timeout=STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -218,6 +228,42 @@ def test_native_refuses_a_schema_behind_until_migrate_then_both_services_serve_a
     assert f"request_id={front_id} " in native_lines[0]
     assert "Traceback" not in "".join(native.stderr + front.stderr)
     assert any(line.startswith("Thread 0x") for line in native.stderr)  # the SIGUSR1 dump
+
+
+def test_ctrl_c_on_up_stops_everything_without_a_traceback() -> None:
+    """A terminal's Ctrl-C is a SIGINT to every process of its foreground group: the front's
+    parser processes printed a KeyboardInterrupt traceback each before "stopped", and the
+    embedded redis-server shut down at once, before the services that use it (each logged
+    it lost). Now only ``up`` takes it, and stops everything in order."""
+    with tempfile.TemporaryDirectory(prefix="horde-up-") as tmp:
+        env = command_env(Path(tmp), HORDE_NATIVE_PORT="0", HORDE_FRONT_PORT="0")
+        up = Running(["up"], env, r"^(ready); Ctrl-C stops everything", own_group=True)
+        until_parsers = time.monotonic() + START_TIMEOUT
+        while len(_parsers(up.process.pid)) < PARSER_PROCESSES:  # they start after "ready"
+            assert time.monotonic() < until_parsers, "the front's parsers never started"
+            time.sleep(0.05)
+        assert up.stop(ctrl_c=True) == 0
+    printed = "".join(up.stderr)
+    assert "Traceback" not in printed, printed
+    assert "KeyboardInterrupt" not in printed, printed
+    assert " lost" not in printed, printed
+
+
+def _parsers(pid: int) -> list[int]:
+    """The front's parser processes under ``pid``: its forkserver's children, from /proc."""
+    parents, commands = {}, {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            parents[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            commands[int(proc.name)] = (proc / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+    servers = {
+        child
+        for child, parent in parents.items()
+        if parent == pid and b"multiprocessing.forkserver" in commands[child]
+    }
+    return [child for child, parent in parents.items() if parent in servers]
 
 
 def test_up_prints_the_urls_a_second_service_joins_its_stores_with(
