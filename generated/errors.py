@@ -935,7 +935,7 @@ class NoSharedKeyModSelected(HordeError):
 
 
 class AnonForbiddenWorker(HordeError):
-    """A pop, progress or submit with the anonymous key."""
+    """A pop, progress, submit or leave with the anonymous key."""
 
     code = "AnonForbiddenWorker"
     template = "Anonymous user is forbidden from running a worker."
@@ -974,7 +974,8 @@ class TooManyWorkersTrusted(HordeError):
 
 
 class WrongCredentials(HordeError):
-    """A pop under a worker name owned by another user, or a submit of another user's job."""
+    """A pop or leave under a worker name owned by another user, or a submit of another user's
+    job."""
 
     code = "WrongCredentials"
     template = "Wrong credentials to submit as this worker."

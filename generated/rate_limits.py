@@ -45,6 +45,7 @@ RATE_LIMITS: dict[str, tuple[RateLimit, ...]] = {
     "text_pop": (RateLimit("60 per second", KEY_PEER),),
     "text_submit": (RateLimit("60 per second", KEY_PEER),),
     "text_progress": (RateLimit("60 per second", KEY_PEER),),
+    "text_leave": (RateLimit("60 per second", KEY_PEER),),
     "heartbeat": (),
     "models": (RateLimit("90 per minute", KEY_PEER, service="6000 per minute"),),
     "model": (RateLimit("90 per minute", KEY_PEER),),

@@ -368,6 +368,21 @@ class ProgressOutput(TypedDict):
     """
 
 
+class LeaveInput(TypedDict):
+    name: str
+    """
+    The worker's name
+    """
+
+
+class WorkerLeft(TypedDict):
+    name: str
+    online: Literal[False]
+    """
+    Offline from now on; the worker's next pop brings it back.
+    """
+
+
 class Health(TypedDict):
     status: Literal["ok"]
 

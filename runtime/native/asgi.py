@@ -78,9 +78,9 @@ at once (tests/integration/test_native_slow_image_host.py) a pop meanwhile took 
 at 45 client threads, 80-120 ms at 32 and 30-90 ms at 24 (2 cores, load 4-5). 24 still
 leave 8 threads when the fetch pool's 16 slots each hold one waiting."""
 WORKER_LANE_THREADS = 16
-"""Threads of the workers' lane: pop, submit, progress and heartbeat run there, so a burst of
-client requests (their cheap checks, their image fetches waited on) queues behind the
-clients' threads instead of in front of the workers and the liveness probe."""
+"""Threads of the workers' lane: pop, submit, progress, leave and heartbeat run there, so a
+burst of client requests (their cheap checks, their image fetches waited on) queues behind
+the clients' threads instead of in front of the workers and the liveness probe."""
 LANE = "horde_lane"
 """The Flask app's extension holding its workers' lane (``runtime.native.api.lane.Lane``)."""
 FALLBACK_REPOP_SECONDS = 1.0

@@ -4,10 +4,12 @@ Each of ``--threads`` threads pops one job at a time. A pop asks the native API 
 to ``pop_wait`` seconds for a job (its long poll), so a new request reaches an idle worker
 at once; a pop answered "no job" sooner than ``poll_interval`` (an upstream horde, which
 has no long poll, or a native API stopping) is followed by a pause, as upstream's workers
-poll. :meth:`WorkerLoop.stop` stops the popping, lets held jobs finish for
-``shutdown_grace`` seconds, then faults every job still held with worker_shutdown, so a
-Ctrl-C never leaves a job to its TTL. It does not wait for a thread whose pop is still
-waiting: a job that pop brings after the stop is faulted at once.
+poll. :meth:`WorkerLoop.stop` stops the popping, cuts the pops still waiting on the native
+API and leaves the pool (``HordeClient.leave``: the worker is offline at once, not 300 s
+after its last pop, so a request for its model is refused instead of waiting for it), lets
+held jobs finish for ``shutdown_grace`` seconds, then faults every job still held with
+worker_shutdown, so a Ctrl-C never leaves a job to its TTL. A job a pop brought just before
+the stop is faulted at once.
 """
 
 from __future__ import annotations
@@ -109,9 +111,11 @@ class WorkerLoop:
                     self.served += 1
 
     def stop(self, grace: float | None = None) -> list[str]:
-        """Stop popping, wait for held jobs, fault what is left; returns the faulted ids."""
-        self.stopping.set()
+        """Stop popping, leave the pool, wait for held jobs, fault what is left; returns the
+        faulted ids."""
         deadline = time.monotonic() + (self.config.shutdown_grace if grace is None else grace)
+        self.stopping.set()
+        self.horde.leave(self.config.name)  # its waiting pops cut first
         for thread in self._threads:
             with self._lock:
                 waiting_pop = thread in self._popping

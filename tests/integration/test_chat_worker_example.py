@@ -364,3 +364,18 @@ def test_example_worker_answers_a_tool_loops_second_turn_with_null_assistant_con
     assert not status["faulted"], worker.output()
     (generation,) = status["generations"]
     assert generation["content"] == DEMO_REPLY
+
+
+def test_example_worker_leaves_the_pool_when_stopped(
+    start_worker: Callable[..., ExampleWorker], native_client: httpx.Client
+) -> None:
+    """Stopped (SIGTERM, as Ctrl-C), it closes its waiting pop and leaves: offline at once,
+    not 300 s after its last pop (guide, step 5)."""
+    worker = start_worker()
+    assert [m["name"] for m in native_client.get("/status/models").json()] == [MODEL_NAME]
+    worker.stop()
+    assert worker.process.returncode == 0, worker.output()
+    assert worker.output().splitlines()[-1] == "stopped"
+    assert native_client.get("/status/models").json() == []
+    (listed,) = native_client.get("/workers").json()
+    assert listed["online"] is False

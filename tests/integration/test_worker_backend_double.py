@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,7 @@ from runtime.worker.backend import BackendClient
 from runtime.worker.config import WorkerConfig, add_worker_arguments, config_from_args
 from runtime.worker.counter import PROBE_MESSAGES
 from runtime.worker.declaration import Probed, WorkerStartupError, pop_declaration, probe
-from runtime.worker.horde import HordeClient
+from runtime.worker.horde import HordeClient, PopsCut
 from runtime.worker.job import Job, JobRunner
 from runtime.worker.tiny_model import build_tiny_model
 from tests.conftest import MadeUser
@@ -524,3 +525,107 @@ def test_stopping_faults_the_job_it_holds(
     state = chat_status(native_client, request_id)
     assert state["processing"] == 0
     assert not state["done"]
+
+
+def test_a_worker_that_stops_leaves_the_pool_at_once(
+    make_backend: Callable,
+    native_service: Any,
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    """A worker counts as online for 300 s after its last pop (upstream's rule), so one that
+    stopped kept its model listed and a request for it queued, waiting for it. Stopping
+    cleanly, it cuts its pop waiting on the native API (which would otherwise run again on a
+    wake and check it in again) and leaves the pool: its model is off status/models (what
+    the front's /v1/models reads), it is offline on /workers, and a request for its model
+    is refused at submission, nothing queued."""
+    from runtime.worker.cli import RunningWorker
+    from tests.integration.chat_flow import chat_async
+
+    requester, owner = make_user("req", kudos=100), make_user("owner")
+    backend = make_backend()
+    hub = native_service.app.hub
+    waiting = hub.waiting
+    worker = RunningWorker.start(
+        WorkerConfig(native_service.url, owner.api_key, backend.openai_base_url, context=CONTEXT)
+    )
+    try:
+        _until(lambda: hub.waiting > waiting, "the worker's pop to wait")
+        models = native_client.get("/status/models").json()
+        assert [m["name"] for m in models] == [backend.model]
+    finally:
+        assert worker.stop(grace=5) == []
+    _until(lambda: hub.waiting == waiting, "the native API to see the pop cut")
+    assert native_client.get("/status/models").json() == []
+    (listed,) = native_client.get("/workers").json()
+    assert listed["online"] is False
+    body = {"model": backend.model, "messages": [{"role": "user", "content": "hi"}]}
+    refused = chat_async(native_client, requester.api_key, body)
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["rc"] == "no_eligible_worker"
+
+
+def test_leaving_is_the_owners_alone(
+    native_client: httpx.Client, make_user: Callable[..., MadeUser]
+) -> None:
+    owner, stranger = make_user("owner"), make_user("stranger")
+    pop = {"name": "kept", "models": ["m"], "max_length": 80}
+    popped = native_client.post("/generate/text/pop", headers={"apikey": owner.api_key}, json=pop)
+    assert popped.status_code == 200, popped.text
+    leave = {"name": "kept"}
+    for key, code in (
+        (stranger.api_key, "WrongCredentials"),
+        ("0000000000", "AnonForbiddenWorker"),
+    ):
+        refused = native_client.post("/generate/text/leave", headers={"apikey": key}, json=leave)
+        assert (refused.status_code, refused.json()["rc"]) == (403, code)
+    assert [m["name"] for m in native_client.get("/status/models").json()] == ["m"]
+    unknown = {"name": "never-popped"}
+    gone = native_client.post(
+        "/generate/text/leave", headers={"apikey": owner.api_key}, json=unknown
+    )
+    assert gone.json() == {"name": "never-popped", "online": False}
+    left = native_client.post("/generate/text/leave", headers={"apikey": owner.api_key}, json=leave)
+    assert left.json() == {"name": "kept", "online": False}
+    assert native_client.get("/status/models").json() == []
+    again = native_client.post("/generate/text/pop", headers={"apikey": owner.api_key}, json=pop)
+    assert again.status_code == 200, again.text
+    assert [m["name"] for m in native_client.get("/status/models").json()] == ["m"]
+
+
+def _until(condition: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
+        time.sleep(0.01)
+
+
+def test_leaving_cuts_the_pop_still_waiting_first(
+    native_service: Any, native_client: httpx.Client, make_user: Callable[..., MadeUser]
+) -> None:
+    """A pop left waiting would be run again by the next wake and check the worker in again
+    (or take a job nobody would run): ``leave`` cuts it before it signs off, and the native
+    API, seeing its client gone, ends that long poll."""
+    owner = make_user("owner")
+    hub = native_service.app.hub
+    waiting = hub.waiting
+    horde = HordeClient(native_service.url, owner.api_key)
+    ended: list[BaseException] = []
+
+    def pop() -> None:
+        try:
+            horde.pop({"name": "cut", "models": ["m"], "max_length": 80, "wait": 30})
+        except PopsCut as exc:
+            ended.append(exc)
+
+    popping = threading.Thread(target=pop, daemon=True)
+    popping.start()
+    try:
+        _until(lambda: hub.waiting > waiting, "the pop to wait")
+        assert horde.leave("cut")
+        _until(lambda: not popping.is_alive(), "the pop to end", seconds=20)  # its wait is 30 s
+        assert len(ended) == 1
+        _until(lambda: hub.waiting == waiting, "the native API to see the pop cut")
+        assert native_client.get("/status/models").json() == []
+    finally:
+        horde.close()

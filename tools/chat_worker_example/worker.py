@@ -307,12 +307,12 @@ def probe(backend: Backend, args: argparse.Namespace) -> dict[str, Any]:
 
 
 class Horde:
-    """The worker's side of the native API: pop, submit, fault."""
+    """The worker's side of the native API: pop, submit, fault, leave."""
 
     def __init__(self, url: str, api_key: str) -> None:
-        root = url.rstrip("/").removesuffix("/api/v2") + "/api/v2"
-        headers = {"apikey": api_key, "Client-Agent": "chat-worker-example:1:local"}
-        self.http = httpx.Client(base_url=root, headers=headers, timeout=30)
+        self.root = url.rstrip("/").removesuffix("/api/v2") + "/api/v2"
+        self.headers = {"apikey": api_key, "Client-Agent": "chat-worker-example:1:local"}
+        self.http = httpx.Client(base_url=self.root, headers=self.headers, timeout=30)
 
     def pop(self, body: dict[str, Any]) -> dict[str, Any]:
         """One pop; a ``wait`` (the long poll) lengthens the read timeout to cover it."""
@@ -335,6 +335,18 @@ class Horde:
                 if response.status_code < 500 and response.status_code != 429:
                     return  # refused for good (the message says why)
             time.sleep(0.5 * 2**attempt)
+
+    def leave(self, name: str) -> None:
+        """Stopping: leave the pool now (not upstream's), so a request only this worker could
+        serve is refused at once rather than queued for it until its last pop is 300 s old.
+        Closing the client first closes a pop still open (the long poll), which the horde
+        would otherwise run again on a wake, checking the worker in again."""
+        self.http.close()
+        with httpx.Client(base_url=self.root, headers=self.headers, timeout=10) as http:
+            try:
+                http.post("/generate/text/leave", json={"name": name}).raise_for_status()
+            except httpx.HTTPError as exc:
+                print(f"leaving the pool failed: {exc}", flush=True)
 
     def fault(self, job_id: str, reason: Fault) -> None:
         print(f"job {job_id}: faulted: {reason}", flush=True)
@@ -430,6 +442,7 @@ def main(argv: list[str] | None = None) -> None:
         if job_id:  # never leave a held job to its TTL
             stopped = Fault("worker_shutdown", "The worker stopped before the job finished.")
             horde.fault(job_id, stopped)
+        horde.leave(args.name)
         print("stopped", flush=True)
 
 

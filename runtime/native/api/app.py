@@ -38,9 +38,10 @@ LANE_VIEWS: dict[str, LaneView] = {
     "text_pop": views_workers.text_pop,
     "text_submit": views_workers.text_submit,
     "text_progress": views_progress.text_progress,
+    "text_leave": views_workers.text_leave,
     "heartbeat": views_public.heartbeat,
 }
-"""The workers' lane: pop, submit, progress and heartbeat (runtime.native.asgi)."""
+"""The workers' lane: pop, submit, progress, leave and heartbeat (runtime.native.asgi)."""
 VIEWS: dict[str, Callable[..., Any]] = {
     "text_async": views_text.text_async,
     "text_status": views_text.text_status_view,

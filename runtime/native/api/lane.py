@@ -1,4 +1,4 @@
-"""The workers' lane without Flask: pop, submit, progress and heartbeat (issue 14).
+"""The workers' lane without Flask: pop, submit, progress, leave and heartbeat (issue 14).
 
 ``runtime.native.asgi`` reads a lane request's body on the event loop and hands it here,
 on the lane's thread pool (the database driver is synchronous: one hop to a thread and

@@ -41,6 +41,7 @@ from generated.routes import HEADER_APIKEY
 from generated.signals import CHAT_EVENT_GENERATION, CHAT_FIELD_GENERATION_ID
 from generated.streaming import DELTA_RULE
 from generated.wire import STATE_FAULTED
+from generated.wire.native import WorkerLeft
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.contract.dispatch import chat_job_payload
 from runtime.native.accounts.keys import (
@@ -74,6 +75,7 @@ from runtime.native.queue.jobs import (
     Popped,
     PoppedJob,
     job_payload,
+    leave_pool,
     pop_text_job,
     register_and_pop,
     register_worker,
@@ -109,6 +111,18 @@ def _checked(req: LaneRequest) -> dict[str, Any]:
     """The request's headers checked, then its body parsed and checked (Flask's order)."""
     check_headers(req.operation_id, req.headers, req.header_values)
     return parsed_body(req.operation_id, req.data())
+
+
+def text_leave(req: LaneRequest) -> Reply:
+    """A worker that stops leaves the pool (``jobs.leave_pool``): offline at once."""
+    body = _checked(req)
+    ctx = req.ctx
+    with transaction(ctx.sessions) as session:
+        user = worker_owner_for_key(session, req.header(HEADER_APIKEY))
+        request_context.set_user(user.id)
+        leave_pool(session, ctx.policy, user, body["name"], utcnow())
+    left: WorkerLeft = {"name": body["name"], "online": False}
+    return Reply(dict(left))
 
 
 def text_pop(req: LaneRequest) -> Reply:

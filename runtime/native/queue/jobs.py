@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import RawCursor
@@ -119,6 +119,20 @@ def register_worker(
     if worker.maintenance:
         raise WorkerMaintenance(name=worker.name, reason=worker.maintenance_reason or "")
     return worker
+
+
+def leave_pool(session: Session, policy: Policy, user: User, name: str, now: datetime) -> None:
+    """The worker ``name`` of ``user`` is offline from ``now``: its last check-in is moved
+    back to the stale line (``online_workers`` counts a check-in after it), never forward.
+    An unknown name is offline already; another user's is refused."""
+    worker = _locked_worker(session, name)
+    if worker is None:
+        return
+    if worker.user_id != user.id:
+        raise WrongCredentials()
+    stale = now - timedelta(seconds=policy.worker_stale_seconds)
+    if worker.last_check_in > stale:
+        worker.last_check_in = stale
 
 
 @dataclass(frozen=True)
