@@ -5,8 +5,11 @@ every sampling field the job carries. What differs, as measured or documented:
 
 * llama-cpp-python refuses OpenAI's ``json_schema`` response_format with a 500 but takes
   ``{"type": "json_object", "schema": ...}``; it forces a *named* tool_choice by grammar and
-  ignores ``required``, so ``required`` with a single tool goes as that named function; it
-  ignores reasoning_effort and parallel_tool_calls. Its request model refuses, with a 500,
+  ignores ``required``, so ``required`` with a single tool goes as that named function, and
+  ``required`` among several as ``auto`` with a schema (its grammar) allowing exactly one
+  call, ``{"name": one of the tools, "arguments": its parameters}``, whose content
+  ``backend_completion`` turns back into that tool call; it ignores reasoning_effort and
+  parallel_tool_calls. Its request model refuses, with a 500,
   an assistant message whose content is null (what the OpenAI SDK, LangChain and
   openai-agents send back beside tool_calls; measured on 0.3.36) and a content part list
   on any role but user: null content goes as ``""`` (an absent key would pass too) and a
@@ -16,6 +19,7 @@ every sampling field the job carries. What differs, as measured or documented:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,7 @@ from generated.chat.tables import SAMPLING_DEFAULTS
 
 # OpenAI wire values (the backend's protocol, not horde contract names).
 WIRE_REQUIRED = "required"
+WIRE_AUTO = "auto"
 WIRE_FUNCTION = "function"
 WIRE_TEXT = "text"
 WIRE_REFUSAL = "refusal"
@@ -47,6 +52,7 @@ class BackendKind:
     owned_by: tuple[str, ...]
     json_schema_as_json_object: bool = False
     single_required_as_named: bool = False
+    several_required_as_schema: bool = False
     sends_reasoning_effort: bool = True
     sends_parallel_tool_calls: bool = True
     joins_text_parts: bool = False
@@ -60,6 +66,7 @@ LLAMA_CPP_PYTHON = BackendKind(
     ("me",),
     json_schema_as_json_object=True,
     single_required_as_named=True,
+    several_required_as_schema=True,
     sends_reasoning_effort=False,
     sends_parallel_tool_calls=False,
     joins_text_parts=True,
@@ -120,6 +127,61 @@ def _tool_choice(kind: BackendKind, choice: Any, tools: list[dict[str, Any]]) ->
     return choice
 
 
+def _required_by_schema(kind: BackendKind, payload: dict[str, Any]) -> bool:
+    tools = payload.get(PARAM_TOOLS) or []
+    required = payload.get(PARAM_TOOL_CHOICE) == WIRE_REQUIRED
+    return kind.several_required_as_schema and required and len(tools) > 1
+
+
+def _call_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """One call to any of ``tools``: its name and arguments valid for its parameters."""
+    calls = []
+    for tool in tools:
+        function = tool[WIRE_FUNCTION]
+        calls.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": function["name"]},
+                    "arguments": function.get("parameters") or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    return {"anyOf": calls}
+
+
+def backend_completion(
+    kind: BackendKind, payload: dict[str, Any], completion: dict[str, Any]
+) -> dict[str, Any]:
+    """The backend's completion of ``payload`` as OpenAI's: the call a ``required`` among
+    several asked for as a schema (see ``chat_body``) back as a tool call. Content that is
+    not such a call (cut off by max_tokens) stays content: the horde refuses a forced
+    choice without a call under strict."""
+    if not _required_by_schema(kind, payload):
+        return completion
+    choices = completion.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return completion
+    message = choices[0].get("message") or {}
+    try:
+        call = json.loads(message.get("content") or "")
+    except ValueError:
+        return completion
+    names = {tool[WIRE_FUNCTION]["name"] for tool in payload[PARAM_TOOLS]}
+    if not isinstance(call, dict) or call.get("name") not in names:
+        return completion
+    function = {"name": call["name"], "arguments": json.dumps(call.get("arguments") or {})}
+    called = {
+        **message,
+        "content": None,
+        "tool_calls": [{"type": WIRE_FUNCTION, WIRE_FUNCTION: function}],
+    }
+    choice = {**choices[0], "message": called, "finish_reason": "tool_calls"}
+    return {**completion, "choices": [choice, *choices[1:]]}
+
+
 def chat_body(
     kind: BackendKind, payload: dict[str, Any], model: str, *, stream: bool = False
 ) -> dict[str, Any]:
@@ -141,6 +203,10 @@ def chat_body(
             body[PARAM_PARALLEL_TOOL_CALLS] = payload[PARAM_PARALLEL_TOOL_CALLS]
     if payload.get(PARAM_RESPONSE_FORMAT) is not None:
         body[PARAM_RESPONSE_FORMAT] = _response_format(kind, payload[PARAM_RESPONSE_FORMAT])
+    if _required_by_schema(kind, payload):
+        body[PARAM_TOOL_CHOICE] = WIRE_AUTO  # the grammar forces the call, not the choice
+        schema = _call_schema(payload[PARAM_TOOLS])
+        body[PARAM_RESPONSE_FORMAT] = {"type": RESPONSE_FORMAT_JSON_OBJECT, "schema": schema}
     if kind.sends_reasoning_effort and payload.get(PARAM_REASONING_EFFORT) is not None:
         body[PARAM_REASONING_EFFORT] = payload[PARAM_REASONING_EFFORT]
     if stream:

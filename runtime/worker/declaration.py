@@ -9,7 +9,8 @@ Each capability and guarantee is declared only when a probe against the backend 
   is answered in the worker's mapping; a backend that refuses that turn is reported and
   declares no tools. The forced call is also tool_choice_enforced (dispatch sends a named
   function that way); tool_choice_required_enforced needs ``required`` with two tools to
-  produce a call, which llama-cpp-python does not force;
+  produce a call (on llama-cpp-python, which ignores it, as backend_kinds maps it: a grammar
+  allowing one call to any of them);
 * json_object / json_schema: the content under that response_format parses (and, for the
   schema, validates); json_output_enforced needs either (it covers the formats declared,
   see spec/workers/features.yaml), json_schema_enforced the schema;
@@ -77,6 +78,7 @@ from runtime.worker.backend_kinds import (
     VLLM,
     WIRE_REQUIRED,
     BackendKind,
+    backend_completion,
     backend_messages,
     chat_body,
     detect_kind,
@@ -195,7 +197,7 @@ def _ask(
     try:
         probe_payload = {PARAM_MAX_TOKENS: PROBE_MAX_TOKENS, PARAM_TEMPERATURE: 0, **payload}
         body = chat_body(kind, probe_payload, model)
-        return parse_chat_completion(client.chat(body))
+        return parse_chat_completion(backend_completion(kind, probe_payload, client.chat(body)))
     except HordeError:
         return None
 

@@ -44,7 +44,7 @@ from generated.errors import BackendInvalidReply, HordeError, PromptOverflow, Un
 from generated.wire import STATE_OK
 from generated.wire.native import PopOutput, ReportedUsage, SubmitInput, ToolCall
 from runtime.worker.backend import BackendClient
-from runtime.worker.backend_kinds import chat_body
+from runtime.worker.backend_kinds import backend_completion, chat_body
 from runtime.worker.counter import BoundedCounter, TextCounter
 from runtime.worker.declaration import Probed
 from runtime.worker.fetch import job_messages
@@ -194,7 +194,8 @@ class JobRunner:
         # a streamed reply's usage takes the prompt's exact count (counted_usage)
         counted = self.check_fit(body, fit_output=fit_output, exact=streamed)
         if not streamed:
-            return parse_chat_completion(self.backend.chat(body, timeout=self.deadline(job)))
+            completion = self.backend.chat(body, timeout=self.deadline(job))
+            return parse_chat_completion(backend_completion(self.probed.kind, payload, completion))
         assert progress is not None
         reply = self._streamed(job, body, progress)
         return self.counted_usage(reply, counted) if reply is not None else None
@@ -248,7 +249,8 @@ class JobRunner:
             return None
         if (any(content) or any(reasoning)) and post():
             return None
-        return parse_chat_completion(folded.completion(), split_think=False)
+        completion = backend_completion(self.probed.kind, job.payload, folded.completion())
+        return parse_chat_completion(completion, split_think=False)
 
     def text_reply(self, job: Job) -> str:
         payload = job.payload

@@ -361,6 +361,21 @@ def test_langchain_bind_tools_loop_with_a_tool_message_is_answered(
     assert answer.tool_calls == []
 
 
+@pytest.mark.parametrize("choice", ["any", "required"])
+def test_langchain_bind_tools_forcing_one_of_two_gets_a_call(
+    chat: Any, refusals: list[Any], choice: str
+) -> None:
+    """tool_choice "any" is OpenAI's "required": among several tools a strict request
+    needs tool_choice_required_enforced, which the demo worker's grammar backs (it was 404
+    no_worker_supports_features, which LangChain raises as OpenAIModelNotFoundError)."""
+    clock = {
+        "type": "function",
+        "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}},
+    }
+    asked = chat.bind_tools([UNIT_TOOL, clock], tool_choice=choice).invoke(QUESTION)
+    assert [c["name"] for c in asked.tool_calls] in (["get_weather"], ["get_time"])
+
+
 @pytest.mark.parametrize("method", ["json_schema", "function_calling"])
 def test_langchain_with_structured_output_returns_the_pydantic_object(
     chat: Any, refusals: list[Any], method: str
@@ -586,7 +601,9 @@ def test_openai_agents_default_model_path_calls_its_tool_over_responses(
 # --- pydantic-ai ----------------------------------------------------------------------------
 
 
-def test_pydantic_ai_agent_returns_the_structured_output(stack: Stack, refusals: list[Any]) -> None:
+def run_pydantic_agent(stack: Stack, **agent_options: Any) -> Any:
+    """A pydantic-ai agent on the front with output_type Person (and ``agent_options``),
+    run on QUESTION; its result."""
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
@@ -599,12 +616,30 @@ def test_pydantic_ai_agent_returns_the_structured_output(stack: Stack, refusals:
             ) as client,
         ):
             model = OpenAIChatModel(MODEL_NAME, provider=OpenAIProvider(openai_client=client))
-            agent = Agent(model, output_type=Person)
+            agent = Agent(model, output_type=Person, **agent_options)
             return await agent.run(QUESTION)
 
-    result = asyncio.run(run())
+    return asyncio.run(run())
+
+
+def test_pydantic_ai_agent_returns_the_structured_output(stack: Stack, refusals: list[Any]) -> None:
+    result = run_pydantic_agent(stack)
     assert isinstance(result.output, Person)
     assert result.usage.output_tokens > 0
+
+
+def test_pydantic_ai_agent_with_a_tool_returns_the_structured_output(
+    stack: Stack, refusals: list[Any]
+) -> None:
+    """An agent with a tool and an output type sends tool_choice "required" among its tool
+    and the output tool: served (it was 404, which pydantic-ai raises as ModelNotFoundError)."""
+
+    def local_time(city: str) -> str:
+        """The local time in a city."""
+        return "noon"
+
+    result = run_pydantic_agent(stack, tools=[local_time])
+    assert isinstance(result.output, Person)
 
 
 # --- instructor -----------------------------------------------------------------------------

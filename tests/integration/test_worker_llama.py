@@ -103,8 +103,8 @@ def test_probe_declares_the_exact_counter_and_what_the_grammar_enforces(probed: 
     features = set(probed.features)
     assert {FEATURE_TOOLS, FEATURE_JSON_SCHEMA, GUARANTEE_JSON_SCHEMA_ENFORCED} <= features
     assert GUARANTEE_PROMPT_OVERFLOW_REFUSED in features
-    # llama-cpp-python does not force `required` among several tools.
-    assert GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED not in features
+    # llama-cpp-python ignores `required` among several tools: the worker's grammar forces it
+    assert GUARANTEE_TOOL_CHOICE_REQUIRED_ENFORCED in features
 
 
 def test_demo_worker_declares_json_output_and_the_forced_tool_because_its_probes_pass(
@@ -166,6 +166,36 @@ def test_forced_tool_choice_is_a_structured_call(runner: JobRunner) -> None:
     assert call["function"]["name"] == "get_weather"
     assert call["id"].startswith("call_")
     assert json.loads(call["function"]["arguments"])["unit"] in ("celsius", "fahrenheit")
+
+
+def test_required_among_several_tools_is_one_structured_call(runner: JobRunner) -> None:
+    # llama-cpp-python ignores "required": the worker sends a grammar allowing one call to
+    # any of the tools (LangChain's tool_choice "any", a pydantic-ai agent with tools and an
+    # output type) and turns the content it forces back into that call.
+    second = {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {
+                "type": "object",
+                "properties": {"zone": {"type": "string"}},
+                "required": ["zone"],
+            },
+        },
+    }
+    tools = [UNIT_TOOL, second]
+    payload = {"messages": PROBE_MESSAGES, "tools": tools, "tool_choice": "required"}
+    reply = runner.chat_reply(_chat(payload), None)
+    assert reply is not None
+    assert (reply.finish_reason, reply.content) == ("tool_calls", None)
+    (call,) = reply.tool_calls
+    assert call["id"].startswith("call_")
+    arguments = json.loads(call["function"]["arguments"])
+    if call["function"]["name"] == "get_weather":
+        assert arguments["unit"] in ("celsius", "fahrenheit")
+    else:
+        assert call["function"]["name"] == "get_time"
+        assert isinstance(arguments["zone"], str)
 
 
 def test_a_tool_loops_second_turn_with_content_null_is_answered(runner: JobRunner) -> None:

@@ -17,6 +17,7 @@ from runtime.contract.messages import messages_for_worker
 from runtime.contract.requirements import (
     covered_names,
     declaration_covers,
+    features_gap,
     pool_gap,
     required_chat_features,
     required_chat_limits,
@@ -256,3 +257,10 @@ def test_a_scoped_overflow_guarantee_covers_only_requests_without_tools() -> Non
     # tool_choice none sends no tools: the guarantee holds for it.
     none = request(tools=[TOOL], tool_choice="none")
     assert declaration_covers(scoped, required_chat_features(none), {}) is None
+
+
+def test_a_missing_guarantee_names_the_best_effort_opt_in_and_a_feature_does_not() -> None:
+    guarantee = features_gap(["tool_choice_required_enforced"]).message
+    assert "tool_choice_required_enforced is a guarantee" in guarantee
+    assert 'extra_body={"horde": {"conformance": "best_effort"}}' in guarantee
+    assert "best_effort" not in features_gap(["vision"]).message

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from generated.errors import BackendInvalidReply
-from runtime.worker.backend_kinds import GENERIC, LLAMA_CPP_PYTHON, VLLM, chat_body, detect_kind
+from runtime.worker.backend_kinds import (
+    GENERIC,
+    LLAMA_CPP_PYTHON,
+    VLLM,
+    backend_completion,
+    chat_body,
+    detect_kind,
+)
 from runtime.worker.counter import ByteBoundCounter
 from runtime.worker.reply import StreamAccumulator, parse_chat_completion, split_reasoning
 
@@ -213,3 +221,52 @@ def test_byte_bound_counts_bytes_plus_fixed_part_plus_tool_overhead() -> None:
     assert bound.count(messages, None) == plain + 7
     with_tools = bound.count(messages, [TOOL])
     assert with_tools == plain + 7 + len(json.dumps([TOOL]).encode()) + 100
+
+
+REQUIRED_TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("first", "second")
+]
+REQUIRED = {
+    "messages": [{"role": "user", "content": "hi"}],
+    "tools": REQUIRED_TOOLS,
+    "tool_choice": "required",
+}
+
+
+def _answered(content: str, finish: str = "stop") -> dict[str, Any]:
+    message = {"role": "assistant", "content": content}
+    return {"choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+
+
+def test_required_among_several_goes_as_a_grammar_of_one_call() -> None:
+    body = chat_body(LLAMA_CPP_PYTHON, REQUIRED, "m")
+    assert body["tools"] == REQUIRED_TOOLS
+    assert body["tool_choice"] == "auto"
+    schema = body["response_format"]["schema"]
+    assert [c["properties"]["name"] for c in schema["anyOf"]] == [
+        {"const": "first"},
+        {"const": "second"},
+    ]
+    assert chat_body(GENERIC, REQUIRED, "m")["tool_choice"] == "required"
+    assert "response_format" not in chat_body(GENERIC, REQUIRED, "m")
+
+
+def test_the_forced_content_comes_back_as_the_call() -> None:
+    forced = _answered(json.dumps({"name": "second", "arguments": {"x": 1}}))
+    (choice,) = backend_completion(LLAMA_CPP_PYTHON, REQUIRED, forced)["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"] == {"name": "second", "arguments": '{"x": 1}'}
+
+
+def test_content_that_is_no_call_stays_content() -> None:
+    """Cut off by max_tokens, or naming no tool: the horde refuses a forced choice without a
+    call under strict, so nothing is made up here."""
+    for content in ('{"name": "sec', json.dumps({"name": "third", "arguments": {}})):
+        cut = _answered(content, "length")
+        assert backend_completion(LLAMA_CPP_PYTHON, REQUIRED, cut) == cut
+    named = {**REQUIRED, "tool_choice": {"type": "function", "function": {"name": "first"}}}
+    call_text = _answered(json.dumps({"name": "first", "arguments": {}}))
+    assert backend_completion(LLAMA_CPP_PYTHON, named, call_text) == call_text
