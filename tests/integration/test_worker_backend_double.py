@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from tests.conftest import MadeUser
 from tests.doubles.backend_script import Failure, Hang, Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
 from tests.integration.native_flow import status, submit_text
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -550,12 +550,12 @@ def test_a_worker_that_stops_leaves_the_pool_at_once(
         WorkerConfig(native_service.url, owner.api_key, backend.openai_base_url, context=CONTEXT)
     )
     try:
-        _until(lambda: hub.waiting > waiting, "the worker's pop to wait")
+        until(lambda: hub.waiting > waiting, "the worker's pop to wait")
         models = native_client.get("/status/models").json()
         assert [m["name"] for m in models] == [backend.model]
     finally:
         assert worker.stop(grace=5) == []
-    _until(lambda: hub.waiting == waiting, "the native API to see the pop cut")
+    until(lambda: hub.waiting == waiting, "the native API to see the pop cut")
     assert native_client.get("/status/models").json() == []
     (listed,) = native_client.get("/workers").json()
     assert listed["online"] is False
@@ -593,13 +593,6 @@ def test_leaving_is_the_owners_alone(
     assert [m["name"] for m in native_client.get("/status/models").json()] == ["m"]
 
 
-def _until(condition: Callable[[], bool], what: str, seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
-        time.sleep(0.01)
-
-
 def test_leaving_cuts_the_pop_still_waiting_first(
     native_service: Any, native_client: httpx.Client, make_user: Callable[..., MadeUser]
 ) -> None:
@@ -621,11 +614,11 @@ def test_leaving_cuts_the_pop_still_waiting_first(
     popping = threading.Thread(target=pop, daemon=True)
     popping.start()
     try:
-        _until(lambda: hub.waiting > waiting, "the pop to wait")
+        until(lambda: hub.waiting > waiting, "the pop to wait")
         assert horde.leave("cut")
-        _until(lambda: not popping.is_alive(), "the pop to end", seconds=20)  # its wait is 30 s
+        until(lambda: not popping.is_alive(), "the pop to end", seconds=20)  # its wait is 30 s
         assert len(ended) == 1
-        _until(lambda: hub.waiting == waiting, "the native API to see the pop cut")
+        until(lambda: hub.waiting == waiting, "the native API to see the pop cut")
         assert native_client.get("/status/models").json() == []
     finally:
         horde.close()
