@@ -28,23 +28,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from runtime.native.db.tables import Generation, WaitingPrompt
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.integration.native_flow import pop, submit_text
+from tests.support.waiting import waiting_for_a_lock
 
 pytestmark = pytest.mark.integration
 
 LOCK_TIMEOUT = "10s"
 """How long the payment's stand-in waits for the request's lock: a deadlock is broken
 after Postgres's deadlock_timeout (1 s), well before."""
-
-
-def _waiting_for_a_lock(sessions: sessionmaker[Session]) -> bool:
-    with sessions() as session:
-        waiting = session.scalar(
-            text(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-            )
-        )
-    return bool(waiting)
 
 
 def _cancel_beside_a_payment(
@@ -69,7 +59,7 @@ def _cancel_beside_a_payment(
         thread = threading.Thread(target=lambda: answered.setdefault("response", cancel()))
         thread.start()
         deadline = time.monotonic() + 10
-        while not _waiting_for_a_lock(sessions):
+        while not waiting_for_a_lock(sessions):
             assert time.monotonic() < deadline, ("the cancel never waited for its job", answered)
             time.sleep(0.01)
         payment.execute(select(WaitingPrompt.id).where(WaitingPrompt.id == wp_id).with_for_update())

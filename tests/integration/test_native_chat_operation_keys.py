@@ -26,6 +26,7 @@ from runtime.native.queue.sweep import sweep, utcnow
 from tests.conftest import SERVICE_PASSKEY
 from tests.integration.chat_flow import MODEL, chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
+from tests.support.waiting import until, waiting_for_a_lock
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +131,8 @@ def test_a_key_claimed_while_the_submit_waits_for_its_lock_is_replayed(
     with native_db() as holder, ThreadPoolExecutor(1) as pool:
         holder.get(User, requester.id, with_for_update=True)  # the user's row lock
         late = pool.submit(_keyed, native_client, requester.api_key, "op-2", body)
-        with pytest.raises(TimeoutError):
-            late.result(timeout=1.0)  # blocked on the user's row
+        until(lambda: waiting_for_a_lock(native_db), "the submit to wait for the user's row")
+        assert not late.done()
         fingerprint = operation_fingerprint(validate_chat_request(body))
         holder.add(
             OperationKey(
@@ -201,8 +202,8 @@ def test_a_cancel_racing_an_uncommitted_submit_waits_for_it(
         )
         submit.flush()
         cancel = pool.submit(_cancel_by_key, native_client, requester.api_key, "op-2")
-        with pytest.raises(TimeoutError):
-            cancel.result(timeout=1.0)  # blocked on the submit's uncommitted key
+        until(lambda: waiting_for_a_lock(native_db), "the cancel to wait for the submit's key")
+        assert not cancel.done()
         if submit_commits:
             submit.commit()
         else:

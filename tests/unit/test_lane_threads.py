@@ -55,8 +55,11 @@ def test_calls_beyond_the_bound_wait_for_a_thread() -> None:
         return i
 
     async def main() -> list[int]:
-        calls = [threads.call(hold, i) for i in range(10)]
-        await asyncio.sleep(0.2)
+        calls = [asyncio.ensure_future(threads.call(hold, i)) for i in range(10)]
+        deadline = asyncio.get_running_loop().time() + 30
+        while running < 3:  # every thread holds a call; the other seven wait for one
+            assert asyncio.get_running_loop().time() < deadline, "the threads never filled"
+            await asyncio.sleep(0.01)
         release.set()
         return list(await asyncio.gather(*calls))
 
