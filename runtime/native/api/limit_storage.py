@@ -71,11 +71,10 @@ class CountingRedisStorage(RedisStorage):
         script call (the workers' lane reads both without flask's ``g``).
 
         The call is its EVALSHA command packed once per key and sent on a connection this
-        thread holds (issue 14: redis-py's Script call packs every argument again and runs
-        its command, retry and instrumentation layers, ~68 us of CPU a call against ~34 for
-        the send and the read alone, measured alone; taking the connection from the pool
-        and giving it back at each call was ~10 us more, and the pool's lock is one the
-        lane's threads would share; a workers' lane request makes one call). The connection
+        thread holds: redis-py's Script call packs every argument again and runs its
+        command, retry and instrumentation layers, and taking a pooled connection at each
+        call costs more and shares the pool's lock between the lane's threads
+        (docs/performance.md; a workers' lane request makes one call). The connection
         stays in the pool's books as in use, so closing the pool closes it. A connection
         that fails is dropped and the call tried once more on a fresh one, as redis-py's
         retry does; a script Redis lost (a restart) is loaded again by the Script call."""

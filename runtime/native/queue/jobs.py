@@ -78,8 +78,8 @@ class PoppedJob:
 @dataclass(frozen=True)
 class PoppedChat:
     """What a chat job's payload reads of its request besides ``PoppedJob``'s: returned by
-    the pop's own statement (issue 14: a session load of the row and two deferred loads of
-    its stored request and messages were three more round trips after the pick)."""
+    the pop's own statement: a session load of the row and two deferred loads of its
+    stored request and messages were three more round trips after the pick."""
 
     chat_request: dict[str, Any] | None
     messages: list[Any] | None
@@ -276,8 +276,8 @@ def pop_text_job(
 
     ``count_skipped``: an empty answer counts the requests each of the worker's terms turned
     away (upstream's ``skipped``, a count over the queue); False for a long poll's run that
-    goes on waiting, which sends no answer (issue 14: the count was ~8% of the native API's
-    CPU under the e2e bench, every pop after a submit finding nothing and then waiting)."""
+    goes on waiting, which sends no answer: counted on every such run, it was a large
+    share of the native API's CPU (docs/performance.md)."""
     prompt_jobs, shape = _pop_shape(declaration)
     sql, defaults = _pop_sql(prompt_jobs, shape)
     params = {

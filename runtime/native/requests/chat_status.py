@@ -315,7 +315,7 @@ class EndedStatus:
     only one (with its worker's name and the values the claim wrote), and the online pool,
     read with the job (``queue.chat_find``). Only a queue position (while jobs are left to
     hand out) is read, after the commit (``signals.final_status``): no reload of the row or
-    its jobs, and no read of the pool (issue 14)."""
+    its jobs, and no read of the pool: fewer round trips on the way to the client."""
 
     wp: WaitingPrompt
     jobs: Jobs
