@@ -1,13 +1,10 @@
 """flask-limiter's Redis storage at one round trip per limit.
 
-With the headers on, flask-limiter spends three Redis round trips on a limit of a request:
-the hit (``limits``' incr script), then a GET and a TTL for the X-RateLimit headers.
-``CountingRedisStorage`` answers all three with one script that increments and returns the
-count and the time to live together; the headers' reads of a key this request just hit are
-answered from what the script returned (kept on ``flask.g``, so only for that request). Any
-other read goes to Redis as before. The workers' lane, served without Flask, takes both
-from ``incr_ttl``. The service selects it with the ``horde+`` prefix on
-the storage URI (``storage_uri``).
+With headers on, flask-limiter spends three round trips a limit (the hit, then a GET and a
+TTL for the X-RateLimit headers). ``CountingRedisStorage`` answers them with one script
+returning count and time to live, kept on ``flask.g`` for this request's header reads; other
+reads go to Redis as before. The workers' lane takes both from ``incr_ttl``. Selected by the
+``horde+`` prefix on the storage URI (``storage_uri``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The worker side of the text queue: register on pop, hand out jobs, take submissions.
 
-A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priority, then
-age), so concurrent pops never hand out the same job. Text and chat requests share the
-queue: a pop with a chat declaration also matches the chat requests it covers
-(``fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
-Submissions are ``job_submit``'s.
-
-A user may register ``Policy.workers_per_user`` distinct worker names (trusted users
-``workers_per_trusted_user``), as upstream: a pop under one more new name is refused
-(TooManyWorkers, TooManyWorkersTrusted); the user's row is locked while counting, so
-concurrent pops under new names cannot pass the limit together.
+A pop locks its request ``FOR UPDATE SKIP LOCKED`` (kudos priority, then age), so concurrent
+pops never hand out the same job. Text and chat requests share the queue: a pop with a chat
+declaration also matches the chat requests it covers (``fit.chat_queue_filters``; with
+prompt_jobs false, only those). A user may register ``Policy.workers_per_user`` worker names
+(trusted: ``workers_per_trusted_user``; else TooManyWorkers), as upstream, the user's row
+locked while counting so concurrent pops cannot pass it together.
 """
 
 from __future__ import annotations
