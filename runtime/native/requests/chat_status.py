@@ -1,12 +1,10 @@
 """A chat request's status: progress, structured generations and availability.
 
-Availability is measured against the online pool now: ``eligible_threads`` (threads of the
-online workers whose declaration covers the stored requirements; fail_fast reads it),
-``missing_features`` / ``exceeded_limits`` (the pool gap among the online workers serving
-the request's models), ``is_possible``, ``queue_position`` (requests ahead, as upstream) and
-``wait_time``: the queued work ahead that this request's eligible workers could take
-(tokens) over those workers' throughput, so not this request's own generation (a request
-no work is ahead of waits 0 s, however large its max_tokens).
+Availability is measured against the online pool now: ``eligible_threads`` (fail_fast reads
+it), the pool gap (``missing_features`` / ``exceeded_limits``), ``is_possible``,
+``queue_position`` (as upstream) and ``wait_time``: the work ahead this request's eligible
+workers could take over their throughput, not its own generation (a request with nothing
+ahead waits 0 s, however large its max_tokens).
 """
 
 from __future__ import annotations

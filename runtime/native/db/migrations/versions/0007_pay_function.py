@@ -1,9 +1,9 @@
 """A job's payment as one database function, ``horde_pay``: one round trip instead of four.
 
-It runs the submit's claim, then the requester's charge and the request's end, each with a
-snapshot of its own (so two submits ending a request's last two jobs cannot both miss that
-it ended), and credits the holds the end released. Outside a transaction it is its own; a
-job that is not running is not claimed (the caller answers DuplicateGen or AbortedGen).
+It runs the claim, then the charge and the request's end, each statement with its own
+snapshot (PL/pgSQL under READ COMMITTED), so two submits ending a request's last two jobs
+cannot both miss that it ended; it credits the holds the end released. A job not running is
+not claimed (the caller answers DuplicateGen or AbortedGen).
 
 Revision ID: 0007
 Revises: 0006
