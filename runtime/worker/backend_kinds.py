@@ -48,6 +48,7 @@ class BackendKind:
     (500) an assistant message with null content (what the OpenAI SDK, LangChain and
     openai-agents send beside tool_calls) and a content part list on any role but user:
     null content goes as ``""`` and text and refusal parts are joined into one string."""
+
     name: str
     owned_by: tuple[str, ...]
     json_schema_as_json_object: bool = False

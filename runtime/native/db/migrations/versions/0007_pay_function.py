@@ -2,8 +2,7 @@
 
 It runs the claim, then the charge and the request's end, each statement with its own
 snapshot (PL/pgSQL under READ COMMITTED), so two submits ending a request's last two jobs
-cannot both miss that it ended; it credits the holds the end released. A job not running is
-not claimed (the caller answers DuplicateGen or AbortedGen).
+cannot both miss that it ended; it credits the released holds; it claims no job not running.
 
 Revision ID: 0007
 Revises: 0006
