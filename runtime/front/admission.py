@@ -47,10 +47,9 @@ from runtime.contract.validator import drop_front_defaults, horde_option, valida
 
 BEARER = "bearer "
 OFF_LOOP_BYTES = 16 * 1024
-"""Bodies larger than this are parsed and validated in ``PARSER``, not on the event loop. The
-worst body of this size, ``[{},{},...]``, holds the loop ~0.6 ms (64 KiB: 7.5 ms), while the
-trip to a parser process adds ~1-2 ms to a body's own latency (measured at load 7 on 2
-cores)."""
+"""Bodies larger than this are parsed and validated in ``PARSER``, not on the event loop:
+the size where the worst body's hold on the loop passes what the trip to a parser process
+adds to a body's latency (docs/performance.md)."""
 PARSER_PROCESSES = 2
 """One per core of the machines measured; more would only share the same cores."""
 PARSER_NICENESS = 10
@@ -235,8 +234,8 @@ def _ready() -> int:
 class Parser:
     """The parser processes of this front process, started by ``open`` (or the first large body).
 
-    A thread would not do: the json module holds the GIL for a whole parse (a 1 MiB body of
-    ``[{},{},...]`` stalled every other client ~100 ms; bench/front_hostile.py). A process
+    A thread would not do: the json module holds the GIL for a whole parse, stalling every
+    other client (docs/performance.md, bench/front_hostile.py). A process
     answers the refusal, or the encoded body and the normalised request (cheap to unpickle).
     Bodies up to ``OFF_LOOP_BYTES`` stay on the loop: a few ms at worst, less than the trip.
     Two processes; a flood queues per address, and the address with the fewest bytes parsed

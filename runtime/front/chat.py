@@ -54,7 +54,7 @@ class DisconnectWatch:
     ``run(work)`` awaits ``work`` in the caller's own task and cancels that task when the
     client leaves or the grace ends (turning the cancel into ClientGone or
     front_shutting_down): no task for the work nor for each of the two ends, which an open
-    wait held (three tasks, ~1.5 KiB of its memory, and their scheduling at every run)."""
+    wait held (three tasks, their memory and their scheduling at every run)."""
 
     __slots__ = ("_interrupted", "_task", "_working", "drain", "gone")
 

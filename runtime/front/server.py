@@ -54,7 +54,7 @@ def uvicorn_config(app: Any, config: FrontConfig, **options: Any) -> uvicorn.Con
     return uvicorn.Config(
         app,
         lifespan="on",
-        # the C parser (a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms), with caps
+        # the C parser (far cheaper than h11 on a large body: docs/performance.md), with caps
         http=HTTP_PROTOCOL,
         timeout_graceful_shutdown=int(server_timeout(config.shutdown_grace) + 0.999),
         backlog=BACKLOG,

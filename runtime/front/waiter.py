@@ -140,7 +140,7 @@ def _has_queue_info(status: ChatStatus) -> bool:
 
 class ReplyWait:
     """One submitted request's wait; use as ``async with`` (it holds the subscription).
-    Slotted: thousands are open at once (a dict per wait was ~0.6 KiB of its memory)."""
+    Slotted: thousands are open at once, and a dict per wait costs memory."""
 
     __slots__ = (
         "_impossible_since",
@@ -228,7 +228,7 @@ class ReplyWait:
     def _keep(self, status: ChatStatus) -> None:
         """``status`` as the wait's last: whole when final (its reply or fault is built from
         it), else only ``READ_WHILE_WAITING`` (a first status's ~30 fields, each key a string
-        of its own from the JSON parse, were ~1.9 KiB of every open wait)."""
+        of its own from the JSON parse, weighed on every open wait)."""
         if status.get("done") or status.get("faulted"):
             self.status = status
             return

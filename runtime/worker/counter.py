@@ -121,8 +121,8 @@ class ModelTemplate:
 
     @cached_property
     def formatter(self) -> Jinja2ChatFormatter:
-        """The template compiled once: compiling it took ~4 ms of the worker's CPU on every
-        job's fit check; rendering a compiled template is thread-safe."""
+        """The template compiled once: compiling it on every job's fit check was dear
+        (docs/performance.md); rendering a compiled template is thread-safe."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         return Jinja2ChatFormatter(

@@ -144,8 +144,8 @@ class JobRunner:
         only a room under REPLY_RESERVE_TOKENS faults. Otherwise max_tokens must fit whole.
         Returns the prompt's count; with ``exact`` False (the caller needs only the verdict),
         an upper bound that already leaves the room asked for is returned instead, and the
-        backend's count is not asked (``BoundedCounter``: it saves a tokenize call, ~1 ms of
-        the backend's time a job). The verdict and max_tokens are the same either way:
+        backend's count is not asked (``BoundedCounter``: it saves a tokenize call of the
+        backend's time a job). The verdict and max_tokens are the same either way:
         when the bound fits, so does the exact count, and the room it leaves covers max_tokens.
         Images are left out of the count and the probed per-image cost added.
         """

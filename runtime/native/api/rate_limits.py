@@ -1,11 +1,11 @@
 """flask-limiter on the Redis store, with generated.rate_limits (spec/rate_limits.yaml).
 
-A limit is counted on the client's address and route (``client_route``), the API key's
-digest and route (``key_route``; the anonymous key gets its ``anonymous`` value) or the
-connection's address (``peer``); the front's own calls count against a ``service`` budget.
+A limit is counted on the client's address and route (``client_route``: the front's
+forwarded address beside the right passkey, else the connection's), the API key's digest and
+route (``key_route``; the anonymous key gets ``anonymous``) or the connection's address
+(``peer``); the front's own calls count against a ``service`` budget.
 Values are read from ``Policy.rate_limits`` on every call, so a test can raise one limit in
-a running service. The workers' lane counts the same limits without Flask
-(``HordeLimiter.lane_hit``), sharing the limiter's state and its Redis fallback.
+a running service. The workers' lane counts them without Flask (``HordeLimiter.lane_hit``).
 """
 
 from __future__ import annotations

@@ -143,8 +143,8 @@ class Worker(Base):
 
 class WorkerRow(NamedTuple):
     """A worker's columns read without the ORM (``requests.text.online_workers``: a status
-    read or a chat submit's final status loaded every online worker as an entity, ~150 us
-    of CPU more for one): ``Worker``'s columns, in its table's order, under the
+    read or a chat submit's final status loaded every online worker as an entity, costly
+    in CPU: docs/performance.md): ``Worker``'s columns, in its table's order, under the
     same names and types, which is all the fit rules and the pool's readers read of a
     worker (``AnyWorker``). tests/unit/test_worker_row.py holds it to the table."""
 
