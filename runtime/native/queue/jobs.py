@@ -1,15 +1,11 @@
 """The worker side of the text queue: register on pop, hand out jobs, take submissions.
 
-A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priority, then
-age), so concurrent pops never hand out the same job. Text and chat requests share the
-queue: a pop with a chat declaration also matches the chat requests it covers
-(``fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
-Submissions are ``job_submit``'s.
-
-A user may register ``Policy.workers_per_user`` distinct worker names (trusted users
-``workers_per_trusted_user``), as upstream: a pop under one more new name is refused
-(TooManyWorkers, TooManyWorkersTrusted); the user's row is locked while counting, so
-concurrent pops under new names cannot pass the limit together.
+A pop locks its request ``FOR UPDATE SKIP LOCKED`` (kudos priority, then age), so concurrent
+pops never hand out the same job. Text and chat requests share the queue: a pop with a chat
+declaration also matches the chat requests it covers (``fit.chat_queue_filters``; with
+prompt_jobs false, only those). A user may register ``Policy.workers_per_user`` worker names
+(trusted: ``workers_per_trusted_user``; else TooManyWorkers), as upstream, the user's row
+locked while counting so concurrent pops cannot pass it together.
 """
 
 from __future__ import annotations
@@ -78,8 +74,8 @@ class PoppedJob:
 @dataclass(frozen=True)
 class PoppedChat:
     """What a chat job's payload reads of its request besides ``PoppedJob``'s: returned by
-    the pop's own statement (issue 14: a session load of the row and two deferred loads of
-    its stored request and messages were three more round trips after the pick)."""
+    the pop's own statement: a session load of the row and two deferred loads of its
+    stored request and messages were three more round trips after the pick."""
 
     chat_request: dict[str, Any] | None
     messages: list[Any] | None
@@ -276,8 +272,8 @@ def pop_text_job(
 
     ``count_skipped``: an empty answer counts the requests each of the worker's terms turned
     away (upstream's ``skipped``, a count over the queue); False for a long poll's run that
-    goes on waiting, which sends no answer (issue 14: the count was ~8% of the native API's
-    CPU under the e2e bench, every pop after a submit finding nothing and then waiting)."""
+    goes on waiting, which sends no answer: counted on every such run, it was a large
+    share of the native API's CPU (docs/performance.md)."""
     prompt_jobs, shape = _pop_shape(declaration)
     sql, defaults = _pop_sql(prompt_jobs, shape)
     params = {

@@ -1,12 +1,10 @@
 """Upstream's text statistics (/stats/text/totals and /stats/text/models) from
-``text_gen_stats``: requests (jobs that ended) and tokens (their requests' max_length) in
-the past minute, hour, day and 30 days (upstream's month), and ever.
+``text_gen_stats``: jobs that ended and their tokens, per minute, hour, day, month and ever.
 
-Upstream compiles them every minute (totals) and every day (models) into snapshot tables.
-Here the sweep folds rows older than ``ARCHIVE_AFTER`` into ``text_gen_stats_archive`` (per
-model, ``fold_old_stats``), so the table holds about a month of rows; a read is one
-statement over it (the windows by the index on ``finished``) plus the archive, and the
-answer is kept for ``Policy.public_stats_seconds`` (bench/public_stats.py prints the cost).
+Upstream compiles snapshot tables; here the sweep folds rows older than ``ARCHIVE_AFTER``
+into ``text_gen_stats_archive`` (``fold_old_stats``), so a read is one statement over about
+a month of rows plus the archive, kept for ``Policy.public_stats_seconds``
+(bench/public_stats.py prints the cost).
 """
 
 from __future__ import annotations
