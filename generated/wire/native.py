@@ -469,7 +469,7 @@ class Worker(TypedDict):
     threads: NotRequired[int]
     uptime: NotRequired[int]
     """
-    Seconds online (not tracked on this horde; 0).
+    Seconds online: each pop adds the time since its previous one when the worker was online then (within the stale window) and is not in maintenance, as upstream counts.
     """
     maintenance_mode: bool
     maintenance_reason: NotRequired[str | None]

@@ -12,7 +12,7 @@ from itertools import pairwise
 import pytest
 from sqlalchemy import func, insert, select, update
 
-from runtime.native.db.tables import Generation, TextGenStat, WaitingPrompt
+from runtime.native.db.tables import Generation, TextGenStat, WaitingPrompt, Worker
 from runtime.native.queue.sweep import sweep, utcnow
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop, chat_status, submit_reply
@@ -75,6 +75,32 @@ def test_workers_carry_upstreams_details_and_filter_by_name_and_type(native_clie
         assert (refused.status_code, refused.json()["rc"]) == (400, "InvalidPayload")
     missing = native_client.get("/workers/name/scribe-one")  # exact, as upstream's
     assert (missing.status_code, missing.json()["rc"]) == (404, "WorkerNotFound")
+
+
+def checked_in_before(sessions, name, age):
+    """Move the worker ``name``'s last check-in ``age`` back."""
+    with transaction(sessions) as session:
+        session.execute(
+            update(Worker)
+            .where(Worker.name == name)
+            .values(last_check_in=Worker.last_check_in - age)
+        )
+
+
+def test_a_workers_uptime_is_its_time_online_between_pops(native_client, native_db, make_user):
+    """Each pop adds the time since the previous one when the worker was online then, as
+    upstream's check_in; a worker back from stale adds nothing for its time away."""
+    owner = make_user("owner")
+    pop(native_client, owner.api_key, name="w-1")
+    (worker,) = native_client.get("/workers").json()
+    assert worker["uptime"] == 0
+    checked_in_before(native_db, "w-1", timedelta(minutes=2))
+    pop(native_client, owner.api_key, name="w-1")
+    uptime = native_client.get(f"/workers/{worker['id']}").json()["uptime"]
+    assert 120 <= uptime < 300, uptime
+    checked_in_before(native_db, "w-1", timedelta(minutes=6))  # stale: it was away
+    pop(native_client, owner.api_key, name="w-1")
+    assert native_client.get("/workers/name/w-1").json()["uptime"] == uptime
 
 
 def queue(client, api_key, model):
