@@ -562,6 +562,15 @@ ROUTES: dict[str, Route] = {
         invalid_body="InvalidPayload",
         errors=("InvalidPayload", "RateLimited", "InternalError"),
     ),
+    "stats_text_history": Route(
+        operation_id="stats_text_history",
+        surface="native",
+        method="GET",
+        path="/api/v2/stats/text/history",
+        headers=(HEADER_CLIENT_AGENT,),
+        invalid_body="InvalidPayload",
+        errors=("InvalidPayload", "RateLimited", "InternalError"),
+    ),
     "stats_text_models": Route(
         operation_id="stats_text_models",
         surface="native",

@@ -139,6 +139,9 @@ class Worker(Base):
     """Declared on pop: serves only requests that accept extra slow workers."""
     last_check_in: Mapped[datetime] = _now()
     created: Mapped[datetime] = _now()
+    uptime: Mapped[float] = mapped_column(Float, server_default=text("0"), nullable=False)
+    """Seconds online: each pop adds the time since the last one when the worker was online
+    then and is not in maintenance (``queue.jobs.checked_in``, upstream's check_in)."""
 
 
 class WorkerRow(NamedTuple):
@@ -169,6 +172,7 @@ class WorkerRow(NamedTuple):
     extra_slow_worker: bool
     last_check_in: datetime
     created: datetime
+    uptime: float
 
 
 AnyWorker: TypeAlias = Worker | WorkerRow
