@@ -8,7 +8,6 @@ Asserted: the demo model's one reply, the backend's token counts, and what a gra
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.support.demo_model import DEMO_CONTEXT, UNIT_TOOL
+from tests.support.workers import serving
 
 pytestmark = pytest.mark.e2e
 
@@ -50,17 +50,11 @@ def stack(
         gguf=demo_gguf,
         poll_interval=0.05,
     )
-    worker = RunningWorker.start(config)
-    try:
-        waited = threading.Event()
-        while not native_client.get("/workers").json():  # online once it popped
-            assert not waited.wait(0.05), "the worker never popped"
-        with OpenAI(
-            base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0
-        ) as sdk:
-            yield sdk, worker
-    finally:
-        worker.stop(grace=5)
+    with (
+        serving(config, native_client) as worker,
+        OpenAI(base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0) as sdk,
+    ):
+        yield sdk, worker
 
 
 def test_the_sdk_gets_the_demo_reply_with_the_backends_usage(

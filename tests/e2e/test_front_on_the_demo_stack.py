@@ -15,7 +15,6 @@ worker -> llama-cpp-python), what issue 11 found real clients trip on:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,12 +27,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from runtime.front.server import FrontService
 from runtime.native.db.tables import WaitingPrompt
-from runtime.worker.cli import RunningWorker
 from runtime.worker.config import WorkerConfig
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.support.demo_model import DEMO_CONTEXT, UNIT_TOOL
+from tests.support.workers import serving
 
 pytestmark = pytest.mark.e2e
 
@@ -59,15 +58,11 @@ def sdk(
         gguf=demo_gguf,
         poll_interval=0.05,
     )
-    worker = RunningWorker.start(config)
-    try:
-        waited = threading.Event()
-        while not native_client.get("/workers").json():  # online once it popped
-            assert not waited.wait(0.05), "the worker never popped"
-        with OpenAI(base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0) as c:
-            yield c
-    finally:
-        worker.stop(grace=5)
+    with (
+        serving(config, native_client),
+        OpenAI(base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0) as c,
+    ):
+        yield c
 
 
 def test_streamed_usage_is_the_workers_counts_the_same_as_the_plain_reply(sdk: OpenAI) -> None:
