@@ -4,8 +4,9 @@ Session-wide (started once, lazily, only when a test asks):
 
 ``horde_stores``
     ``EmbeddedStores`` (runtime.stores.embedded): a real embedded PostgreSQL and our own
-    redis-server, data in a pytest tmp dir, unix sockets only (no ports), schema upgraded
-    to head. ``.database_url`` (SQLAlchemy/psycopg URL) and ``.redis_url`` (``unix://``).
+    redis-server, data in a temp dir (tests/support/stores.py), unix sockets only (no
+    ports), schema upgraded to head. ``.database_url`` (SQLAlchemy/psycopg URL) and
+    ``.redis_url`` (``unix://``).
 ``native_service``
     ``NativeService`` (runtime.native.server): the native API (its Flask app behind the ASGI
     shell, runtime.native.asgi) on uvicorn on a free 127.0.0.1 port (``.app.hub``: its
@@ -36,25 +37,21 @@ models' metadata), so new fixtures can build on these.
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 from sqlalchemy import text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.config import Settings
 from runtime.native.accounts.keys import ANONYMOUS_API_KEY, ANONYMOUS_USER_ID, create_user
-from runtime.native.db.migrate import upgrade
 from runtime.native.db.tables import Base, User
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
 from tests.support.native import raised_limits, running_native_with_objects
+from tests.support.stores import running_stores
 
 RAISED_LIMITS = "raised_limits"
 """``@pytest.mark.raised_limits("chat_async", ..., why="...")`` on a test (or a module's
@@ -82,16 +79,8 @@ def _raised_limits(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def horde_stores() -> Iterator[EmbeddedStores]:
-    # Our own temp dir, not pytest's: concurrent pytest runs rotate and re-permission
-    # /tmp/pytest-of-<user>, which the postgres system user must keep reaching.
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-test-"))
-    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
-    try:
-        upgrade(stores.database_url)
+    with running_stores("horde-test-") as stores:
         yield stores
-    finally:
-        stores.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 SERVICE_PASSKEY = "test-service-passkey"

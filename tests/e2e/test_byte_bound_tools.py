@@ -7,7 +7,6 @@ as the CLI starts it) serves from the OpenAI backend double, which has no counte
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.doubles.backend_script import Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
 from tests.support.front import running_front
+from tests.support.workers import serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -82,18 +82,8 @@ def worker(
         chat_only=True,
         poll_interval=0.05,
     )
-    running = RunningWorker.start(config)
-    try:
-        pause = threading.Event()
-        for _ in range(400):
-            if native_client.get("/workers").json():
-                break
-            pause.wait(0.05)
-        else:
-            raise AssertionError("the worker did not pop")
+    with serving(config, native_client) as running:
         yield running
-    finally:
-        running.stop(grace=5)
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,6 +37,8 @@ from tests.support.chat_worker import ChatTestWorker
 from tests.support.dropping_proxy import DroppingProxy
 from tests.support.front import running_front
 from tests.support.openai_schema import assert_chunk, assert_error, assert_response_event
+from tests.support.waiting import until
+from tests.support.workers import until_listed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -51,7 +52,6 @@ FRONT = {
     "queue_info_wait": 0.5,
     "keepalive_interval": 0.2,
 }
-WAIT = 20.0
 QUEUED = r": queued: position \d+, estimated wait \d+ s"
 
 
@@ -82,17 +82,6 @@ def redis(native_service: NativeService) -> Redis:
     return native_service.context.redis
 
 
-def until(condition: Callable[[], Any], what: str, seconds: float = WAIT) -> Any:
-    """Poll ``condition`` until it is truthy (its value), failing after ``seconds``."""
-    pause = threading.Event()
-    for _ in range(int(seconds / 0.05)):
-        value = condition()
-        if value:
-            return value
-        pause.wait(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
-
-
 @contextmanager
 def real_worker(
     horde_url: str,
@@ -115,7 +104,7 @@ def real_worker(
     worker = RunningWorker.start(config)
     backend.script(reply)
     try:
-        until(lambda: native_client.get("/workers").json(), "the worker's first pop")
+        until_listed(native_client)
         yield worker
     finally:
         worker.stop(grace=5)

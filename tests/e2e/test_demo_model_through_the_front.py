@@ -8,22 +8,14 @@ Asserted: the demo model's one reply, the backend's token counts, and what a gra
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from openai import OpenAI
 from pydantic import BaseModel
 
-from runtime.front.server import FrontService
-from runtime.worker.cli import RunningWorker
-from runtime.worker.config import DEFAULT_MAX_LENGTH, WorkerConfig
-from runtime.worker.llama_server import LlamaServer
+from runtime.worker.config import DEFAULT_MAX_LENGTH
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
-from tests.conftest import MadeUser
+from tests.e2e.conftest import DemoStack
 from tests.support.demo_model import DEMO_CONTEXT, UNIT_TOOL
 
 pytestmark = pytest.mark.e2e
@@ -32,41 +24,8 @@ CONTEXT = DEMO_CONTEXT
 QUESTION = [{"role": "user", "content": "Who are you?"}]
 
 
-@pytest.fixture
-def stack(
-    demo_llama: LlamaServer,
-    demo_gguf: Path,
-    native_service: Any,
-    native_client: httpx.Client,
-    demo_front: FrontService,
-    make_user: Callable[..., MadeUser],
-) -> Iterator[tuple[OpenAI, RunningWorker]]:
-    owner, requester = make_user("demo-worker"), make_user("alice", kudos=1000)
-    config = WorkerConfig(
-        native_service.url,
-        owner.api_key,
-        demo_llama.openai_base_url,
-        context=CONTEXT,
-        gguf=demo_gguf,
-        poll_interval=0.05,
-    )
-    worker = RunningWorker.start(config)
-    try:
-        waited = threading.Event()
-        while not native_client.get("/workers").json():  # online once it popped
-            assert not waited.wait(0.05), "the worker never popped"
-        with OpenAI(
-            base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0
-        ) as sdk:
-            yield sdk, worker
-    finally:
-        worker.stop(grace=5)
-
-
-def test_the_sdk_gets_the_demo_reply_with_the_backends_usage(
-    stack: tuple[OpenAI, RunningWorker],
-) -> None:
-    sdk, worker = stack
+def test_the_sdk_gets_the_demo_reply_with_the_backends_usage(demo_stack: DemoStack) -> None:
+    sdk, worker = demo_stack
     completion = sdk.chat.completions.create(model=MODEL_NAME, messages=QUESTION)  # type: ignore[arg-type]
     choice = completion.choices[0]
     assert (choice.message.content, choice.finish_reason) == (DEMO_REPLY, "stop")
@@ -75,10 +34,8 @@ def test_the_sdk_gets_the_demo_reply_with_the_backends_usage(
     assert completion.usage.prompt_tokens == worker.probed.counter.count(QUESTION, None)
 
 
-def test_a_streamed_call_ends_with_the_whole_demo_reply(
-    stack: tuple[OpenAI, RunningWorker],
-) -> None:
-    sdk, _ = stack
+def test_a_streamed_call_ends_with_the_whole_demo_reply(demo_stack: DemoStack) -> None:
+    sdk, _ = demo_stack
     stream = sdk.chat.completions.create(model=MODEL_NAME, messages=QUESTION, stream=True)  # type: ignore[arg-type]
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -89,8 +46,8 @@ def test_a_streamed_call_ends_with_the_whole_demo_reply(
     assert finishes == ["stop"]
 
 
-def test_a_named_tool_choice_comes_back_as_that_call(stack: tuple[OpenAI, RunningWorker]) -> None:
-    sdk, _ = stack
+def test_a_named_tool_choice_comes_back_as_that_call(demo_stack: DemoStack) -> None:
+    sdk, _ = demo_stack
     completion = sdk.chat.completions.create(
         model=MODEL_NAME,
         messages=QUESTION,  # type: ignore[arg-type]
@@ -116,12 +73,10 @@ class Reading(BaseModel):
     sunny: bool
 
 
-def test_sdk_parse_with_a_pydantic_model_returns_the_parsed_object(
-    stack: tuple[OpenAI, RunningWorker],
-) -> None:
+def test_sdk_parse_with_a_pydantic_model_returns_the_parsed_object(demo_stack: DemoStack) -> None:
     # A strict json_schema needs json_schema, json_output_enforced and json_schema_enforced:
     # the demo worker declares them because its grammar-constrained output closes at once.
-    sdk, _ = stack
+    sdk, _ = demo_stack
     completion = sdk.chat.completions.parse(
         model=MODEL_NAME,
         messages=QUESTION,  # type: ignore[arg-type]
@@ -134,10 +89,8 @@ def test_sdk_parse_with_a_pydantic_model_returns_the_parsed_object(
     assert Reading.model_validate_json(choice.message.content or "") == choice.message.parsed
 
 
-def test_a_tool_loops_second_turn_is_answered_not_faulted(
-    stack: tuple[OpenAI, RunningWorker],
-) -> None:
-    sdk, _ = stack
+def test_a_tool_loops_second_turn_is_answered_not_faulted(demo_stack: DemoStack) -> None:
+    sdk, _ = demo_stack
     messages: list[Any] = list(QUESTION)
     first = sdk.chat.completions.create(
         model=MODEL_NAME,
@@ -157,12 +110,12 @@ def test_a_tool_loops_second_turn_is_answered_not_faulted(
 
 
 def test_a_long_conversation_without_max_tokens_gets_as_much_as_fits_not_a_fault(
-    stack: tuple[OpenAI, RunningWorker],
+    demo_stack: DemoStack,
 ) -> None:
     """Issue 17: an absent max_tokens means as much as fits. The conversation fits the demo
     worker's context with room for a reply, but not with its whole declared max_length,
     which the worker used to add in its fit check: three prompt_overflow faults, then 502."""
-    sdk, worker = stack
+    sdk, worker = demo_stack
     turn = "Tell me once more who you are, and say it plainly. "
     messages: list[Any] = list(QUESTION)
     while CONTEXT - worker.probed.counter.count(messages, None) >= DEFAULT_MAX_LENGTH:

@@ -15,24 +15,14 @@ worker -> llama-cpp-python), what issue 11 found real clients trip on:
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import httpx
 import openai
 import pytest
 from openai import OpenAI
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.front.server import FrontService
 from runtime.native.db.tables import WaitingPrompt
-from runtime.worker.cli import RunningWorker
-from runtime.worker.config import WorkerConfig
-from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
-from tests.conftest import MadeUser
+from tests.e2e.conftest import DemoStack
 from tests.support.demo_model import DEMO_CONTEXT, UNIT_TOOL
 
 pytestmark = pytest.mark.e2e
@@ -42,32 +32,8 @@ QUESTION = [{"role": "user", "content": "Who are you? Answer in one sentence, pl
 
 
 @pytest.fixture
-def sdk(
-    demo_llama: LlamaServer,
-    demo_gguf: Path,
-    native_service: Any,
-    native_client: httpx.Client,
-    demo_front: FrontService,
-    make_user: Callable[..., MadeUser],
-) -> Iterator[OpenAI]:
-    owner, requester = make_user("demo-worker"), make_user("alice", kudos=1000)
-    config = WorkerConfig(
-        native_service.url,
-        owner.api_key,
-        demo_llama.openai_base_url,
-        context=CONTEXT,
-        gguf=demo_gguf,
-        poll_interval=0.05,
-    )
-    worker = RunningWorker.start(config)
-    try:
-        waited = threading.Event()
-        while not native_client.get("/workers").json():  # online once it popped
-            assert not waited.wait(0.05), "the worker never popped"
-        with OpenAI(base_url=f"{demo_front.url}/v1", api_key=requester.api_key, max_retries=0) as c:
-            yield c
-    finally:
-        worker.stop(grace=5)
+def sdk(demo_stack: DemoStack) -> OpenAI:
+    return demo_stack[0]
 
 
 def test_streamed_usage_is_the_workers_counts_the_same_as_the_plain_reply(sdk: OpenAI) -> None:

@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -45,6 +44,7 @@ from tests.conftest import SERVICE_PASSKEY, reset_database
 from tests.support.demo_model import UNIT_TOOL
 from tests.support.front import route_requests, running_front
 from tests.support.openai_schema import assert_response
+from tests.support.workers import until_listed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
@@ -132,13 +132,8 @@ def stack(
     )
     demo = DemoWorkerService.start(settings, worker_key)
     try:
-        waited = threading.Event()
-        for _ in range(120):  # GET /workers: 90 a minute per address
-            if httpx.get(f"{native_service.url}/api/v2/workers").json():
-                break
-            waited.wait(0.5)
-        else:
-            raise AssertionError("the demo worker never popped")
+        with httpx.Client(base_url=f"{native_service.url}/api/v2", timeout=30) as native:
+            until_listed(native, "the demo worker's first pop", seconds=60)
         with running_front(
             horde_stores.redis_url, [native_service.url], service_passkey=SERVICE_PASSKEY
         ) as front:

@@ -37,6 +37,7 @@ from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.doubles.backend_script import Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
 from tests.support.front import running_front
+from tests.support.workers import until_listed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
@@ -89,11 +90,8 @@ def worker(
     running = RunningWorker.start(config)
     backend.default_reply = Reply(content="OK", delay=HELD)  # after the startup probes
     try:
-        online = threading.Event()
-        for _ in range(60):  # GET /workers: 90 a minute per address
-            if httpx.get(f"{native_service.url}/api/v2/workers").json():
-                break
-            online.wait(0.5)
+        with httpx.Client(base_url=f"{native_service.url}/api/v2", timeout=30) as native:
+            until_listed(native)
         yield running
     finally:
         running.stop(grace=10)

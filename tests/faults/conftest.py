@@ -4,39 +4,31 @@ A fault test kills and restarts servers, so it never touches the session's store
 (tests/conftest.py): ``fault_stores`` is an embedded PostgreSQL and redis-server of this
 suite (a temp dir, schema at head), shared by its modules; ``fault_native`` is a native API
 on them (shipped settings and rate limits, no background sweeper) on an emptied database
-and Redis; ``fault_user`` makes users on it. Every test of the suite carries the ``faults``
-marker (its modules' pytestmark; ``make test`` runs it, ``pytest -m faults`` alone).
+and Redis; ``front_url`` is a front on it; ``fault_user`` makes users on it (``users``: a
+requester and a worker owner). Every test of the suite carries the ``faults`` marker (its
+modules' pytestmark; ``make test`` runs it, ``pytest -m faults`` alone).
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
-from runtime.native.db.migrate import upgrade
 from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import MODERATION_PATTERNS, SERVICE_PASSKEY, MadeUser, reset_database
+from tests.support.front import running_front
 from tests.support.native import running_native_with_objects
+from tests.support.stores import running_stores
 
 
 @pytest.fixture(scope="session")
 def fault_stores() -> Iterator[EmbeddedStores]:
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-faults-"))
-    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
-    try:
-        upgrade(stores.database_url)
+    with running_stores("horde-faults-") as stores:
         yield stores
-    finally:
-        stores.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -53,6 +45,16 @@ def fault_native(fault_stores: EmbeddedStores) -> Iterator[NativeService]:
 
 
 @pytest.fixture
+def front_url(fault_stores: EmbeddedStores, fault_native: NativeService) -> Iterator[str]:
+    """A front on ``fault_native`` that presents its passkey (the client's address is
+    forwarded), at the shipped settings."""
+    with running_front(
+        fault_stores.redis_url, [fault_native.url], service_passkey=SERVICE_PASSKEY
+    ) as front:
+        yield front.url
+
+
+@pytest.fixture
 def fault_user(fault_native: NativeService) -> Callable[..., MadeUser]:
     def make(name: str = "user", kudos: float = 0) -> MadeUser:
         with transaction(fault_native.context.sessions) as session:
@@ -60,3 +62,9 @@ def fault_user(fault_native: NativeService) -> Callable[..., MadeUser]:
             return MadeUser(id=user.id, api_key=api_key)
 
     return make
+
+
+@pytest.fixture
+def users(fault_user: Callable[..., MadeUser]) -> tuple[MadeUser, MadeUser]:
+    """(requester with 10,000 kudos, worker owner without), as the session's fixtures."""
+    return fault_user("requester", kudos=10_000), fault_user("worker-owner")

@@ -16,12 +16,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 import httpx
 
 from tests.support.chat_worker import ChatTestWorker
+from tests.support.waiting import until
+from tests.support.workers import listed_workers, listing_pace
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
@@ -60,13 +61,13 @@ class DoomedWorker:
 
     def online(self, native_url: str) -> None:
         """Wait until the worker popped once (the native API admits on it)."""
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            workers = httpx.get(f"{native_url}/workers", timeout=10).json()
-            if any(w.get("name") == "doomed-worker" for w in workers):
-                return
-            time.sleep(0.05)
-        raise AssertionError("the doomed worker never popped")
+        with httpx.Client(base_url=native_url, timeout=10) as client:
+            until(
+                lambda: any(w["name"] == "doomed-worker" for w in listed_workers(client)),
+                "the doomed worker's first pop",
+                START_TIMEOUT,
+                poll=listing_pace(),
+            )
 
     def popped(self) -> str:
         """The job id it printed once it popped and posted."""
@@ -83,12 +84,7 @@ class DoomedWorker:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=10)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.process is not None and self.process.poll() is None:
             self.kill()
         if self.process is not None and self.process.stdout is not None:

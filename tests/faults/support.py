@@ -11,7 +11,6 @@ it received, the error event if any, whether [DONE] came). ``until(...)`` polls.
 from __future__ import annotations
 
 import json
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -112,16 +111,6 @@ def read_stream(
                 if choice.get("finish_reason"):
                     seen.finish_reason = choice["finish_reason"]
     return seen
-
-
-def until(condition: Callable[[], Any], what: str, seconds: float = 30) -> Any:
-    pause = threading.Event()
-    for _ in range(int(seconds / 0.05)):
-        value = condition()
-        if value:
-            return value
-        pause.wait(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
 class Survivor(ChatTestWorker):

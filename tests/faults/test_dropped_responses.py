@@ -14,7 +14,7 @@ native API and between a worker and the native API.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -33,21 +33,17 @@ from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.horde import HordeClient
 from tests.conftest import SERVICE_PASSKEY, MadeUser
-from tests.faults.support import MESSAGES, MODEL, charge_entries, chat_rows, until
+from tests.faults.support import MESSAGES, MODEL, charge_entries, chat_rows
 from tests.support.chat_worker import ChatTestWorker
 from tests.support.dropping_proxy import DroppingProxy, split
 from tests.support.front import running_front
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 SUBMIT = b"POST /api/v2/generate/chat/async"
 ORPHAN_CANCEL = b"DELETE /api/v2/generate/chat/operation/"
 WORKER_SUBMIT = b"POST /api/v2/generate/text/submit"
-
-
-@pytest.fixture
-def users(fault_user: Callable[..., MadeUser]) -> tuple[MadeUser, MadeUser]:
-    return fault_user("requester", kudos=10_000), fault_user("worker-owner")
 
 
 @pytest.fixture

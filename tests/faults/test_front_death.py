@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -18,9 +17,10 @@ import pytest
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import SERVICE_PASSKEY, MadeUser
-from tests.faults.support import MESSAGES, MODEL, charge_entries, chat_rows, until
+from tests.faults.support import MESSAGES, MODEL, charge_entries, chat_rows
 from tests.integration.test_service_commands import Running, command_env
 from tests.support.chat_worker import ChatTestWorker
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -41,9 +41,9 @@ def test_requests_of_a_killed_front_are_served_and_charged_once(
     tmp_path: Path,
     fault_stores: EmbeddedStores,
     fault_native: NativeService,
-    fault_user: Callable[..., MadeUser],
+    users: tuple[MadeUser, MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester, owner = users
     native_url = f"{fault_native.url}/api/v2"
     sessions = fault_native.context.sessions
     outcomes: list[object] = []

@@ -29,7 +29,6 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +40,10 @@ from runtime.front.admission import Parser, checked_and_encoded
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import MadeUser
-from tests.faults.support import MESSAGES, MODEL, until
+from tests.faults.support import MESSAGES, MODEL
 from tests.faults.test_front_death import start_front
 from tests.support.chat_worker import ChatTestWorker
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -197,9 +197,9 @@ def test_hostile_bodies_are_refused_in_bounds_while_others_are_served(
     tmp_path: Path,
     fault_stores: EmbeddedStores,
     fault_native: NativeService,
-    fault_user: Callable[..., MadeUser],
+    users: tuple[MadeUser, MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester, owner = users
     files = [tmp_path / f"hostile-{i}" for i in range(len(HOSTILE))]
     for file, (_, body, *_) in zip(files, HOSTILE, strict=True):
         file.write_bytes(body)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -22,8 +21,9 @@ from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.embedded_postgres import EmbeddedPostgres
 from runtime.worker.horde import HordeClient
 from tests.conftest import MadeUser
-from tests.faults.support import MESSAGES, MODEL, charge_entries, until
+from tests.faults.support import MESSAGES, MODEL, charge_entries
 from tests.support.chat_worker import ChatTestWorker
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
@@ -35,9 +35,9 @@ AFTER = 6  # submits that must all be accepted once it is back
 def test_a_postgres_restart_under_load_loses_no_reply_and_leaves_no_5xx(
     fault_stores: EmbeddedStores,
     fault_native: NativeService,
-    fault_user: Callable[..., MadeUser],
+    users: tuple[MadeUser, MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester, owner = users
     native_url = f"{fault_native.url}/api/v2"
     horde = HordeClient(fault_native.url, owner.api_key)
 

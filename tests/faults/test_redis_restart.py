@@ -12,7 +12,6 @@ is not charged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ import pytest
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.embedded_redis import EmbeddedRedis
-from tests.conftest import SERVICE_PASSKEY, MadeUser
+from tests.conftest import MadeUser
 from tests.faults.support import (
     MESSAGES,
     MODEL,
@@ -29,24 +28,15 @@ from tests.faults.support import (
     charge_entries,
     chat_rows,
     read_stream,
-    until,
 )
 from tests.support.chat_worker import ChatTestWorker
-from tests.support.front import running_front
+from tests.support.waiting import until
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 PLAIN, STREAMED = 3, 2
 OUTAGE_SECONDS = 3.0  # long enough for every wait to meet the outage (XREAD, signals, status)
 BOUND = 120.0  # seconds a client may wait in all: the fallback poll (10 s) and then some
-
-
-@pytest.fixture
-def front_url(fault_stores: EmbeddedStores, fault_native: NativeService) -> Iterator[str]:
-    with running_front(
-        fault_stores.redis_url, [fault_native.url], service_passkey=SERVICE_PASSKEY
-    ) as front:
-        yield front.url
 
 
 def restart_redis(stores: EmbeddedStores) -> None:
@@ -67,9 +57,9 @@ def test_waits_and_streams_outlive_a_redis_restart_and_nothing_is_charged_twice(
     fault_stores: EmbeddedStores,
     fault_native: NativeService,
     front_url: str,
-    fault_user: Callable[..., MadeUser],
+    users: tuple[MadeUser, MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester, owner = users
     native_url = f"{fault_native.url}/api/v2"
     answers: list[tuple[int, Any]] = []
     streams: list[Streamed] = []

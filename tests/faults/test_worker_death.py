@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -28,29 +28,14 @@ from runtime.native.accounts import kudos
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.server import NativeService
-from runtime.stores.embedded import EmbeddedStores
-from tests.conftest import SERVICE_PASSKEY, MadeUser
+from tests.conftest import MadeUser
 from tests.faults.doomed_worker import DoomedWorker
 from tests.faults.support import MESSAGES, MODEL, Survivor, charge_entries, charges, read_stream
-from tests.support.front import running_front
 
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 POSTED = "The answer"
 SECONDS = 60
-
-
-@pytest.fixture
-def front_url(fault_stores: EmbeddedStores, fault_native: NativeService) -> Iterator[str]:
-    with running_front(
-        fault_stores.redis_url, [fault_native.url], service_passkey=SERVICE_PASSKEY
-    ) as front:
-        yield front.url
-
-
-@pytest.fixture
-def users(fault_user: Callable[..., MadeUser]) -> tuple[MadeUser, MadeUser]:
-    return fault_user("requester", kudos=10_000), fault_user("worker-owner")
 
 
 def abort_stale_jobs(native: NativeService) -> None:

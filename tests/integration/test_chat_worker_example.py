@@ -29,6 +29,7 @@ from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.integration.chat_flow import chat_async, chat_status
 from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
+from tests.support.workers import listed_workers
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +121,7 @@ def start_worker(
         started.append(worker)
         waited = threading.Event()
         for _ in range(POLLS):
-            if native_client.get("/workers").json():
+            if listed_workers(native_client):
                 return worker
             assert worker.process.poll() is None, worker.output()
             waited.wait(0.05)

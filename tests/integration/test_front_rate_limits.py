@@ -29,11 +29,11 @@ from tests.integration.test_front_waits import (
     front_on,
     replying,
     rows,
-    until,
 )
 from tests.support.chat_worker import ChatTestWorker
 from tests.support.dropping_proxy import DroppingProxy, split
 from tests.support.native import forget_rate_limit_counts, route_limits
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -45,6 +42,8 @@ from tests.support.dropping_proxy import DroppingProxy
 from tests.support.front import open_waits, running_front
 from tests.support.native import running_native_with_objects
 from tests.support.redis_commands import command_calls
+from tests.support.stores import running_redis
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -59,13 +58,8 @@ LONG_POLL = 120.0
 
 @pytest.fixture
 def own_redis() -> Iterator[EmbeddedRedis]:
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-restart-redis-"))
-    server = EmbeddedRedis.start(data_dir)
-    try:
+    with running_redis("horde-restart-redis-") as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -93,16 +87,6 @@ def restart(server: EmbeddedRedis) -> EmbeddedRedis:
     assert again.url == server.url
     server.process = again.process  # the fixture stops the new one
     return again
-
-
-def until(condition: Callable[[], Any], what: str, seconds: float = 20) -> Any:
-    pause = threading.Event()
-    for _ in range(int(seconds / 0.05)):
-        value = condition()
-        if value:
-            return value
-        pause.wait(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
 def listening(server: EmbeddedRedis) -> bool:

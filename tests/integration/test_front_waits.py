@@ -18,12 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import socket
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -45,6 +42,8 @@ from tests.support.chat_worker import ChatTestWorker, Respond
 from tests.support.dropping_proxy import DroppingProxy, split
 from tests.support.front import running_front
 from tests.support.openai_schema import assert_chunk, assert_completion, assert_error
+from tests.support.stores import running_redis
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -120,16 +119,6 @@ def rows(sessions: sessionmaker[Session]) -> list[WaitingPrompt]:
         for row in found:
             _ = row.chat_request  # deferred: load it before the session closes
         return list(found)
-
-
-def until(condition: Callable[[], Any], what: str, seconds: float = 10) -> Any:
-    pause = threading.Event()
-    for _ in range(int(seconds / 0.05)):
-        value = condition()
-        if value:
-            return value
-        pause.wait(0.05)
-    raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
 def refused(call: Callable[[], Any]) -> openai.APIStatusError:
@@ -585,13 +574,8 @@ def test_submit_lost_every_time_is_502_and_not_retried(
 @pytest.fixture
 def deaf_redis() -> Iterator[EmbeddedRedis]:
     """A second, separate Redis server: nothing the native API publishes reaches it."""
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-deaf-redis-"))
-    server = EmbeddedRedis.start(data_dir)
-    try:
+    with running_redis("horde-deaf-redis-") as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def test_lost_signal_still_completes_through_the_poll(

@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +28,6 @@ from sqlalchemy import text
 from generated.rate_limits import KEY_PEER, RATE_LIMITS
 from generated.signals import POP_MAX_WAIT_SECONDS, WAKE_CHANNEL
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
-from runtime.config import Settings
 from runtime.native import asgi
 from runtime.native.asgi import THREADS, WORKER_LANE_THREADS
 from runtime.native.queue.policy import Policy
@@ -40,21 +37,17 @@ from runtime.stores.embedded import EmbeddedStores
 from runtime.tables.rate_limits import RateLimit
 from tests.conftest import MadeUser
 from tests.integration.native_flow import submit_text
-from tests.support.native import forget_rate_limit_counts, raised, route_limits
+from tests.support.native import (
+    forget_rate_limit_counts,
+    raised,
+    route_limits,
+    running_native_with_objects,
+)
+from tests.support.waiting import until
 
 CLIENT_TIMEOUT = 10.0
 """The test client's own timeout, far below POP_MAX_WAIT_SECONDS."""
-SETTLE_TIMEOUT = 10.0
-"""How long a test waits for the server to reach a state it then checks."""
 POP_BODY: dict[str, Any] = {"name": "long-poller", "models": ["test-model-7B"], "max_length": 512}
-
-
-def until(condition: Callable[[], bool], what: str, timeout: float = SETTLE_TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 class WaitingPop:
@@ -226,21 +219,9 @@ def own_native(
 ) -> Iterator[NativeService]:
     """A native API of its own (stopped by the test), the pop limit raised: 1,000 pops at
     once from one address are 17 times the shipped 60 a second."""
-    objects_dir = Path(tempfile.mkdtemp(prefix="horde-long-poll-"))
-    service = NativeService.start(
-        Settings(data_dir=objects_dir),
-        database_url=horde_stores.database_url,
-        redis_url=horde_stores.redis_url,
-        policy=Policy(rate_limits=raised(RATE_LIMITS, "text_pop")),
-        host="127.0.0.1",
-        port=0,
-        sweep=False,
-    )
-    try:
+    policy = Policy(rate_limits=raised(RATE_LIMITS, "text_pop"))
+    with running_native_with_objects(horde_stores, "horde-long-poll-", policy) as service:
         yield service
-    finally:
-        service.stop()
-        shutil.rmtree(objects_dir, ignore_errors=True)
 
 
 WAITERS = 1000

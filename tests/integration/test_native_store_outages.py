@@ -11,19 +11,14 @@ from __future__ import annotations
 
 import functools
 import logging
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import psycopg
 import pytest
 from sqlalchemy import make_url
 
-from runtime.config import Settings
 from runtime.native.accounts.keys import create_user
-from runtime.native.db.migrate import upgrade
 from runtime.native.server import NativeService
 from runtime.stores import database
 from runtime.stores.database import transaction
@@ -34,6 +29,7 @@ from tests.conftest import reset_database
 from tests.integration.chat_flow import chat_body, chat_pop
 from tests.integration.native_flow import pop, submit, submit_text
 from tests.support.native import running_native_with_objects
+from tests.support.stores import running_stores
 
 pytestmark = pytest.mark.integration
 
@@ -42,14 +38,8 @@ FALLBACK = "falling back to in-memory storage"  # flask-limiter's one line for a
 
 @pytest.fixture(scope="module")
 def stores() -> Iterator[EmbeddedStores]:
-    data_dir = Path(tempfile.mkdtemp(prefix="horde-outages-"))
-    stores = EmbeddedStores.start(Settings(data_dir=data_dir))
-    try:
-        upgrade(stores.database_url)
+    with running_stores("horde-outages-") as stores:
         yield stores
-    finally:
-        stores.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
-import tempfile
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -28,7 +25,6 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated.rate_limits import RATE_LIMITS
-from runtime.config import Settings
 from runtime.native.db.tables import Generation, KudosHold, Worker
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.webhooks import SENDER
@@ -37,7 +33,7 @@ from runtime.stores.database import transaction
 from runtime.stores.embedded import EmbeddedStores
 from tests.integration.chat_flow import chat_pop, chat_status, submit_chat, submit_reply
 from tests.integration.native_flow import ledger, pop, status, submit, submit_text
-from tests.support.native import raised
+from tests.support.native import raised, running_native_with_objects
 
 pytestmark = pytest.mark.integration
 
@@ -54,22 +50,10 @@ TEST_POLICY = Policy(
 
 @pytest.fixture(scope="module")
 def strict_service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
-    objects_dir = Path(tempfile.mkdtemp(prefix="horde-objects-trust-"))
-    settings = Settings(data_dir=objects_dir, image_fetch_allow_loopback=True)
-    service = NativeService.start(
-        settings,
-        database_url=horde_stores.database_url,
-        redis_url=horde_stores.redis_url,
-        policy=TEST_POLICY,
-        host="127.0.0.1",
-        port=0,
-        sweep=False,
-    )
-    try:
+    with running_native_with_objects(
+        horde_stores, "horde-objects-trust-", TEST_POLICY, image_fetch_allow_loopback=True
+    ) as service:
         yield service
-    finally:
-        service.stop()
-        shutil.rmtree(objects_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -51,6 +51,7 @@ from tests.doubles.backend_script import Failure, Hang, Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
 from tests.integration.native_flow import status, submit_text
 from tests.support.waiting import until
+from tests.support.workers import until_listed
 
 pytestmark = pytest.mark.integration
 
@@ -510,8 +511,7 @@ def test_stopping_faults_the_job_it_holds(
     backend.script(Hang())  # the job's backend call never answers
     waited = threading.Event()
     try:
-        while not native_client.get("/workers").json():
-            assert not waited.wait(0.05), "the worker never popped"
+        until_listed(native_client)
         body = {"model": "double-model", "messages": [{"role": "user", "content": "hi"}]}
         response = chat_async(native_client, requester.api_key, body)
         assert response.status_code == 202, response.text

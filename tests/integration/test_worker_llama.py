@@ -47,6 +47,7 @@ from tests.conftest import MadeUser
 from tests.integration.chat_flow import chat_async, chat_status
 from tests.integration.native_flow import status, submit_text
 from tests.support.demo_model import UNIT_TOOL, build_demo_gguf
+from tests.support.workers import until_listed
 
 pytestmark = pytest.mark.integration
 
@@ -279,8 +280,7 @@ def test_a_chat_job_end_to_end_through_the_native_api(
     worker = RunningWorker.start(config)
     try:
         waited = threading.Event()
-        while not native_client.get("/workers").json():  # online once it popped
-            assert not waited.wait(0.05), "the worker never popped"
+        until_listed(native_client)
         body = {"model": MODEL_NAME, "messages": PROBE_MESSAGES, "max_tokens": 64}
         response = chat_async(native_client, requester.api_key, body)
         assert response.status_code == 202, response.text

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +27,7 @@ from tests.doubles.backend_script import Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
 from tests.integration.native_flow import pop
 from tests.support.front import running_front
+from tests.support.workers import until_listed
 
 pytestmark = pytest.mark.integration
 
@@ -112,10 +112,8 @@ def test_the_worker_logs_the_front_request_id_of_the_job_it_serves(
         native_service.url, owner.api_key, backend.openai_base_url, context=4096, poll_interval=0.05
     )
     worker = RunningWorker.start(config)
-    waited = threading.Event()
     try:
-        while not native_client.get("/workers").json():
-            assert not waited.wait(0.05), "the worker never popped"
+        until_listed(native_client)
         with running_front(
             horde_stores.redis_url, [native_service.url], service_passkey=SERVICE_PASSKEY
         ) as front:

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import Self
 
 
@@ -131,12 +130,7 @@ class DroppingProxy:
         self._ready.wait(10)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)

@@ -26,18 +26,23 @@ from typing import Any
 from sqlalchemy import event
 
 from runtime.config import Settings
+from runtime.native.queue.policy import Policy
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from runtime.tables.rate_limits import RateLimit
 
 
 @contextmanager
-def running_native(stores: EmbeddedStores, settings: Settings) -> Iterator[NativeService]:
-    """The native API with ``settings`` on ``stores``, stopped on exit."""
+def running_native(
+    stores: EmbeddedStores, settings: Settings, policy: Policy | None = None
+) -> Iterator[NativeService]:
+    """The native API with ``settings`` (and ``policy``, else the shipped one) on ``stores``,
+    stopped on exit."""
     service = NativeService.start(
         settings,
         database_url=stores.database_url,
         redis_url=stores.redis_url,
+        policy=policy,
         host="127.0.0.1",
         port=0,
         sweep=False,
@@ -50,13 +55,14 @@ def running_native(stores: EmbeddedStores, settings: Settings) -> Iterator[Nativ
 
 @contextmanager
 def running_native_with_objects(
-    stores: EmbeddedStores, objects_prefix: str, **settings: Any
+    stores: EmbeddedStores, objects_prefix: str, policy: Policy | None = None, **settings: Any
 ) -> Iterator[NativeService]:
-    """The native API (shipped rate limits) and its filesystem object store in a new temp
-    dir named ``objects_prefix...`` (removed on exit); ``settings`` are further Settings."""
+    """The native API (shipped rate limits unless ``policy``) and its filesystem object store
+    in a new temp dir named ``objects_prefix...`` (removed on exit); ``settings`` are further
+    Settings."""
     objects_dir = Path(tempfile.mkdtemp(prefix=objects_prefix))
     try:
-        with running_native(stores, Settings(data_dir=objects_dir, **settings)) as service:
+        with running_native(stores, Settings(data_dir=objects_dir, **settings), policy) as service:
             yield service
     finally:
         shutil.rmtree(objects_dir, ignore_errors=True)

@@ -13,15 +13,16 @@ from sqlalchemy.orm import Session, sessionmaker
 POLL = 0.02
 
 
-def until(condition: Callable[[], Any], what: str, seconds: float = 30) -> Any:
-    """``condition()``'s first truthy value; AssertionError naming ``what`` after ``seconds``."""
+def until(condition: Callable[[], Any], what: str, seconds: float = 30, poll: float = POLL) -> Any:
+    """``condition()``'s first truthy value, asked every ``poll`` seconds; AssertionError
+    naming ``what`` after ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         value = condition()
         if value:
             return value
         assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
-        time.sleep(POLL)
+        time.sleep(poll)
 
 
 def waiting_for_a_lock(sessions: sessionmaker[Session]) -> bool:

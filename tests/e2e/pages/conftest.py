@@ -17,10 +17,10 @@ from runtime.worker.cli import RunningWorker
 from runtime.worker.config import WorkerConfig
 from runtime.worker.llama_server import LlamaServer
 from tests.conftest import SERVICE_PASSKEY, MadeUser
-from tests.e2e.pages.stack import serving
 from tests.support.chromium import DESKTOP, PageErrors, chromium
 from tests.support.demo_model import DEMO_CONTEXT
 from tests.support.front import running_front
+from tests.support.workers import serving
 
 
 @pytest.fixture(scope="module")

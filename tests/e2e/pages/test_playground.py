@@ -26,9 +26,10 @@ from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME
 from tests.conftest import MadeUser
 from tests.doubles.backend_script import Reply
 from tests.doubles.openai_backend import OpenAIBackendDouble
-from tests.e2e.pages.stack import WAIT, serving
-from tests.faults.support import until
+from tests.e2e.pages.stack import WAIT
 from tests.support.chromium import PHONE, PageErrors
+from tests.support.waiting import until
+from tests.support.workers import serving
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration, pytest.mark.slow]
 
