@@ -1,0 +1,296 @@
+"""One client's slow hosts cannot delay another's: the shares of the native API's image
+fetch pool and webhook sender (spec/defences.yaml, image_fetches and webhooks).
+
+Images: three clients (each a registered key) send chat requests whose image hosts drip
+their headers a byte a second, more than the pool's places between them; another client's
+fast image is then taken in while every slow fetch is still held, and each slow client
+past its share is refused at once with 429 TooManyImageFetches. Webhooks: one user's
+requests name a receiver that never answers (each delivery held for its attempts' whole
+deadline); another user's webhook, to another host, arrives while the hanging deliveries
+are still being tried. Registered keys throughout: the anonymous key has its own, smaller
+share per address (spec/defences.yaml, anonymous).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image
+
+from generated.chat.names import DECL_IMAGE_TRANSPORTS, FEATURE_VISION
+from generated.defences import (
+    FETCH_QUEUE,
+    FETCH_QUEUED_PER_SOURCE,
+    FETCH_RUNNING_PER_SOURCE,
+    FETCH_WORKERS,
+)
+from generated.storage import TRANSPORT_BASE64
+from runtime.native.queue.webhooks import ATTEMPTS, SENDER
+from runtime.native.server import NativeService
+from runtime.stores.embedded import EmbeddedStores
+from tests.integration.chat_flow import BASIC, MODEL, chat_pop
+from tests.integration.native_flow import pop, submit
+from tests.support.native import raised_limits, running_native_with_objects
+from tests.support.vision_stack import image_part, text_part, user_turn
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
+
+SLOW_CLIENTS = 3
+"""The issue's probe: slow image hosts named from three sources."""
+PER_SLOW_CLIENT = (FETCH_WORKERS + FETCH_QUEUE) // SLOW_CLIENTS + 1
+"""Each slow client's requests: together more than the pool's places, running and waiting."""
+HANGING_WEBHOOKS = 8
+"""The issue's probe: eight webhooks to receivers that never answer."""
+
+
+@pytest.fixture(scope="module")
+def service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
+    # loopback image and webhook URLs are allowed (the test-only setting): the hosts are local
+    with running_native_with_objects(
+        horde_stores, "horde-objects-shares-", image_fetch_allow_loopback=True
+    ) as native:
+        yield native
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (10, 200, 10)).save(out, format="PNG")
+    return out.getvalue()
+
+
+class ImageHost:
+    """An HTTP host on 127.0.0.1: ``/drip`` sends its status line a byte a second while the
+    client listens; ``/good.png`` answers a small PNG at once. ``events`` records, in order,
+    each drip's start and end and each good image served."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.events: list[str] = []
+        self.open_drips = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _record(self, event: str, drips: int = 0) -> None:
+        with self._lock:
+            self.events.append(event)
+            self.open_drips += drips
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            if head.split(b" ", 2)[1] == b"/good.png":
+                body = _png()
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                self._record("good")
+                return
+            self._record("drip", +1)
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                    if self._stop.wait(1):
+                        return
+                    conn.sendall(bytes([byte]))
+            except OSError:
+                return  # the horde hung up at its fetch deadline
+            finally:
+                self._record("drip ended", -1)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def image_host() -> Iterator[ImageHost]:
+    host = ImageHost()
+    yield host
+    host.close()
+
+
+def _image_body(url: str) -> dict[str, object]:
+    return {"model": MODEL, "messages": user_turn(text_part("What is it?"), image_part(url))}
+
+
+def test_one_clients_slow_image_hosts_leave_another_clients_image_its_slot(
+    service, make_user, image_host
+):
+    api = f"{service.url}/api/v2"
+    slow = [make_user(f"slow{i}", kudos=10_000, concurrency=100) for i in range(SLOW_CLIENTS)]
+    other, owner = make_user("other", kudos=10_000), make_user("owner")
+    answered: list[httpx.Response] = []
+
+    def send(key: str, path: str) -> httpx.Response:
+        with httpx.Client(base_url=api, timeout=120) as own:
+            sent = own.post(
+                "/generate/chat/async",
+                headers={"apikey": key},
+                json=_image_body(image_host.url + path),
+            )
+        answered.append(sent)
+        return sent
+
+    with httpx.Client(base_url=api, timeout=60) as client:
+        features = [FEATURE_VISION, *BASIC]
+        transports = {DECL_IMAGE_TRANSPORTS: [TRANSPORT_BASE64]}
+        assert chat_pop(client, owner.api_key, features=features, **transports)["id"] is None
+    # many submits at once from one address: the fetch pool is tested, not the submit rate
+    with raised_limits(service, "chat_async"), ThreadPoolExecutor(32) as pool:
+        futures = [
+            pool.submit(send, user.api_key, "/drip")
+            for _ in range(PER_SLOW_CLIENT)
+            for user in slow
+        ]
+        # the slow clients' fetches fill the pool's threads, or their shares of them
+        until(
+            lambda: len(answered) + image_host.open_drips >= FETCH_WORKERS,
+            "the slow clients' fetches running or refused",
+        )
+        fast = send(other.api_key, "/good.png")
+        events_when_fast_answered = list(image_host.events)
+        slow_answers = [future.result() for future in futures]
+    assert fast.status_code == 202, fast.text
+    # the fast image was taken in while every slow fetch was still held
+    assert "good" in events_when_fast_answered
+    assert "drip ended" not in events_when_fast_answered, events_when_fast_answered
+    # each slow client held its share of the pool, and was refused past it at once
+    refused = [a for a in slow_answers if a.status_code == 429]
+    share = FETCH_RUNNING_PER_SOURCE + FETCH_QUEUED_PER_SOURCE
+    assert len(refused) == SLOW_CLIENTS * (PER_SLOW_CLIENT - share), [
+        a.status_code for a in slow_answers
+    ]
+    assert {a.json()["rc"] for a in refused} == {"TooManyImageFetches"}
+    assert all(a.headers.get("Retry-After") for a in refused)
+    assert f"({share})" in refused[0].json()["message"]
+    late = [a for a in slow_answers if a.status_code == 400]
+    assert len(late) == SLOW_CLIENTS * share  # each of its share fetched until its deadline
+    assert all("in time" in a.json()["message"] for a in late), late[0].text
+
+
+class HangingReceiver:
+    """A webhook receiver on ``address`` that reads each POST and never answers (the horde
+    hangs up at its attempt's deadline), counting the POSTs it got."""
+
+    def __init__(self, address: str = "127.0.0.1") -> None:
+        self.sock = socket.create_server((address, 0))
+        self.sock.listen(64)
+        self.url = f"http://{address}:{self.sock.getsockname()[1]}/hook"
+        self.posts = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn: socket.socket) -> None:
+        with conn:
+            with self._lock:
+                self.posts += 1
+            while not self._stop.is_set():
+                try:
+                    if not conn.recv(4096):
+                        return  # the horde hung up
+                except OSError:
+                    return
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+class _Answering(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        self.server.received.append(json.loads(self.rfile.read(length)))  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def answering() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    # another host (127.0.0.2, loopback too) than the hanging receiver's
+    server = ThreadingHTTPServer(("127.0.0.2", 0), _Answering)
+    server.received = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.2:{server.server_address[1]}/hook", server.received  # type: ignore[attr-defined]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def hanging() -> Iterator[HangingReceiver]:
+    receiver = HangingReceiver()
+    yield receiver
+    receiver.close()  # its deliveries left fail at once now
+    SENDER.drain()
+
+
+def _landed(client: httpx.Client, requester: str, worker: str, webhook: str) -> None:
+    """A text request of ``requester`` with ``webhook``, popped and answered by ``worker``."""
+    body = {"prompt": "Once upon a time", "params": {"max_length": 80}, "webhook": webhook}
+    accepted = client.post("/generate/text/async", headers={"apikey": requester}, json=body)
+    assert accepted.status_code == 202, accepted.text
+    job = pop(client, worker)
+    assert job["id"], job
+    assert submit(client, worker, job["id"]).status_code == 200
+
+
+def test_one_users_hanging_webhook_receivers_leave_another_users_webhook_its_sender(
+    service, make_user, hanging, answering
+):
+    url, received = answering
+    slow, other = make_user("slow", kudos=10_000), make_user("other", kudos=10_000)
+    owner = make_user("owner")
+    # several text requests in a row from one address: the sender is tested, not the rate
+    with (
+        raised_limits(service, "text_async"),
+        httpx.Client(base_url=f"{service.url}/api/v2", timeout=60) as client,
+    ):
+        for _ in range(HANGING_WEBHOOKS):
+            _landed(client, slow.api_key, owner.api_key, hanging.url)
+        until(lambda: hanging.posts >= 1, "a hanging delivery held by its receiver")
+        _landed(client, other.api_key, owner.api_key, url)
+        until(lambda: received, "the other user's webhook", seconds=ATTEMPTS * 3 * 40)
+        posts_when_delivered = hanging.posts
+    assert len(received) == 1
+    # delivered while the hanging ones were still being tried: each is ATTEMPTS posts
+    assert posts_when_delivered < HANGING_WEBHOOKS * ATTEMPTS
