@@ -99,4 +99,5 @@ def test_the_pool_refuses_past_its_places_and_forgets_idle_sources(gate: Gate) -
     gate.release_all()
     pool.join()
     assert pool.held("a") == pool.held("b") == 0
-    assert not pool._held and not pool._running  # nothing kept for sources gone
+    assert not pool._held  # nothing kept for sources gone
+    assert not pool._running
