@@ -90,9 +90,10 @@ class FairPool:
         with self._cond:
             return self._held[source]
 
-    def idle(self) -> bool:
+    def pieces(self) -> int:
+        """Pieces running or waiting now."""
         with self._cond:
-            return not self._busy and not self._waiting
+            return self._busy + len(self._waiting)
 
     def join(self) -> None:
         """Wait until nothing runs or waits (tests)."""
