@@ -159,11 +159,14 @@ def _image_body(url: str) -> dict[str, object]:
     return {"model": MODEL, "messages": user_turn(text_part("What is it?"), image_part(url))}
 
 
-def test_one_clients_slow_image_hosts_leave_another_clients_image_its_slot(
-    service, make_user, image_host
-):
+def _flooded(
+    service: NativeService, make_user: Any, image_host: ImageHost, clients: int, each: int
+) -> tuple[httpx.Response, list[httpx.Response]]:
+    """``clients`` slow clients (registered keys) send ``each`` requests of a dripping image
+    at once; when every one is refused or holds its place in the pool, and the fetches
+    running hang on the host, another client sends a fast image. Its answer, and theirs."""
     api = f"{service.url}/api/v2"
-    slow = [make_user(f"slow{i}", kudos=10_000, concurrency=100) for i in range(SLOW_CLIENTS)]
+    slow = [make_user(f"slow{i}", kudos=10_000, concurrency=100) for i in range(clients)]
     other, owner = make_user("other", kudos=10_000), make_user("owner")
     answered: list[httpx.Response] = []
 
@@ -183,23 +186,22 @@ def test_one_clients_slow_image_hosts_leave_another_clients_image_its_slot(
         assert chat_pop(client, owner.api_key, features=features, **transports)["id"] is None
     # many submits at once from one address: the fetch pool is tested, not the submit rate
     with raised_limits(service, "chat_async"), ThreadPoolExecutor(32) as pool:
-        futures = [
-            pool.submit(send, user.api_key, "/drip")
-            for _ in range(PER_SLOW_CLIENT)
-            for user in slow
-        ]
-        # every slow request is refused or holds its place in the pool, and the slow
-        # fetches running hang on the host (every thread, or each client's share of them)
+        futures = [pool.submit(send, user.api_key, "/drip") for _ in range(each) for user in slow]
         until(
             lambda: (
                 len(answered) + FETCHES.pool.pieces() == len(futures)
-                and image_host.open_drips
-                >= min(FETCH_WORKERS, SLOW_CLIENTS * FETCH_RUNNING_PER_SOURCE)
+                and image_host.open_drips >= min(FETCH_WORKERS, clients * FETCH_RUNNING_PER_SOURCE)
             ),
             "the slow clients' fetches running, waiting or refused",
         )
         fast = send(other.api_key, "/good.png")
-        slow_answers = [future.result() for future in futures]
+        return fast, [future.result() for future in futures]
+
+
+def test_one_clients_slow_image_hosts_leave_another_clients_image_its_slot(
+    service, make_user, image_host
+):
+    fast, slow_answers = _flooded(service, make_user, image_host, SLOW_CLIENTS, PER_SLOW_CLIENT)
     assert fast.status_code == 202, fast.text
     # the fast image was fetched while every slow fetch running was still held
     ((open_drips, hung_up),) = image_host.at_good

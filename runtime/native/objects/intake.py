@@ -211,15 +211,14 @@ def _is_data(url: str) -> bool:
 def _fetch_remote(urls: list[str], policy: IntakePolicy, source: str) -> Iterator[bytes]:
     """The bodies of the remote URLs, in order, fetched on the bounded pool within
     ``source``'s share (``fetch.FETCHES``: TooManyImageFetches or IntakeBusy at once) within
-    one deadline for them all, from when their turn comes (a request that waited its turn
-    is not refused for the wait); the first refused one raises BadImage where its part is
+    one deadline for them all; the first refused one raises BadImage where its part is
     reached."""
     remote = [url for url in urls if not _is_data(url)]
     if not remote:
         return iter(())
+    deadline = time.monotonic() + policy.fetch.timeout_seconds
 
     def fetch_all() -> list[bytes | FetchRefused]:
-        deadline = time.monotonic() + policy.fetch.timeout_seconds
         bodies: list[bytes | FetchRefused] = []
         for url in remote:
             try:
