@@ -18,6 +18,7 @@ import json
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -194,7 +195,11 @@ def _flooded(
             ),
             "the slow clients' fetches running, waiting or refused",
         )
+        started = time.perf_counter()
         fast = send(other.api_key, "/good.png")
+        # a figure, not an assertion: how long the other client's fast image took
+        print(f"figure: shares_fast_image_ms = {(time.perf_counter() - started) * 1000:.1f} ms")
+        print(f"figure: shares_fast_image_status = {fast.status_code}")
         return fast, [future.result() for future in futures]
 
 
@@ -314,9 +319,12 @@ def test_one_users_hanging_webhook_receivers_leave_another_users_webhook_its_sen
         for _ in range(HANGING_WEBHOOKS):
             _landed(client, slow.api_key, owner.api_key, hanging.url)
         until(lambda: hanging.posts >= 1, "a hanging delivery held by its receiver")
+        started = time.perf_counter()
         _landed(client, other.api_key, owner.api_key, url)
         until(lambda: received, "the other user's webhook", seconds=ATTEMPTS * 3 * 40)
         posts_when_delivered = hanging.posts
+    # a figure, not an assertion: how long the other user's webhook took to arrive
+    print(f"figure: shares_other_webhook_ms = {(time.perf_counter() - started) * 1000:.1f} ms")
     assert len(received) == 1
     # delivered while the hanging ones were still being tried: each is ATTEMPTS posts
     assert posts_when_delivered < HANGING_WEBHOOKS * ATTEMPTS
