@@ -4,7 +4,8 @@ fetch pool and webhook sender (spec/defences.yaml, image_fetches and webhooks).
 Images: three clients (each a registered key) send chat requests whose image hosts drip
 their headers a byte a second, more than the pool's places between them; another client's
 fast image is then taken in while every slow fetch is still held, and each slow client
-past its share is refused at once with 429 TooManyImageFetches. Webhooks: one user's
+past its share is refused at once with 429 TooManyImageFetches; keyless clients have a share
+per address, not one for the anonymous key. Webhooks: one user's
 requests name a receiver that never answers (each delivery held for its attempts' whole
 deadline); another user's webhook, to another host, arrives while the hanging deliveries
 are still being tried. Registered keys throughout: the anonymous key has its own, smaller
@@ -30,16 +31,20 @@ from PIL import Image
 
 from generated.chat.names import DECL_IMAGE_TRANSPORTS, FEATURE_VISION
 from generated.defences import (
+    ANONYMOUS_QUEUED_PER_SOURCE,
     FETCH_QUEUE,
     FETCH_QUEUED_PER_SOURCE,
     FETCH_RUNNING_PER_SOURCE,
     FETCH_WORKERS,
 )
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
 from generated.storage import TRANSPORT_BASE64
+from generated.wire import ANONYMOUS_API_KEY, HEADER_FORWARDED_FOR
 from runtime.native.objects.fetch import FETCHES
 from runtime.native.queue.webhooks import ATTEMPTS, SENDER
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
+from tests.conftest import SERVICE_PASSKEY
 from tests.integration.chat_flow import BASIC, MODEL, chat_pop
 from tests.integration.native_flow import pop, submit
 from tests.support.native import raised_limits, running_native_with_objects
@@ -59,8 +64,12 @@ HANGING_WEBHOOKS = 8
 @pytest.fixture(scope="module")
 def service(horde_stores: EmbeddedStores) -> Iterator[NativeService]:
     # loopback image and webhook URLs are allowed (the test-only setting): the hosts are local
+    # and the front's passkey, so a test can send from several client addresses
     with running_native_with_objects(
-        horde_stores, "horde-objects-shares-", image_fetch_allow_loopback=True
+        horde_stores,
+        "horde-objects-shares-",
+        image_fetch_allow_loopback=True,
+        service_passkey=SERVICE_PASSKEY,
     ) as native:
         yield native
 
@@ -224,6 +233,47 @@ def test_one_clients_slow_image_hosts_leave_another_clients_image_its_slot(
     late = [a for a in slow_answers if a.status_code == 400]
     assert len(late) == SLOW_CLIENTS * share  # each of its share fetched until its deadline
     assert all("in time" in a.json()["message"] for a in late), late[0].text
+
+
+def test_keyless_clients_have_a_share_each_by_address(service, make_user, image_host):
+    """The anonymous key is every keyless client's: its image fetches are shared by
+    address (here two, forwarded by the front's passkey), not by the key."""
+    api = f"{service.url}/api/v2"
+
+    def from_address(address: str, path: str) -> httpx.Response:
+        headers = {
+            "apikey": ANONYMOUS_API_KEY,
+            HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY,
+            HEADER_FORWARDED_FOR: address,
+        }
+        with httpx.Client(base_url=api, timeout=120) as own:
+            return own.post(
+                "/generate/chat/async", headers=headers, json=_image_body(image_host.url + path)
+            )
+
+    with httpx.Client(base_url=api, timeout=60) as client:
+        features = [FEATURE_VISION, *BASIC]
+        transports = {DECL_IMAGE_TRANSPORTS: [TRANSPORT_BASE64]}
+        owner = make_user("owner").api_key
+        assert chat_pop(client, owner, features=features, **transports)["id"] is None
+    share = FETCH_RUNNING_PER_SOURCE + FETCH_QUEUED_PER_SOURCE
+    # within the anonymous key's share per address, past the fetch share
+    slow = min(ANONYMOUS_QUEUED_PER_SOURCE, share + 1)
+    with raised_limits(service, "chat_async"), ThreadPoolExecutor(slow) as pool:
+        futures = [pool.submit(from_address, "203.0.113.1", "/drip") for _ in range(slow)]
+        until(
+            lambda: (
+                image_host.open_drips == FETCH_RUNNING_PER_SOURCE
+                and sum(f.done() for f in futures) + FETCHES.pool.pieces() == slow
+            ),
+            "one address's fetches running, waiting or refused",
+        )
+        other = from_address("203.0.113.2", "/good.png")
+        first = [future.result() for future in futures]
+    assert other.status_code == 202, other.text
+    ((_, hung_up),) = image_host.at_good
+    assert hung_up == 0
+    assert sorted(a.status_code for a in first) == [400] * share + [429] * (slow - share)
 
 
 class HangingReceiver:
