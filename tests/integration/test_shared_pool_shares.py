@@ -4,12 +4,11 @@ fetch pool and webhook sender (spec/defences.yaml, image_fetches and webhooks).
 Images: three clients (each a registered key) send chat requests whose image hosts drip
 their headers a byte a second, more than the pool's places between them; another client's
 fast image is then taken in while every slow fetch is still held, and each slow client
-past its share is refused at once with 429 TooManyImageFetches; keyless clients have a share
-per address, not one for the anonymous key. Webhooks: one user's
-requests name a receiver that never answers (each delivery held for its attempts' whole
-deadline); another user's webhook, to another host, arrives while the hanging deliveries
-are still being tried. Registered keys throughout: the anonymous key has its own, smaller
-share per address (spec/defences.yaml, anonymous).
+past its share is refused at once with 429 TooManyImageFetches. Keyless clients have a
+share per address, not one for the anonymous key (that test stays within the anonymous
+key's own share per address, spec/defences.yaml anonymous). Webhooks: one user's requests
+name a receiver that never answers (each delivery held for its attempts' whole deadline);
+another user's webhook, to another host, arrives while the hanging ones are still tried.
 """
 
 from __future__ import annotations
