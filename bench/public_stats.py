@@ -1,9 +1,9 @@
 """What a dashboard polling the public figures costs: GET /stats/text/totals,
-/stats/text/models and /status/performance with ROWS text statistics (one per ended job,
-spread over 60 days and MODELS models), read fresh (each read runs its statements) and
-kept (the shipped Policy.public_stats_seconds: a read within it runs none); fresh again
-once the sweep folded the rows older than a month into the archive (its steady state: the
-table holds a month's rows).
+/stats/text/models, /status/performance and /stats/text/history with ROWS text statistics
+(one per ended job, spread over 60 days and MODELS models), read fresh (each read runs its
+statements) and kept (the shipped Policy.public_stats_seconds: a read within it runs
+none); fresh again once the sweep folded the rows older than a month into the archive (its
+steady state: the table holds a month's rows).
 
 Prints figures, never passes or fails on time.
 """
@@ -28,7 +28,7 @@ from runtime.stores.database import transaction
 ROWS = 1_000_000
 MODELS = 20
 READS = 50
-ROUTES = ("/stats/text/totals", "/stats/text/models", "/status/performance")
+ROUTES = ("/stats/text/totals", "/stats/text/models", "/status/performance", "/stats/text/history")
 
 
 def _fill(sessions: object) -> None:

@@ -1,13 +1,10 @@
 """Refuse a spec naming a condition, rule or mode the chat contract engine does not implement.
 
-The spec names things by string that the hand-written engine (runtime/contract/) dispatches
-on: the ``when`` of a requirement, a parameter's treatment, the conformance and context_fit
-modes, the verification rules and reductions, the counted parts of the price, the content
-parts the flattened prompt renders, and the Responses API's translation rules (spec/responses/,
-applied by runtime/front/responses_api/). ``runtime.contract.registry.ENGINE`` lists what the
-engine implements; this check compares the spec with it, so a name the engine has no code
-for fails ``make check-generated`` (file, path, problem, suggestion) instead of raising
-KeyError at run time.
+The spec names by string what runtime/contract/ (and the Responses API's translation rules,
+runtime/front/responses_api/) dispatch on: requirements' ``when``, treatments, modes,
+verification rules, priced parts, rendered content parts. This check compares them with
+``runtime.contract.registry.ENGINE``, so a name with no code fails ``make check-generated``
+(file, path, problem, suggestion) instead of raising KeyError at run time.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Load spec/, check every file against its own JSON Schema, and check cross-references.
 
-Each spec file names its schema in a top-level ``$schema`` key, a path relative to
-``spec/`` (for example ``schema/errors.schema.json``). Schemas are JSON Schema 2020-12
-with three keywords of ours:
-
-``x-defines: NAME``
-    on a mapping: its keys are the names of kind NAME (features, errors, ...).
-``x-ref: NAME``
-    on a string (or on an array of strings, checking each item): the value must be a
-    name some file defines as NAME.
-``x-default-in: KEY``
-    on an object: its ``default`` must validate against the JSON Schema held in its
-    ``KEY`` member (so every OpenAI default is checked against its own parameter).
+Each spec file names its schema in a top-level ``$schema`` key, relative to ``spec/``.
+Schemas are JSON Schema 2020-12 with three keywords of ours (docs/maintaining-the-spec.md):
+``x-defines: NAME`` (a mapping's keys are names of kind NAME), ``x-ref: NAME`` (a string, or
+each string of an array, must be a defined NAME) and ``x-default-in: KEY`` (an object's
+``default`` must validate against the schema in its ``KEY`` member, so every OpenAI default
+is checked against its own parameter).
 """
 
 from __future__ import annotations

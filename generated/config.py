@@ -220,20 +220,20 @@ HORDE_FRONT_NATIVE_ROOTS: Variable[tuple[str, ...]] = Variable(
 
 HORDE_FRONT_DEADLINE: Variable[float] = Variable(
     name="HORDE_FRONT_DEADLINE",
-    kind=Number(),
+    kind=Number(above=0),
     default=540.0,
     services=("front",),
     meaning="seconds a request may wait for its reply (408 after)",
-    shown_default="540",
+    shown_default="540 (greater than 0)",
 )
 
 HORDE_FRONT_GRACE: Variable[float] = Variable(
     name="HORDE_FRONT_GRACE",
-    kind=Number(),
+    kind=Number(above=0),
     default=20.0,
     services=("front",),
     meaning="seconds is_possible may stay false (503 no_eligible_worker after)",
-    shown_default="20",
+    shown_default="20 (greater than 0)",
 )
 
 HORDE_FRONT_SHUTDOWN_GRACE: Variable[float] = Variable(
@@ -247,47 +247,47 @@ HORDE_FRONT_SHUTDOWN_GRACE: Variable[float] = Variable(
 
 HORDE_FRONT_POLL: Variable[float] = Variable(
     name="HORDE_FRONT_POLL",
-    kind=Number(),
+    kind=Number(above=0),
     default=10.0,
     services=("front",),
     meaning="fallback status poll period while waiting, in seconds",
-    shown_default="10",
+    shown_default="10 (greater than 0)",
 )
 
 HORDE_FRONT_KEEPALIVE: Variable[float] = Variable(
     name="HORDE_FRONT_KEEPALIVE",
-    kind=Number(),
+    kind=Number(above=0),
     default=5.0,
     services=("front",),
     meaning="seconds of silence on a stream before a keep-alive comment",
-    shown_default="5",
+    shown_default="5 (greater than 0)",
 )
 
 HORDE_FRONT_PER_SOURCE: Variable[int] = Variable(
     name="HORDE_FRONT_PER_SOURCE",
-    kind=WholeNumber(),
+    kind=WholeNumber(above=0),
     default=64,
     services=("front",),
     meaning="open requests per client address",
-    shown_default="64",
+    shown_default="64 (greater than 0)",
 )
 
 HORDE_FRONT_GLOBAL: Variable[int] = Variable(
     name="HORDE_FRONT_GLOBAL",
-    kind=WholeNumber(),
+    kind=WholeNumber(above=0),
     default=20000,
     services=("front",),
     meaning="open requests on this process",
-    shown_default="20000",
+    shown_default="20000 (greater than 0)",
 )
 
 HORDE_FRONT_MAX_BODY_BYTES: Variable[int | None] = Variable(
     name="HORDE_FRONT_MAX_BODY_BYTES",
-    kind=WholeNumber(),
+    kind=WholeNumber(above=0),
     default=None,
     services=("front",),
     meaning="the front's body cap (the spec's text and inline-image allowances together)",
-    shown_default="derived",
+    shown_default="derived (greater than 0)",
 )
 
 HORDE_FRONT_FORWARDED_ALLOW_IPS: Variable[tuple[str, ...]] = Variable(

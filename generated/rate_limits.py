@@ -50,6 +50,7 @@ RATE_LIMITS: dict[str, tuple[RateLimit, ...]] = {
     "models": (RateLimit("90 per minute", KEY_PEER, service="6000 per minute"),),
     "model": (RateLimit("90 per minute", KEY_PEER),),
     "stats_text_totals": (RateLimit("90 per minute", KEY_PEER),),
+    "stats_text_history": (RateLimit("90 per minute", KEY_PEER),),
     "stats_text_models": (RateLimit("90 per minute", KEY_PEER),),
     "performance": (RateLimit("90 per minute", KEY_PEER),),
     "modes": (RateLimit("90 per minute", KEY_PEER),),

@@ -1,18 +1,10 @@
 """How large a chat request body may be, on the native API and on the front.
 
-The spec (spec/storage/objects.yaml, ``body``) gives two allowances: the text (everything
-but inline images: messages, tools, schemas and the rest of the request, about 1 MiB) and
-inline images (the data URLs of image parts, all together). The default body cap is their
-sum, so a larger body is refused 413 from its Content-Length or while it streams, before it
-is parsed. Both services read the default from here and let the operator change it
-(HORDE_MAX_BODY_BYTES on the native API, HORDE_FRONT_MAX_BODY_BYTES on the front).
-
-Within the body cap each allowance is held on its own (``check_allowances``): before the
-parse, from the raw bytes (``inline_image_bound``: the strings that begin as image data
-URLs, found by ``find`` alone, so a body whose text is over its allowance is never
-parsed); after it, exactly (``inline_image_bytes_in``: the data URLs of the image parts the
-messages hold). The front's submit timeout leaves room for the native API to fetch every
-image URL at its fetch timeout (``MAX_INTAKE_SECONDS``).
+The spec (spec/storage/objects.yaml, ``body``) gives two allowances, the text and the inline
+images; the default body cap is their sum, so a larger body is refused 413 before it is
+parsed (HORDE_MAX_BODY_BYTES, HORDE_FRONT_MAX_BODY_BYTES change it). Within the cap each
+allowance is held on its own (``check_allowances``): from the raw bytes before the parse
+(``inline_image_bound``), exactly after it (``inline_image_bytes_in``).
 """
 
 from __future__ import annotations
@@ -55,6 +47,8 @@ def default_max_body_bytes() -> int:
 DEFAULT_MAX_BODY_BYTES = default_max_body_bytes()
 
 MAX_INTAKE_SECONDS = INTAKE_CAPS[LIMIT_MAX_IMAGES] * FETCH_TIMEOUT_SECONDS
+"""The longest the native API may spend fetching a request's image URLs: the front's
+submit timeout leaves room for it."""
 """The longest image intake at submit: every image URL fetched at its timeout, in turn."""
 
 

@@ -1,12 +1,10 @@
 """A small thread pool shared fairly between sources (the image fetches, the webhooks).
 
-Each piece of work names its sources (a requester, a destination host); each source may
-have ``running_per_source`` pieces running and ``queued_per_source`` more waiting. A free
-thread takes the waiting piece whose busiest source has the fewest running (the oldest
-first among equals), skipping any whose source is at its running share, so a source whose
-work hangs holds at most its share of the threads and never waits in front of another's.
-Past a source's whole share ``submit`` raises ShareFull; past the pool's ``workers +
-queued`` places, PoolFull; both at once, never blocking the caller.
+Each piece of work names its sources (a requester, a host); each source may have
+``running_per_source`` pieces running and ``queued_per_source`` more waiting. A free thread
+takes the waiting piece whose busiest source runs fewest (oldest first among equals), never
+one whose source is at its running share, so hanging work holds only its source's share.
+Past a source's whole share ``submit`` raises ShareFull, past the pool's places PoolFull.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """uvicorn's httptools protocol with the limits production servers put on a request's arrival.
 
-httptools (llhttp) keeps whatever a client sends as headers, for as long as it takes, and
-uvicorn sets no limit. ``GuardedHttpTools`` (``generated.defences``) counts the bytes that
-arrive until a request's head is whole and the header lines it holds (about nginx's and
-Apache's limits: 431 ``HeadersTooLarge``), and gives the head a deadline from the
-connection, or from its first byte after an earlier request (408 ``RequestTimeout``), all
-before the request reaches the app. A service may also cap the requests one address has
-arriving at once (``arriving_per_source``: from a request's first byte to its last, so a
-whole request, served however long, and an idle connection count for nothing); the one over
-it is answered 429 ``TooManyConnections``. A refused connection is closed as servers close
-after an early answer: the answer, the write side shut, what the client still sends read
-and dropped for a short while, then closed (closed at once, the connection would be reset and
-the client might never read the answer). Each service renders the refusal in its envelope.
+uvicorn sets no limit on a request's head, so ``GuardedHttpTools`` caps its bytes and header
+lines (431 ``HeadersTooLarge``), gives it a deadline (408 ``RequestTimeout``), and may cap
+the requests one address has arriving at once (429 ``TooManyConnections``), all before the
+app sees the request. A refused connection gets its answer, then is drained briefly and
+closed, so the client reads the answer instead of a reset.
 """
 
 from __future__ import annotations
@@ -36,7 +29,12 @@ Answer = tuple[int, list[tuple[str, str]], bytes]
 
 
 class GuardedHttpTools(HttpToolsProtocol):
-    """The protocol of one connection; a service subclasses it to render its refusals."""
+    """The protocol of one connection; a service subclasses it to render its refusals.
+
+    The head's caps are about nginx's and Apache's. Its deadline runs from the connection,
+    or from the first byte after an earlier request. A request counts as arriving from its
+    first byte to its last: one being served, however long, and an idle connection count
+    for nothing."""
 
     max_header_bytes: ClassVar[int] = MAX_HEADER_BYTES
     max_header_count: ClassVar[int] = MAX_HEADER_COUNT

@@ -15,10 +15,10 @@ import os
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from generated.errors import InvalidAPIKey
 from runtime.config import Settings
@@ -29,6 +29,9 @@ from runtime.service_process import Service, serve_until, settle
 from runtime.stop_signals import stop_on_signals
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
+
+if TYPE_CHECKING:
+    from runtime.front.config import FrontConfig
 
 DEMO_USER = "demo-worker"
 DEMO_KEY_FILE = "demo-worker.key"
@@ -45,12 +48,26 @@ def start_native(settings: Settings, stores: EmbeddedStores) -> Service:
     )
 
 
-def start_front(settings: Settings, stores: EmbeddedStores) -> Service:
+def _native_root(settings: Settings) -> str:
+    return f"http://{settings.native_host}:{settings.native_port}"
+
+
+def front_config(
+    redis_url: str, env: Mapping[str, str] | None = None, *, default_root: str | None = None
+) -> FrontConfig:
+    """The front's settings from the environment; a bad one is a refusal, like a taken port."""
     from runtime.front.config import FrontConfig
+
+    try:
+        return FrontConfig.from_env(redis_url, env, default_root=default_root)
+    except ValueError as bad:
+        raise Refused(str(bad)) from bad
+
+
+def start_front(settings: Settings, stores: EmbeddedStores) -> Service:
     from runtime.front.server import FrontService
 
-    native_root = f"http://{settings.native_host}:{settings.native_port}"
-    config = FrontConfig.from_env(stores.redis_url, default_root=native_root)
+    config = front_config(stores.redis_url, default_root=_native_root(settings))
     config = replace(config, service_passkey=settings.service_passkey)
     return FrontService.start(config, host=settings.front_host, port=settings.front_port)
 
@@ -109,6 +126,9 @@ def run_up(
     """Run in the foreground until a signal (or ``stop_event``); leave nothing running, also
     when the terminal closes (SIGHUP, unless ignored). Refused while another ``up`` runs on
     the same data folder, or when a port is taken."""
+    # The front's settings are read when it starts, after the stores and the native API: a
+    # bad one is refused here, before anything starts.
+    front_config("", default_root=_native_root(settings))
     with stop_on_signals(stop_event or threading.Event()) as stop:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         with data_folder_held(settings.data_dir):
@@ -269,12 +289,15 @@ def run_front(
     """``horde-chat front``: the chat front alone on HORDE_REDIS_URL, refused while Redis is
     unreachable; its native roots from ``--native-roots`` or HORDE_FRONT_NATIVE_ROOTS; with
     ``processes`` > 1, that many server processes on one port (uvicorn's supervisor)."""
-    from runtime.front.config import FrontConfig
     from runtime.front.server import FrontService, serve_processes
     from runtime.native.readiness import redis_problems
     from runtime.stores.redis_client import redis_client
 
     redis_url = _required(settings.redis_url, "HORDE_REDIS_URL", "front")
+    env = dict(os.environ)
+    if native_roots:
+        env["HORDE_FRONT_NATIVE_ROOTS"] = native_roots
+    config = front_config(redis_url, env)
     redis = redis_client(redis_url)
     try:
         found = redis_problems(redis)
@@ -282,10 +305,6 @@ def run_front(
         redis.close()
     if found:
         raise Refused("; ".join(found))
-    env = dict(os.environ)
-    if native_roots:
-        env["HORDE_FRONT_NATIVE_ROOTS"] = native_roots
-    config = FrontConfig.from_env(redis_url, env)
     try:
         if processes > 1:
             return serve_processes(

@@ -29,7 +29,7 @@ class PortInUse(Exception):
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host``:``port`` (0: a free port)."""
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only then
-    # (without it, Nagle and delayed ACKs add ~40 ms to every response).
+    # (without it, Nagle and delayed ACKs delay every response: docs/performance.md).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -1,25 +1,9 @@
-"""SIGINT and SIGTERM stop a service command: ``with stop_on_signals(stop): ...``.
+"""SIGINT, SIGTERM and SIGHUP stop a service command: ``with stop_on_signals(stop): ...``.
 
-A service command's main thread waits on a ``threading.Event`` that a signal sets. The
-signal's handler must not set it itself. Python runs a handler in the main thread between two
-bytecodes, wherever that thread is, and ``Event.set`` takes the event's lock, a
-``threading.Lock``, which is not reentrant. A second signal (Ctrl-C pressed twice, or an
-operator's SIGTERM after a Ctrl-C) that lands while the first handler is inside ``set`` runs a
-second handler that waits for the lock its own thread holds: the command never stops. It
-happened: ``horde-chat up`` hung so on 2026-12-05, every thread idle, the main thread's stack
-four handlers deep in ``Event.set``.
-
-So the handler only writes a byte to a pipe, which takes no lock (and, non-blocking, never
-waits: a full pipe already holds a stop), and a thread of its own reads the pipe and sets the
-event.
-
-SIGHUP (the command's terminal was closed) stops it the same way, where the platform has
-one. Its default action ends the process at once, with no cleanup: ``horde-chat up`` left
-its embedded Postgres and Redis and the demo's llama-cpp-python server running, orphaned; a
-worker would leave the jobs it holds to the native API's timeout instead of faulting them.
-None of the commands reloads anything on SIGHUP, so a graceful stop is what they all want.
-Unless the process ignores SIGHUP (started under ``nohup``: it is meant to outlive its
-terminal).
+The signal handler only writes a byte to a pipe; a thread reads it and sets the event
+(``stop_on_signals`` says why). SIGHUP (the terminal closed) stops gracefully too, unless
+the process ignores it (``nohup``): its default action would orphan the embedded stores and
+the demo's llama server, and leave a worker's jobs to the native API's timeout.
 """
 
 from __future__ import annotations
@@ -39,7 +23,13 @@ def stop_on_signals(stop: threading.Event) -> Iterator[threading.Event]:
     """SIGINT, SIGTERM and SIGHUP (unless ignored) set ``stop`` while the block runs; the
     previous handlers come back after it. Off the main thread (a test, a library user) no
     handler is installed: only the main thread may install one, and ``stop`` is then theirs
-    to set."""
+    to set.
+
+    The handler must not set ``stop`` itself: Python runs it between any two bytecodes of
+    the main thread, and ``Event.set`` takes a non-reentrant lock, so a second signal landing
+    inside the first handler's ``set`` waits forever on its own thread's lock (``up`` hung
+    so, four handlers deep). It writes a byte to a non-blocking pipe, which takes no lock and
+    never waits (a full pipe already holds a stop); the relay thread sets the event."""
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return

@@ -1,26 +1,10 @@
 """Request bodies as RFC 8259 JSON that both services can keep: ``parse`` and ``Malformed``.
 
-Python's json module reads ``NaN`` and ``Infinity``, turns ``1e400`` into infinity, accepts
-``"\\ud800"`` (a lone UTF-16 surrogate, which is not Unicode text: it cannot be encoded,
-stored or logged) and answers a deeply nested body with RecursionError. ``parse(raw)`` is
-the one reader of a request body on the native API and on the front; every way a body can
-be malformed raises ``Malformed`` (a ValueError) whose ``kind`` says which, so a service
-answers each with its 400 and never a 500:
-
-| kind | the body holds | usual answer |
-| --- | --- | --- |
-| ``syntax`` | invalid JSON, not UTF-8, or a ``NaN`` / ``Infinity`` literal | invalid JSON |
-| ``depth`` | nesting deeper than ``max_depth`` (spec: body.max_depth) | invalid JSON |
-| ``surrogate`` | a lone surrogate in a string or a key | invalid JSON |
-| ``nul`` | a NUL character in a string or a key (Postgres text cannot store it) | NUL in payload |
-| ``non_finite`` | a number too large for a float (``1e400``) | invalid payload, naming it |
-
-``Malformed.path`` names where (``params.temperature``, ``messages.[0].content``; ``body``
-for the top level), ``Malformed.problem`` says what in a sentence that quotes nothing from
-the body. The checks after the parse are one iterative walk (no recursion, so any depth the
-json module accepted is walked safely), linear in the size of the parsed body.
-
-``loads``, ``non_finite`` and ``has_nul`` are the older pieces, kept for their callers.
+Python's json module reads ``NaN``, turns ``1e400`` into infinity, accepts lone surrogates
+and answers deep nesting with RecursionError. ``parse`` is the one reader of a request body
+on both services; every malformed body raises ``Malformed`` (its ``kind`` says which), so a
+service answers 400, never 500. The checks after the parse are one iterative walk, linear in
+the body's size. ``loads``, ``non_finite`` and ``has_nul`` are older pieces kept for callers.
 """
 
 from __future__ import annotations
@@ -39,7 +23,14 @@ _Path = tuple[Any, str | int] | None
 
 
 class Malformed(ValueError):
-    """A request body that is not JSON a service can keep; ``kind`` says why."""
+    """A request body that is not JSON a service can keep; ``kind`` says why.
+
+    ``syntax``: invalid JSON, not UTF-8, or a ``NaN`` / ``Infinity`` literal; ``depth``:
+    nesting deeper than ``max_depth`` (spec: body.max_depth); ``surrogate``: a lone
+    surrogate in a string or key (it cannot be encoded, stored or logged); ``nul``: a NUL
+    character (Postgres text cannot store it); ``non_finite``: a number too large for a
+    float (``1e400``). ``path`` names where (``messages.[0].content``; ``body`` for the top
+    level); ``problem`` is a sentence that quotes nothing from the body."""
 
     def __init__(self, kind: Kind, problem: str, path: str = "body") -> None:
         self.kind: Kind = kind

@@ -39,6 +39,8 @@ def _kind(entry: dict[str, Any]) -> str:
         return f"{name}(choices={tuple(entry['choices'])!r})"
     if "at_least" in entry:
         return f"{name}(at_least={entry['at_least']!r})"
+    if "above" in entry:
+        return f"{name}(above={entry['above']!r})"
     return f"{name}()"
 
 
@@ -58,7 +60,15 @@ def _default(entry: dict[str, Any]) -> str:
 
 
 def _shown(entry: dict[str, Any]) -> str:
-    """The default as the operator would write it (or what unset means)."""
+    """The default as the operator would write it (or what unset means), and the floor a
+    value must be above."""
+    shown = _shown_default(entry)
+    if "above" in entry:
+        return f"{shown} (greater than {entry['above']})"
+    return shown
+
+
+def _shown_default(entry: dict[str, Any]) -> str:
     if "default" not in entry:
         return str(entry.get("unset", UNSET))
     value = entry["default"]

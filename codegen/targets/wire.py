@@ -1,16 +1,11 @@
 """spec/wire.yaml + spec/api/*.yaml -> generated/wire/: the typed wire between services.
 
-``generated/wire/__init__.py`` holds the constants of spec/wire.yaml (the anonymous key,
-headers no route declares, the generation states). ``generated/wire/{native,front}.py`` are
-TypedDicts that datamodel-code-generator writes from the component schemas of
-generated/openapi/{native,front}.yaml that the API file itself declares (not the chat
-contract's request and declaration schemas, which the shared validator checks), plus any
-schema those refer to. TypedDicts, not pydantic models: they cost nothing at run time (a
-status read stays ``response.json()``), and the type checker holds every key the services
-read or write to the spec.
-
-Codegen refuses a ``state`` enum in an API file that differs from spec/wire.yaml's
-generation states, and an anonymous key the native ``apikey`` header would refuse.
+``generated/wire/__init__.py`` holds spec/wire.yaml's constants; ``{native,front}.py`` are
+TypedDicts datamodel-code-generator writes from the component schemas each API file declares
+(the chat contract's own schemas are the shared validator's). TypedDicts, not pydantic: they
+cost nothing at run time, and the type checker holds every key the services read or write
+to the spec. Codegen refuses a ``state`` enum that differs from spec/wire.yaml's generation
+states, and an anonymous key the native ``apikey`` header would refuse.
 """
 
 from __future__ import annotations

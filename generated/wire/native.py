@@ -398,7 +398,7 @@ class Heartbeat(TypedDict):
 
 class ActiveModel(TypedDict):
     """
-    Upstream's ActiveModel (its type always text here), plus chat_count.
+    Upstream's ActiveModel (its type always text here), plus oldest_wait and chat_count.
     """
 
     name: str
@@ -421,6 +421,10 @@ class ActiveModel(TypedDict):
     eta: NotRequired[int]
     """
     Seconds to clear its queue at that speed (0 when none queued).
+    """
+    oldest_wait: NotRequired[int]
+    """
+    Seconds the oldest request queued for it (jobs left to pop) has waited since it was queued; 0 when none is queued. Not upstream's.
     """
     type: Literal["text"]
     chat_count: NotRequired[int]
@@ -465,7 +469,7 @@ class Worker(TypedDict):
     threads: NotRequired[int]
     uptime: NotRequired[int]
     """
-    Seconds online (not tracked on this horde; 0).
+    Seconds online: each pop adds the time since its previous one when the worker was online then (within the stale window) and is not in maintenance, as upstream counts.
     """
     maintenance_mode: bool
     maintenance_reason: NotRequired[str | None]
@@ -684,6 +688,25 @@ class StatsTxtTotals(TypedDict):
     day: SinglePeriodTxtStat
     month: SinglePeriodTxtStat
     total: SinglePeriodTxtStat
+
+
+class TxtMinuteStat(TypedDict):
+    """
+    One minute of the text history.
+    """
+
+    until: str
+    """
+    The minute's end (UTC); it covers the 60 seconds before it.
+    """
+    requests: int
+    """
+    Text jobs that ended in that minute.
+    """
+    tokens: int
+    """
+    Their requested max_length, summed (as the totals count).
+    """
 
 
 ModelCounts: TypeAlias = dict[str, int]

@@ -1,13 +1,10 @@
-"""Item caps of a chat request, checked before any item is (issue 13: bounded work per byte).
+"""Item caps of a chat request, checked before any item is, so work stays bounded per byte.
 
-``check_item_caps(body)`` looks only at lengths: every top-level parameter whose schema
-caps its array (``maxItems``: messages, tools, stop, models, modalities) or its object
-(``maxProperties``: metadata, logit_bias), the horde object's arrays, and inside each
-message its content parts (the role's ``content.max_parts``, spec/chat/messages.yaml) and
-its tool_calls (their schema's ``maxItems``). Nothing else of the body is read, so a body
-with a million tool calls costs one ``len`` before its refusal, not a million schema checks.
-It runs first in ``validate_chat_request``; the validator's own checks then see capped
-arrays only. A refusal is OpenAI's "array too long" InvalidChatParameter (400).
+``check_item_caps`` reads only lengths: top-level arrays and objects capped by their
+schema (``maxItems``, ``maxProperties``), the horde object's arrays, and each message's
+content parts and tool_calls. A body with a million tool calls costs one ``len`` before its
+refusal (400 InvalidChatParameter, OpenAI's "array too long"), not a million schema checks.
+It runs first in ``validate_chat_request``, whose checks then see capped arrays only.
 """
 
 from __future__ import annotations
@@ -91,7 +88,10 @@ def _check_message(message: Any, param: str) -> None:
 
 def check_item_caps(body: Any) -> None:
     """Refuse the first array or object of ``body`` longer than its cap (module docstring);
-    a body of the wrong shape passes untouched (the validator refuses it with its message)."""
+    a body of the wrong shape passes untouched (the validator refuses it with its message).
+    Capped: messages, tools, stop, models, modalities, metadata, logit_bias, the horde
+    object's arrays, each message's content parts (its role's ``content.max_parts``,
+    spec/chat/messages.yaml) and tool_calls (their schema's ``maxItems``)."""
     if not isinstance(body, dict):
         return
     for key, value in body.items():

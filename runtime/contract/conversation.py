@@ -1,12 +1,10 @@
 """The conversation as the native API reads it: the flattened prompt and context_fit.
 
-``flatten_messages`` gives the prompt column of a chat request: the whole conversation as
-one string, which the token estimate, kudos and moderation read and which is never sent to
-a worker. Inline image bytes never enter it. ``truncate_oldest`` applies context_fit
-truncate_oldest: it drops the oldest whole turns (a turn opens at a user message and keeps
-its assistant replies, tool calls and tool answers together), keeps every system and
-developer message and the latest user turn, and raises the limit gap when even that does
-not fit. It sizes text as the context estimate does (characters per token, no tokenizer).
+``flatten_messages`` gives the prompt column: the whole conversation as one string, which
+the token estimate, kudos and moderation read, never sent to a worker and never holding
+image bytes. ``truncate_oldest`` applies context_fit truncate_oldest: it drops the oldest
+whole turns (a user message with its replies, calls and answers), keeps system and developer
+messages and the latest user turn, and sizes text as the context estimate does.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """What a popping worker receives, and the fingerprint that operation keys compare.
 
-``chat_job_payload(request, declaration)`` builds the job from the stored request: the
-messages as sent (developer as system), every sampling field with OpenAI's default where
-omitted, reasoning_effort (medium when omitted) only for a worker declaring reasoning, the
-tools narrowed (tool_choice none sends none; a named function goes alone under required),
-response_format, and max_tokens filled with the request's output length. A request without
-max_tokens asks for as much as fits (spec/workers/limits.yaml, absent_max_tokens): its job's
-max_tokens is the worker's declared max_length, or the room its declared context leaves
-after the prompt measure when that is less (never under REPLY_RESERVE_TOKENS), and the job
-carries PAYLOAD_FIT_MAX_TOKENS: true, so the worker lowers it to the room its own count
-leaves instead of faulting. The stored request keeps the client's values.
-
-``operation_fingerprint(request)`` hashes the validated request's canonical JSON; keys
-listed as set-valued (models) count as sets, so reordering them does not change it.
+``chat_job_payload`` builds a job from the stored request for one worker's declaration:
+messages as sent, sampling defaults filled, tools narrowed, max_tokens filled, reasoning only
+for a worker declaring it; the stored request keeps the client's values.
+``operation_fingerprint`` hashes the validated request's canonical JSON, set-valued keys
+(models) as sets, so reordering them does not change it.
 """
 
 from __future__ import annotations
@@ -51,6 +43,14 @@ def chat_job_payload(
     ``max_tokens`` overrides the output length (the lowered value when the native API
     lowered it at submission); otherwise the request's max_completion_tokens / max_tokens,
     else as much as fits (``fitted_output``), flagged for the worker to fit.
+
+    Messages go as sent (developer as system); every sampling field with OpenAI's default
+    where omitted; reasoning_effort (medium when omitted) only for a worker declaring
+    reasoning; tools narrowed (tool_choice none sends none; a named function goes alone
+    under required). Without max_tokens (spec/workers/limits.yaml, absent_max_tokens) the
+    job's is the declared max_length, or the room the declared context leaves after the
+    prompt measure when less (never under REPLY_RESERVE_TOKENS), with
+    PAYLOAD_FIT_MAX_TOKENS: true, so the worker lowers it to its own count's room.
     """
     features = declaration.get(DECL_CHAT_FEATURES) or []
     payload: dict[str, Any] = {PARAM_MESSAGES: messages_for_worker(request[PARAM_MESSAGES])}

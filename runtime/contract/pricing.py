@@ -1,17 +1,10 @@
 """Pricing: the text output estimate, the generation's text form, and the kudos formula.
 
-``output_estimate(reply, max_length)`` is the one place a chat generation's charged tokens
-are computed: the characters of the counted parts of the reply (content, reasoning, each
-tool call's name and arguments) divided by PRICING_CHARS_PER_TOKEN and rounded up, at
-least PRICING_FLOOR_TOKENS, at most the requested max_length. Worker-reported token counts
-never enter it. Each generation stores CHARGE_BASIS (generated.chat.tables_reply) as its
-charge_basis.
-
-The kudos formula (upstream AI Horde's, numbers in spec/pricing.yaml): ``job_quote`` prices
-one job of a text or chat request at its full max_length, ``job_reward`` what a worker earns
-for one generation. A model's size comes from the text model reference only
-(``model_billions``); an unknown model earns an untrusted worker the context multiplier
-alone; a backend whose bridge agent is not validated earns a share of a known model's reward.
+``output_estimate`` is the one place a chat generation's charged tokens are computed, from
+the reply's characters; worker-reported counts never enter it (docs/design.md, "Pricing").
+The kudos formula is upstream AI Horde's (numbers in spec/pricing.yaml): ``job_quote``
+prices one job at its full max_length, ``job_reward`` what a worker earns for one
+generation. A model's size comes from the text model reference only (``model_billions``).
 """
 
 from __future__ import annotations
@@ -76,7 +69,9 @@ def counted_chars(reply: dict[str, Any]) -> int:
 
 
 def output_estimate(reply: dict[str, Any], max_length: int) -> int:
-    """Charged tokens of a structured chat reply (floor and cap applied)."""
+    """Charged tokens of a structured chat reply: the characters of content, reasoning and
+    each tool call's name and arguments over PRICING_CHARS_PER_TOKEN, rounded up, at least
+    PRICING_FLOOR_TOKENS, at most ``max_length``. Stored with CHARGE_BASIS."""
     tokens = max(math.ceil(counted_chars(reply) / PRICING_CHARS_PER_TOKEN), PRICING_FLOOR_TOKENS)
     return min(tokens, max_length)
 
@@ -149,7 +144,9 @@ def reward_context(prompt: str, max_length: int, max_context_length: int) -> int
 
 
 def job_reward(tokens: int, model: str, context: int, *, trusted: bool, validated: bool) -> float:
-    """What a worker earns for one generation of ``tokens`` (upstream's get_gen_kudos)."""
+    """What a worker earns for one generation of ``tokens`` (upstream's get_gen_kudos). An
+    unknown model earns an untrusted worker the context multiplier alone; a backend whose
+    bridge agent is not validated earns a share of a known model's reward."""
     multiplier = context_multiplier(context)
     billions = model_billions(model)
     if billions is None:

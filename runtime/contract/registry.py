@@ -1,17 +1,11 @@
 """What the chat contract engine implements, by the names the spec uses for it.
 
-The spec names conditions, rules and modes by string (``when: tools_sent``, a verification
-rule, a conformance mode, ...) and the engine dispatches on those strings. ``ENGINE`` lists,
-per kind, every name the engine has code for. Codegen imports it (codegen/engine_check.py)
-and refuses a spec naming something not listed here, so an unimplemented name fails
-``make check-generated`` instead of raising KeyError at run time. Each engine module checks
-at import (``implements``) that its dispatch table holds exactly the names listed here.
-
-Adding a name: write the engine function in the module named beside the kind, add its key
-to that module's dispatch table and the name here; then the spec may use it.
-
-This module imports nothing from ``generated/``: codegen reads it before generated/ is
-current.
+The spec names conditions, rules and modes by string and the engine dispatches on them.
+``ENGINE`` lists, per kind, every name the engine has code for; codegen refuses a spec
+naming one not listed (codegen/engine_check.py), so it fails ``make check-generated``
+instead of a KeyError at run time, and each engine module checks at import (``implements``)
+that its table matches. To add a name: the function, its key in the module's table, the name
+here. Imports nothing from generated/: codegen reads it before generated/ is current.
 """
 
 from __future__ import annotations

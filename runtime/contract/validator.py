@@ -1,12 +1,10 @@
 """The one chat request validator, shared by the native chat route and the front.
 
-``validate_chat_request(body)`` returns the normalised request: unknown keys inside
-messages, tool definitions and tool_choice dropped; fields at their documented default
-(or a value that means the same) left out, except capability fields (tools,
-response_format), which are never dropped; ``models`` as a sorted set. Otherwise it raises
-a ``generated.errors`` class: 400 UnsupportedChatParameter naming the key, OpenAI's own
-message where the horde refuses as OpenAI does, InvalidChatParameter for a wrong type or
-bound, 404 model_not_found for a model id with a colon.
+``validate_chat_request`` returns the normalised request: unknown keys inside messages,
+tools and tool_choice dropped; fields at their default left out, except capability fields
+(tools, response_format); ``models`` a sorted set. Otherwise it raises a
+``generated.errors`` class: 400 UnsupportedChatParameter naming the key (OpenAI's message
+where OpenAI refuses too), InvalidChatParameter, or 404 model_not_found for an id with a colon.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The structured chat submit checked against the stored request.
 
-``verify_chat_reply(request, reply)`` returns the reply the client will receive (under
-strict with parallel_tool_calls false, only the first tool call is kept) or raises
+``verify_chat_reply`` returns the reply the client will receive, or raises
 ChatReplyRejected naming the broken rule, so the native API faults the job on that worker.
-Which rules run in which conformance mode is data (VERIFICATION_RULES): under strict, a
-tool call under none, a missing call or a call to another function under a forced choice,
-content that is not the requested JSON or does not match a strict json_schema; in both
-modes, a call to a function outside the client's tools and two calls sharing an id.
-Content visibly cut off is not held to the requested JSON: its finish_reason is one of
-CONTENT_EXEMPT_FINISH_REASONS *and* its output reached the request's output length by the
-horde's own count (``output_estimate``, the count it charges). A finish_reason alone is the
-worker's claim, so a short non-JSON reply claiming ``length`` is refused under strict.
+Which rules run in which conformance mode is data (VERIFICATION_RULES; docs/design.md,
+"Verification"). Content visibly cut off (a finish_reason in CONTENT_EXEMPT_FINISH_REASONS
+*and* output at its length by the horde's own count) is not held to the requested JSON: a
+finish_reason alone is the worker's claim.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Admission, all before anything is submitted: caps, body size, key, validation.
 
-``Admission.admit(source)`` holds one of the per-source and global slots for the whole
-request (reply or stream included) and refuses with 503 FrontAtCapacity before the body is
-read. ``read_body`` enforces the size limit (413) and the body deadline (408).
-``api_key_of`` reads the bearer token (none: the anonymous key). ``checked_request`` holds
-the body to its text and inline-image allowances (runtime.body_caps: before the parse from
-the raw bytes, after it exactly), parses it (runtime.strict_json: any depth, non-finite
-numbers, lone surrogates and NUL are 400s), drops the front's default no-ops and runs the
-shared validator (item caps first); it returns the body to forward and the normalised
-request. ``admitted_body`` is what a request awaits: the same, with the body to forward
-encoded (or another route's check of its body, the Responses API's translation), run in
-``PARSER`` (two processes of their own) for a body over ``OFF_LOOP_BYTES``, its turn there
-shared fairly between client addresses (``runtime.front.fair_share``).
-
-Why processes: the json module holds the GIL for a whole parse, so a parse on a thread still
-held every other client of the event loop (a 1 MiB body of ``[{},{},...]``, the text
-allowance, stalled them ~100 ms; bench/front_hostile.py). A parser process answers the
-refusal or the body encoded plus the normalised request, whose unpickling is cheap (a
-legitimate large body is mostly long strings). Up to ``OFF_LOOP_BYTES`` the parse stays on
-the loop: a few milliseconds at worst, less than the trip to a process would add. The pool
-is bounded: two processes, a flood of large bodies queues for them (how many can queue is
-the admission caps'; their bytes are already read), in a queue per address: the next body
-parsed is the one of the address with the fewest bytes parsed, so one client's flood of
-large bodies delays another's by about one body, not by the whole flood. A parser process
-that dies (the kernel's OOM killer) is noticed by the next large body, which gets a new
-pool; the bodies it held answer 503 FrontAtCapacity. Parser processes exit with the front,
-even when it is SIGKILLed. Like ``--processes N`` (uvicorn's spawned workers), a parser
-process imports the front's main module again: a script that runs a front needs the
-``if __name__ == "__main__"`` guard.
+``Admission.admit`` holds a per-source and a global slot for the whole request (503
+FrontAtCapacity); ``read_body`` enforces the size limit (413) and body deadline (408);
+``checked_request`` holds the body to its allowances, parses it strictly and runs the shared
+validator. ``admitted_body`` runs that check in ``PARSER``, two processes of their own, for
+a body over ``OFF_LOOP_BYTES``, because the json module holds the GIL for a whole parse;
+turns there are shared fairly between addresses (``runtime.front.fair_share``).
 """
 
 from __future__ import annotations
@@ -69,10 +47,9 @@ from runtime.contract.validator import drop_front_defaults, horde_option, valida
 
 BEARER = "bearer "
 OFF_LOOP_BYTES = 16 * 1024
-"""Bodies larger than this are parsed and validated in ``PARSER``, not on the event loop. The
-worst body of this size, ``[{},{},...]``, holds the loop ~0.6 ms (64 KiB: 7.5 ms), while the
-trip to a parser process adds ~1-2 ms to a body's own latency (measured at load 7 on 2
-cores)."""
+"""Bodies larger than this are parsed and validated in ``PARSER``, not on the event loop:
+the size where the worst body's hold on the loop passes what the trip to a parser process
+adds to a body's latency (docs/performance.md)."""
 PARSER_PROCESSES = 2
 """One per core of the machines measured; more would only share the same cores."""
 PARSER_NICENESS = 10
@@ -255,7 +232,18 @@ def _ready() -> int:
 
 
 class Parser:
-    """The parser processes of this front process, started by ``open`` (or the first large body)."""
+    """The parser processes of this front process, started by ``open`` (or the first large body).
+
+    A thread would not do: the json module holds the GIL for a whole parse, stalling every
+    other client (docs/performance.md, bench/front_hostile.py). A process
+    answers the refusal, or the encoded body and the normalised request (cheap to unpickle).
+    Bodies up to ``OFF_LOOP_BYTES`` stay on the loop: a few ms at worst, less than the trip.
+    Two processes; a flood queues per address, and the address with the fewest bytes parsed
+    goes next, so one client's flood delays another's by about one body. A dead process
+    (OOM) is noticed by the next large body, which gets a new pool; the bodies it held answer
+    503 FrontAtCapacity. Processes exit with the front, even on SIGKILL. Like ``--processes
+    N``, a parser process imports the main module again: a script running a front needs the
+    ``if __name__ == "__main__"`` guard."""
 
     def __init__(self, processes: int = PARSER_PROCESSES) -> None:
         self.processes = processes

@@ -1,15 +1,10 @@
 """The front's Starlette application: routes, shared state, lifespan.
 
-``create_front_app(config, channel_of)`` builds the app; its lifespan opens one
-``aiohttp.ClientSession`` to the native API (``native_session``), one Redis connection pool
-(signals and the relay of progress streams) and the signal hub, and closes them.
-``FrontState`` is what every handler shares (it is ``app.state.front``). Native cancels run
-as background tasks the state keeps until they finish, so a cancel outlives the request task
-that asked for it.
-
-Every response carries ``x-request-id`` (OpenAI's header, the SDKs' ``_request_id``): the
-horde request id once the request was submitted (``RequestId.submitted``), else an id the
-front made for it.
+``create_front_app`` builds the app; its lifespan opens one ``aiohttp.ClientSession`` to the
+native API, one Redis pool and the signal hub, and closes them. ``FrontState``
+(``app.state.front``) is what handlers share; it keeps native cancels' background tasks so a
+cancel outlives the request that asked for it. Every response carries ``x-request-id``
+(the SDKs' ``_request_id``): the horde request id once submitted, else the front's own.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
-"""POST /v1/chat/completions (and /v1/responses) as one ASGI coroutine that owns the
-request's whole life.
+"""POST /v1/chat/completions and /v1/responses: one coroutine owns the request's whole life.
 
-Admitted -> Validated -> Submitted -> Waiting -> Answered, or Refused / Cancelled /
-Faulted (docs/design.md, "The front"). Owning the life in one coroutine keeps the
-admission slot and the signal subscription held until the last byte of a stream, and lets
-one watcher notice a client that left: the wait (or the stream) is then cancelled and so is
-the Horde request. Errors before a stream opens are plain HTTP errors in OpenAI's envelope;
-once submitted they carry x-should-retry: false; after a stream's headers, one error event.
-A plain streamed request relays the worker's progress as it arrives (stream_events); while
-a stream waits, comment lines keep it alive and say the queue position. A route is one
-``Dialect`` on this life: how its body becomes the chat request, how the reply and a late
-error are written (``ChatDialect``; the Responses API's in runtime.front.responses_api).
+Admitted -> Submitted -> Waiting -> Answered (docs/design.md, "The front"). One coroutine
+keeps the admission slot and signal subscription until a stream's last byte, and one
+watcher notices a client that left, cancelling the wait and the Horde request. Errors
+before a stream are HTTP errors in OpenAI's envelope (x-should-retry: false once submitted);
+after its headers, one error event. A route is a ``Dialect`` on this life: how its body
+becomes a chat request and how the reply and a late error are written (``ChatDialect``).
 """
 
 from __future__ import annotations
@@ -59,7 +54,7 @@ class DisconnectWatch:
     ``run(work)`` awaits ``work`` in the caller's own task and cancels that task when the
     client leaves or the grace ends (turning the cancel into ClientGone or
     front_shutting_down): no task for the work nor for each of the two ends, which an open
-    wait held (three tasks, ~1.5 KiB of its memory, and their scheduling at every run)."""
+    wait held (three tasks, their memory and their scheduling at every run)."""
 
     __slots__ = ("_interrupted", "_task", "_working", "drain", "gone")
 

@@ -1,19 +1,10 @@
 """The front's graceful shutdown: what a stopping front does with the requests it holds.
 
-When the front is told to stop (SIGTERM to a server process, ``FrontService.stop()``), its
-server stops accepting connections and ``Drain.begin()`` is called on the app's loop. From
-then on a request the front has not submitted yet is refused with 503 front_shutting_down
-(nothing was queued, so the client or its load balancer can take it to another front), and
-the requests already submitted go on waiting for their replies for ``grace`` seconds. When
-the grace ends (``over``), each one still waiting is cancelled on the native API, so nothing
-is charged for a reply nobody would receive, and answered front_shutting_down in the error
-envelope (a stream: as its last event), never a dropped connection. The server's own
-graceful timeout is set past the grace plus the cancel's wait (``server_timeout``), so those
-answers go out before it closes anything.
-
-In a server process of ``horde-chat front --processes N`` the signal reaches uvicorn's
-handler; ``chain_signals`` (called from the app's lifespan, on the main thread) puts
-``begin`` in front of it. In one process the service calls ``begin_threadsafe`` itself.
+On stop the server takes no new connections and ``Drain.begin()`` runs: a request not yet
+submitted is refused 503 front_shutting_down (nothing queued, so it can go to another
+front); submitted ones wait up to ``grace`` seconds, then are cancelled on the native API
+(nothing charged for a reply nobody receives) and answered front_shutting_down, never a
+dropped connection. The server's own graceful timeout covers that (``server_timeout``).
 """
 
 from __future__ import annotations
@@ -92,7 +83,9 @@ class Drain:
 
     def chain_signals(self) -> Callable[[], None]:
         """On the main thread: SIGINT and SIGTERM call ``begin`` before the server's own
-        handler. Returns what restores the previous handlers (a no-op off the main thread)."""
+        handler. Returns what restores the previous handlers (a no-op off the main thread).
+        Called from the lifespan of a ``--processes N`` server process, where the signal
+        reaches uvicorn's handler; in one process the service calls ``begin_threadsafe``."""
         if threading.current_thread() is not threading.main_thread():
             return lambda: None
         previous: dict[int, Any] = {}

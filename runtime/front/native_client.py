@@ -1,25 +1,11 @@
 """The front's calls to the native API over HTTP: submit, status, cancel, models.
 
-Every call carries the service passkey; every call made for a client (submit, status,
-cancel) also forwards the client's address, so the native API counts a submission on its
-client and the front's reads and cancels on the front's service budget
-(spec/rate_limits.yaml). ``submit`` sends the client's key and a fresh operation key per
-client request, and returns the request's first status the native API answered with. A
-lost response (timeout, reset, refused connection, or a 5xx without the native
-``{message, rc}`` shape) is repeated with the identical bytes and key on the next configured
-root; the native API answers a repeat with the request it
-already holds, so the client is charged once. A native refusal becomes its HordeError.
-Reads (status, models) and the cancel also move to the next root on a transport failure.
-A submit lost on every attempt may have queued an orphan the front has no id for:
-``cancel_operation`` cancels it by its operation key.
-A status read or cancel answered 429 or 5xx raises ``Transient`` (with the native API's
-Retry-After), which the waiter backs off from and retries.
-
-The calls go over one ``aiohttp.ClientSession`` (``native_session``): through httpx,
-httpcore and anyio the submit was about 30% of the front's CPU for a plain request (issue
-14). Each call's timeout bounds the connection (with the wait for a pooled one) and each
-read of the answer, as httpx's did; redirects are not followed; every call carries the id
-the front made for its client request (``x-request-id``), so the native access log names it.
+Every call carries the service passkey, the client's address where made for a client (so
+rate limits count on the right budget) and the front's request id (``x-request-id``). A
+lost submit is repeated, byte for byte with its operation key, on the next root, so the
+client is charged once; ``cancel_operation`` cancels an orphan by that key. Calls go over
+one ``aiohttp.ClientSession``, which costs less CPU a call than httpx, httpcore and anyio
+(docs/performance.md).
 """
 
 from __future__ import annotations
@@ -187,7 +173,9 @@ def _no_request_id() -> str | None:
 class NativeClient:
     """HTTP to the native API roots, in turn, from one ``aiohttp.ClientSession``
     (``native_session``); ``request_id`` gives the id of the client request being served,
-    sent as ``x-request-id`` on each call (None: none is sent)."""
+    sent as ``x-request-id`` on each call (None: none is sent). Reads and the cancel move
+    to the next root on a transport failure. Each call's timeout bounds the connection
+    (with the wait for a pooled one) and each read of the answer; no redirect is followed."""
 
     def __init__(
         self,
@@ -239,7 +227,13 @@ class NativeClient:
     async def submit(
         self, body: bytes, *, api_key: str, operation_key: str, source: str
     ) -> Accepted:
-        """Queue the request (or recover it by operation key after a lost response)."""
+        """Queue the request (or recover it by operation key after a lost response).
+
+        Sends the client's key and a fresh operation key; returns the first status the
+        native API answered with. A lost response (timeout, reset, refused connection, or a
+        5xx without the native ``{message, rc}`` shape) is repeated with identical bytes and
+        key on the next root; the native API answers a repeat with the request it holds. A
+        native refusal becomes its HordeError; every attempt lost raises ``SubmitLost``."""
         route = ROUTES["chat_async"]
         headers = {
             **self._headers(source),

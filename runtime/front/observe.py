@@ -1,18 +1,10 @@
 """The front's operator surface: ``/healthz``, ``/readyz``, ``/metrics`` and the access log.
 
-``ObserveMiddleware`` gives each request its ``RequestId`` (runtime.front.request_id: every
-response names it in ``x-request-id``), times the request to the end of its response (a
-stream: to its last chunk), counts it by route and status, writes its access-log line with
-the ``x-request-id`` the response named (and, once that is the horde request id,
-the front's own id as ``origin_id``), and keeps the front's own id in ``CURRENT`` so the
-native client sends it as ``x-request-id`` (``current_request_id``): the native API's access
-lines for that request's calls name it. The front
-resolves no users (keys go to the native API), so its lines name none.
-
-Counters live in one registry per process (``REGISTRY``): requests by route and status with
-their latency, open waits and open streams, and how waits woke (the Redis signal or the
-fallback poll). With several processes (``horde-chat front --processes N``) /metrics sums
-every process's (``runtime.observability.metrics``, multiprocess mode).
+``ObserveMiddleware`` gives each request its id (``x-request-id``), times it to its last
+chunk, counts it and writes its access-log line; the front's own id goes with every native
+call, so the native access log names it. Counters live in one registry a process
+(``REGISTRY``), summed over processes under ``--processes N``. The front resolves no users,
+so its lines name none.
 """
 
 from __future__ import annotations
@@ -105,7 +97,12 @@ OPERATOR_ROUTES: list[BaseRoute] = [
 
 
 class ObserveMiddleware:
-    """Counts, times and logs every HTTP request of the wrapped app."""
+    """Counts, times and logs every HTTP request of the wrapped app.
+
+    The log line names the ``x-request-id`` the response named and, once that is the horde
+    request id, the front's own id as ``origin_id``; the front's own id stays in ``CURRENT``
+    for the native client (``current_request_id``). Counted: requests by route and status
+    with latency, open waits and streams, and how waits woke (signal or fallback poll)."""
 
     def __init__(
         self,

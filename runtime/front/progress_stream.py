@@ -1,35 +1,11 @@
-"""The front's side of delta streaming: relay, pacing and reconciliation.
+"""The front's side of delta streaming: relay, pacing and reconciliation (docs/design.md,
+"Streaming").
 
-* ``relay(redis, request_id, last_id, stop)`` reads the request's retained progress stream
-  with XREAD BLOCK and yields each posted delta (content and reasoning) as it arrives. It
-  returns at the end entry of a generation that was submitted or cancelled, or of a faulted
-  one once something was relayed (a later worker's reply then reconciles or diverges); a
-  faulted generation that relayed nothing is skipped, since the request may be served
-  again. Once ``stop`` is set (the completion signal arrived) it drains what is left
-  without blocking and returns. A Redis error never ends a stream: the relay reads again
-  from where it was after a growing pause (``RELAY_RETRY_FIRST`` doubling up to
-  ``RELAY_RETRY_MAX`` seconds, or at once when ``stop`` is set), and once ``stop`` is set a
-  relay Redis cannot serve returns: the final reply sends what was not relayed.
-* ``paced(texts, clock)`` spreads each post's text evenly over the estimated interval until
-  the next post (a moving estimate, first ``POST_INTERVAL_SECONDS``, at most
-  ``PACING_MAX_INTERVAL_SECONDS``, pieces at most every ``PACING_CHUNK_SECONDS``). A post
-  that arrives early flushes what is left of the previous one first; after the last post
-  the pieces keep their schedule, unless ``flush_at_end``: then the source's end sends what
-  is left at once. ``plan`` and ``next_estimate`` are the pure parts.
-  It paces ``str`` or ``Post`` (a post's reasoning then its content, cut as one text).
-* ``reconcile(relayed, final)``: a final reply equal to or extending the relayed text gives
-  the rest to send; one that diverges gives None (the stream ends with an error event).
-  ``chunk_stream`` applies it to each channel, content and reasoning.
-* ``delta_events(redis, request_id, reply, with_reasoning=...)`` is the
-  ``runtime.front.sse.ReplyEvents`` source of a plain streamed request
-  (``generated.streaming.DELTA_RULE``): paced ``Delta``s (content and reasoning) while
-  the worker posts, then ``Final`` once ``reply()`` returns (its arrival stops the relay,
-  which drains first); ``chunk_stream`` reconciles the two. Without ``with_reasoning``
-  (horde.include_reasoning false) the reasoning is left out before pacing. Pacing never
-  delays the end: the relay ends once the whole reply is known (the final reply arrived, or
-  the generation's end entry was read) and what is left of the last post goes out at once.
-
-Every name and number comes from ``generated.streaming`` (spec/streaming.yaml).
+``relay`` reads a request's retained progress stream from Redis as posts arrive; ``paced``
+spreads each post's text evenly until the next, so a client sees a steady flow rather than
+a lump a second; ``reconcile`` compares the final reply with what was relayed (extends it:
+the rest to send; diverges: None). ``delta_events`` joins them as the ``ReplyEvents`` source
+of a plain streamed request. Every name and number comes from ``generated.streaming``.
 """
 
 from __future__ import annotations
@@ -117,7 +93,15 @@ async def relay(
     last_id: str = STREAM_START,
     stop: asyncio.Event | None = None,
 ) -> AsyncIterator[RelayedDelta]:
-    """The deltas of a request's progress stream after ``last_id``, as they arrive."""
+    """The deltas of a request's progress stream after ``last_id``, as they arrive.
+
+    Reads with XREAD BLOCK. Returns at the end entry of a generation submitted or
+    cancelled, or of a faulted one once something was relayed (a later worker's reply then
+    reconciles or diverges); a faulted generation that relayed nothing is skipped, since
+    the request may be served again. Once ``stop`` is set it drains without blocking and
+    returns. A Redis error never ends a stream: it reads again after a pause
+    (``RELAY_RETRY_FIRST`` doubling up to ``RELAY_RETRY_MAX``; at once, then returning, when
+    ``stop`` is set: the final reply sends what was not relayed)."""
     key = S.STREAM_KEY.of(request_id)
     cursor = last_id
     relayed = False
@@ -252,7 +236,13 @@ async def paced(
     flush_at_end: bool = False,
 ) -> AsyncIterator[T]:
     """``texts`` (one per post) re-cut into evenly timed pieces; with ``flush_at_end`` the
-    end of ``texts`` sends the pieces still pending as one, without waiting."""
+    end of ``texts`` sends the pieces still pending as one, without waiting.
+
+    Each post is spread over the estimated interval until the next (a moving estimate,
+    first ``POST_INTERVAL_SECONDS``, at most ``PACING_MAX_INTERVAL_SECONDS``, pieces at most
+    every ``PACING_CHUNK_SECONDS``); a post arriving early flushes what is left of the
+    previous one first. ``plan`` and ``next_estimate`` are the pure parts. A ``Post`` is cut
+    as one text, its reasoning then its content."""
     clock = clock or LoopClock()
     source = texts.__aiter__()
     pending: deque[tuple[float, T]] = deque()
@@ -341,7 +331,13 @@ async def delta_events(
     *,
     with_reasoning: bool = True,
 ) -> ReplyEvents:
-    """Paced deltas of a plain streamed request, then its final reply."""
+    """Paced deltas of a plain streamed request, then its final reply.
+
+    ``Delta``s (content and reasoning; reasoning left out before pacing without
+    ``with_reasoning``) while the worker posts, then ``Final`` once ``reply()`` returns; its
+    arrival stops the relay, which drains first. Pacing never delays the end: once the whole
+    reply is known, what is left of the last post goes out at once. ``chunk_stream``
+    reconciles the two."""
     stop = asyncio.Event()
     final = asyncio.ensure_future(reply())
     final.add_done_callback(lambda _: stop.set())

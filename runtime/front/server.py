@@ -1,17 +1,11 @@
 """The front as a service: uvicorn (one event loop) in a thread, on a socket we bind.
 
-``FrontService.start(config, channel_of, host=..., port=0)`` binds first (port 0 picks a
-free one), serves in a thread and returns once the app's lifespan has started;
-``stop()`` begins the app's drain (runtime.front.drain: submitted requests get the shutdown
-grace), asks uvicorn to exit and joins the thread. ``horde-chat up``, the tests and the
-bench use it the same way.
-
-``serve_processes(config, host=..., port=..., processes=N)`` is ``horde-chat front
---processes N``: the parent binds the socket, opens the metrics directory the processes share
-(runtime.observability.metrics), and runs uvicorn's supervisor with N server processes on
-that socket, each building its app from ``config`` (``create_front_app``); it returns once
-they stopped (SIGTERM or SIGINT to the parent: each drains as above). Both paths configure
-uvicorn through ``uvicorn_config``.
+``FrontService.start`` binds first (port 0 picks a free one), serves in a thread and
+returns once the lifespan started; ``stop()`` begins the drain (``runtime.front.drain``),
+asks uvicorn to exit and joins. ``up``, the tests and the bench use it alike.
+``serve_processes`` is ``horde-chat front --processes N``: the parent binds the socket, opens
+the shared metrics directory and runs uvicorn's supervisor with N server processes, each
+building its app from ``config``. Both configure uvicorn through ``uvicorn_config``.
 """
 
 from __future__ import annotations
@@ -60,7 +54,7 @@ def uvicorn_config(app: Any, config: FrontConfig, **options: Any) -> uvicorn.Con
     return uvicorn.Config(
         app,
         lifespan="on",
-        # the C parser (a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms), with caps
+        # the C parser (far cheaper than h11 on a large body: docs/performance.md), with caps
         http=HTTP_PROTOCOL,
         timeout_graceful_shutdown=int(server_timeout(config.shutdown_grace) + 0.999),
         backlog=BACKLOG,

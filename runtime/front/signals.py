@@ -1,29 +1,11 @@
 """Completion signals: one Redis pattern subscription for every open wait.
 
-The hub owns one ``redis.asyncio`` PubSub subscribed to every chat request's channel at
-once (``channel_of("*")``, one PSUBSCRIBE a connection); a reader task sets the signal of
-the open wait whose channel a message arrives on (noting the outcome key the event names,
-where the native API stored the request's final status). Opening and closing a wait send
-Redis nothing: ``subscribe(request_id)`` and ``release`` only file its ``Signal`` (a
-``Flag``) by channel. Before, each wait subscribed to its channel, waited for the
-confirmation and unsubscribed: two round trips and three of the front's ~6 wakes a request
-(issue 14). The price is that every front reads every request's events, a few small JSON
-messages a request (spec/signals.yaml: no text), and drops those of requests it does not
-wait on.
-
-A wait opens right after its submit's answer, and a fast worker's first event can reach the
-front before it (the two travel apart). So the hub keeps the last ``RECENT`` messages of
-channels no wait holds, and a wait opened with the ``mark`` taken before its submit was sent
-gets what its channel had meanwhile; its ``heard`` says none can have been missed (the same
-connection listened throughout, nothing dropped), and then it need not look the request's
-outcome key up. ``outcome(key)`` reads a final status stored there (None when it is not, or
-Redis cannot answer: read the status route).
-
-Redis may fail or restart at any time and no wait fails for it: a lost connection (or one
-refused) marks the hub broken; while broken, waits open without waiting and are not
-``heard``, and the reader reconnects with a growing pause, subscribes again, and on the
-confirmation wakes every open wait once, since signals may have been lost meanwhile. Waits
-also poll slowly, so a lost signal only delays a reply.
+The hub's one PSUBSCRIBE (``channel_of("*")``) hears every request's channel, so opening and
+closing a wait sends Redis nothing (a subscription per wait cost two round trips and three
+of the front's wakes a request); the price is that every front reads every request's few
+small events. Recent messages are kept for waits that open after a fast worker's first
+event (``mark``). Redis failing fails no wait: the hub reconnects and wakes every wait once,
+and waits also poll slowly (``SignalHub``).
 """
 
 from __future__ import annotations
@@ -57,13 +39,11 @@ RECONNECT_MAX = 4.0
 class Flag:
     """asyncio.Event's set / clear / is_set / wait, with a timeout of its own and no deque.
 
-    An open wait holds its Signal and its client's disconnect flag until it ends (until
-    issue 14's pattern subscription, a channel confirmation flag too): as asyncio.Events
-    they were ~2.3 KiB of a wait's ~33 (each Event allocates a deque of its waiters,
-    ~0.76 KiB, and a dict), and waiting on one with a timeout took asyncio.wait_for, a Task
-    wrapping ``wait()``. Here the waiters are a list
-    made on the first wait, and ``wait(timeout)`` is one future and one timer in the caller's
-    own task."""
+    An open wait holds its Signal and its client's disconnect flag until it ends: as
+    asyncio.Events they were a measurable share of a wait's memory (each allocates a deque
+    of its waiters and a dict; docs/performance.md), and a timed wait took asyncio.wait_for,
+    a Task wrapping ``wait()``. Here the waiters are a list made on the first wait, and
+    ``wait(timeout)`` is one future and one timer in the caller's own task."""
 
     __slots__ = ("_set", "_waiters")
 
@@ -136,7 +116,14 @@ class Mark(NamedTuple):
 
 
 class SignalHub:
-    """Wakes the waits of this process when their request's channel gets a message."""
+    """Wakes the waits of this process when their request's channel gets a message.
+
+    A reader task sets the open wait's signal, noting the outcome key the event names. A
+    wait's first event can beat its submit's answer, so the last ``RECENT`` messages of
+    channels no wait holds are kept, and a wait opened with a ``mark`` gets what came
+    meanwhile; ``heard`` says none can have been missed. A lost or refused connection marks
+    the hub broken: waits open without waiting and are not ``heard``, and the reader
+    reconnects with a growing pause, then wakes every open wait once."""
 
     def __init__(self, redis: Redis, channel_of: Callable[[str], str]) -> None:
         self.redis = redis

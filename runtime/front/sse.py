@@ -1,19 +1,10 @@
 """Streamed replies (``stream: true``) as server-sent events.
 
-The stream is built from *reply events* (``ReplyEvents``): ``Delta`` (content relayed while
-the worker generates) and ``Final`` (the finished reply). ``runtime.front.stream_events``
-picks the source of each request: a plain one (``generated.streaming.DELTA_RULE``) gets
-``progress_stream.delta_events``, paced deltas while the worker posts then the final reply;
-any other (tools, a structured ``response_format``) gets ``whole_reply``, one ``Final`` once
-the request is done. ``chunk_stream`` turns them into chunks: a role chunk, per delta a
-``reasoning_content`` chunk (its reasoning, unless horde.include_reasoning is false) and a
-``content`` chunk, then the rest of the final reply, channel by channel (a reply whose
-content and reasoning each equal or extend what was relayed sends the rest; one that
-diverges in either ends the stream with 502 stream_diverged), a tool-call
-chunk when there are calls, a finish chunk, a usage chunk (``choices: []``) with
-stream_options.include_usage, then ``[DONE]``. Keep-alive comments (``comment``) are
-interleaved by the caller. An error after the headers is one event ``{"error": {...}}``
-without a choice, then ``[DONE]``.
+A stream is built from *reply events* (``ReplyEvents``): ``Delta`` (content relayed while
+the worker generates) and ``Final`` (the finished reply). ``stream_events`` picks the source:
+``progress_stream.delta_events`` for a plain request, ``whole_reply`` for any other (tools,
+a structured ``response_format``). ``chunk_stream`` turns them into chunks in OpenAI's order
+(docs/design.md, "Streaming"); keep-alive comments are interleaved by the caller.
 """
 
 from __future__ import annotations
@@ -158,7 +149,14 @@ def rest_of(reply: Reply, relayed: str, relayed_reasoning: str | None) -> ChunkD
 async def chunk_stream(
     events: ReplyEvents, request_id: str, request: dict[str, Any]
 ) -> AsyncIterator[ChatCompletionChunk]:
-    """The chunks of one streamed reply, in the documented order."""
+    """The chunks of one streamed reply, in the documented order.
+
+    A role chunk; per delta a ``reasoning_content`` chunk (unless horde.include_reasoning
+    is false) and a ``content`` chunk; the rest of the final reply channel by channel (one
+    that diverges from what was relayed ends the stream with 502 stream_diverged); a
+    tool-call chunk when there are calls; a finish chunk; a usage chunk (``choices: []``)
+    with stream_options.include_usage; ``[DONE]``. An error after the headers is one event
+    ``{"error": {...}}`` without a choice, then ``[DONE]``."""
     maker = ChunkMaker(request_id, request)
     with_reasoning = shows_reasoning(request)
     relayed = ""

@@ -1,15 +1,10 @@
 """What a streamed request sends, before and between its chunks.
 
-* ``reply_events(redis, wait, request_id, request)`` picks the request's ``ReplyEvents``
-  source: a plain streamed request (``generated.streaming.DELTA_RULE``) relays the
-  worker's progress (``progress_stream.delta_events``: content, and reasoning unless
-  horde.include_reasoning is false), its deltas named with the model known so far
-  (``stream_model``); every other request streams the whole reply.
-* ``keep_alive(items, interval, note)`` passes the encoded chunks through and, whenever
-  nothing was sent for ``interval`` seconds, sends an SSE comment line with ``note()``:
-  the request's queue position and estimated wait from the last status the wait read, or
-  that no eligible worker is online yet (``queue_note``), so a client (or a proxy) waiting
-  for a worker keeps its connection and learns why.
+``reply_events`` picks the request's ``ReplyEvents`` source: a plain streamed request
+(``DELTA_RULE``) relays the worker's progress (``progress_stream.delta_events``), its deltas
+named with the model known so far (``stream_model``); any other streams the whole reply.
+``keep_alive`` sends an SSE comment with the queue position (``queue_note``) whenever
+nothing was sent for a while, so a waiting client or proxy keeps its connection and learns why.
 """
 
 from __future__ import annotations

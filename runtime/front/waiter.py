@@ -1,31 +1,11 @@
 """The wait for a submitted request's reply: the Submitted -> Waiting states
 (docs/design.md, "The front").
 
-``ReplyWait`` subscribes to the request's completion signal (``async with``; with the hub's
-``mark`` taken before the submit, it holds what the channel had meanwhile);
-``ReplyWait.open(first)`` takes the status the native submit answered with (``first``; a
-status read only when the submit carried none), and first reads the request's outcome key
-when the signal named it, or looks it up once when the hub may have missed a message since
-the submit (a request that ended unheard is found there). That first
-status turns a declaration gap (missing_features: 404) or a limits gap (exceeded_limits: 400)
-into an error, and under fail_fast it decides queue_unavailable (no eligible thread, or a
-wait_time over the budget left), reading again up to ``queue_info_wait`` seconds for a status
-with queue information. All of that happens before a stream opens. ``ReplyWait.reply()``
-then wakes on the signal and on a slow fallback poll, until done with a generation (the
-Reply), faulted (502 ChatRequestFaulted), done without one (502 no_generation), the deadline
-(408), or is_possible false for the whole grace (503 no_eligible_worker). A signal that names
-the outcome key is answered from Redis (the final status the native API stored there); any
-other wake, or an outcome Redis cannot give, reads the status route. So a plain request's
-happy path costs the front no status read. The caller cancels on the native side for every
-exit but a reply or a fault (``needs_cancel``), with ``cancel_until_confirmed``.
-
-A wait never dies of a transient answer: a status read answered 429 or 5xx, or lost, is
-retried after a back-off (doubling from half a second, raised to the native API's
-Retry-After, at most the poll interval) until the deadline; the status reads carry the
-client's address and count on the front's service budget. A cancel is repeated the same
-way until the native API confirms it. Redis failing or restarting fails no wait: the hub
-reconnects (``runtime.front.signals``), an outcome it cannot read is read from the status
-route, and meanwhile the fallback poll carries the wait.
+``ReplyWait.open`` takes the submit's first status and turns gaps and fail_fast into errors
+before a stream opens; ``ReplyWait.reply`` then wakes on the completion signal and a slow
+fallback poll until the request ends, answering from the outcome Redis holds when it can,
+so a plain request costs no status read. Transient answers, Redis restarts and lost signals
+delay a wait, never fail it; the caller cancels on every exit but a reply or a fault.
 """
 
 from __future__ import annotations
@@ -160,7 +140,7 @@ def _has_queue_info(status: ChatStatus) -> bool:
 
 class ReplyWait:
     """One submitted request's wait; use as ``async with`` (it holds the subscription).
-    Slotted: thousands are open at once (a dict per wait was ~0.6 KiB of its memory)."""
+    Slotted: thousands are open at once, and a dict per wait costs memory."""
 
     __slots__ = (
         "_impossible_since",
@@ -248,7 +228,7 @@ class ReplyWait:
     def _keep(self, status: ChatStatus) -> None:
         """``status`` as the wait's last: whole when final (its reply or fault is built from
         it), else only ``READ_WHILE_WAITING`` (a first status's ~30 fields, each key a string
-        of its own from the JSON parse, were ~1.9 KiB of every open wait)."""
+        of its own from the JSON parse, weighed on every open wait)."""
         if status.get("done") or status.get("faulted"):
             self.status = status
             return
@@ -293,7 +273,12 @@ class ReplyWait:
         """From the submit's status (``first``; else reads until one succeeds) to the
         fail_fast decision; gaps raise here. A request that already ended is taken from its
         outcome key: the one its signal named when the hub heard everything since the
-        submit (``Signal.heard``), else looked up (it may have ended unheard)."""
+        submit (``Signal.heard``), else looked up (it may have ended unheard).
+
+        A declaration gap (missing_features) is 404, a limits gap (exceeded_limits) 400;
+        under fail_fast, no eligible thread or a wait_time over the budget left is
+        queue_unavailable, reading again up to ``queue_info_wait`` seconds for a status
+        with queue information."""
         assert self._signal is not None
         if self._signal.heard:
             key, self._signal.outcome = self._signal.outcome, None
@@ -364,7 +349,14 @@ class ReplyWait:
         return left
 
     async def reply(self) -> Reply:
-        """Wait (signal, recheck, fallback poll) until the request ends."""
+        """Wait (signal, recheck, fallback poll) until the request ends.
+
+        Ends done with a generation (the Reply), faulted (502 ChatRequestFaulted), done
+        without one (502 no_generation), at the deadline (408), or is_possible false for
+        the whole grace (503 no_eligible_worker). A signal naming the outcome key is
+        answered from Redis; any other wake, or an outcome Redis cannot give, reads the
+        status route. A status read answered 429 or 5xx, or lost, is retried after
+        ``backoff`` until the deadline, on the front's service budget."""
         status = self.status
         while True:
             if status is not None:

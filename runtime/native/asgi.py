@@ -1,33 +1,11 @@
-"""The native API as an ASGI application: the Flask app behind a2wsgi, the workers' lane
-served without Flask, the long-poll pop served asynchronously.
+"""The native API as an ASGI app: Flask behind a2wsgi, the workers' lane without Flask, and
+the long-poll pop served asynchronously.
 
-Every request runs on one of two bounded thread pools: the workers' lane (pop, submit,
-progress, heartbeat: ``WORKER_LANE_THREADS``) and the clients' (``THREADS``, what waitress
-had), so no burst of client requests holds up a worker or the liveness probe. Every body is
-read here first, on the event loop, within the body deadline
-(``generated.defences.BODY_DEADLINE_SECONDS``; 408 after): a client sending its body slowly
-holds a coroutine, never a thread. The clients' routes run the Flask app through a2wsgi on
-the body read. The lane's routes are not Flask's: ``runtime.native.api.lane`` (the app's
-``extensions[LANE]``) answers them whole on a lane thread, one hop there and back
-(``_lane_answer``; issue 14: Flask, werkzeug's request and flask-limiter's per-request
-resolution cost ~1 ms of CPU a request there). The text pop is served by the shell: its
-body is read first, the view pops as usual (validation, rate limits, the access log), and
-when it answers "no job" to a pop that asked to ``wait`` (spec/api/native.yaml
-PopInput.wait), the request waits on the event loop (no thread, no database connection, no
-row lock) until a wake (``WakeHub``) or its deadline. A woken pop runs the view again,
-marked as a retry: neither rate limited nor logged a second time, so a waiting pop counts as
-one pop; one that still finds nothing goes back to waiting. At the deadline the view runs
-once more (``PopAttempt.last``), and its answer is sent: only that run, or a pop that does
-not wait, counts what the worker skipped.
-
-``WakeHub`` is this process's one Redis subscription to ``generated.signals.WAKE_CHANNEL``
-(``runtime.native.queue.wake.wake_workers`` publishes it, and wakes this process's own
-waiting pops directly first: ``wake_here``). While the subscription is down,
-a waiting pop pops again every ``FALLBACK_REPOP_SECONDS`` instead. ``close()`` (shutdown)
-answers every waiting pop "no job" at once.
-
-The client's address is the TCP peer (uvicorn runs with ``proxy_headers=False``): the app
-trusts X-Forwarded-For only from a passkey holder (``runtime.native.api.service_passkey``).
+Requests run on two bounded thread pools, the workers' lane (``WORKER_LANE_THREADS``) and
+the clients' (``THREADS``), so a burst of clients never holds up a worker or the liveness
+probe. Every body is read first on the event loop within the body deadline (408 after), so
+a slow sender holds a coroutine, never a thread. A pop that asked to ``wait`` waits here,
+holding no thread, connection or row lock, until a wake (``WakeHub``) or its deadline.
 """
 
 from __future__ import annotations
@@ -100,7 +78,7 @@ class PopAttempt:
     last: bool = False
     """The shell's: the wait is over, so an empty answer is sent; only this run (or a pop
     that does not wait) counts what the worker skipped (upstream's ``skipped``, a count over
-    the queue), not a run that goes on waiting (issue 14)."""
+    the queue), not a run that goes on waiting (the count is dear: ``queue.jobs``)."""
     wait: float = 0.0
     no_job: bool = False
     models: frozenset[str] | None = None
@@ -117,7 +95,11 @@ class HubMetrics:
 
 
 class WakeHub:
-    """This process's waiting pops and its one subscription to the wake channel."""
+    """This process's waiting pops and its one subscription to the wake channel.
+
+    ``wake_workers`` publishes on ``WAKE_CHANNEL`` and wakes this process's pops directly
+    first (``wake_here``). While the subscription is down, a waiting pop pops again every
+    ``FALLBACK_REPOP_SECONDS``; ``close()`` (shutdown) answers every waiting pop "no job"."""
 
     def __init__(self, redis_url: str) -> None:
         self.redis_url = redis_url
@@ -207,7 +189,14 @@ class WakeHub:
 
 
 class NativeASGI:
-    """The ASGI app: lifespan starts the wake hub; the pop route long-polls."""
+    """The ASGI app: lifespan starts the wake hub; the pop route long-polls.
+
+    The clients' routes run the Flask app through a2wsgi on the body read; the lane's are
+    answered whole by ``Lane`` on a lane thread (``_lane_answer``). A pop that finds no job
+    waits on the loop; a woken pop runs the view again as a retry (neither rate limited nor
+    logged twice, so a waiting pop counts as one), and at the deadline once more
+    (``PopAttempt.last``), whose answer is sent. The client's address is the TCP peer
+    (``proxy_headers=False``): X-Forwarded-For is trusted only from a passkey holder."""
 
     def __init__(self, flask_app: Flask, redis_url: str, *, threads: int = THREADS) -> None:
         self.flask_app = flask_app
@@ -444,8 +433,8 @@ def _replay(body: bytes, then: Receive | None = None) -> Receive:
 
 class _Gone:
     """Whether a pop's client left, watched from its first wait on: a pop answered at once
-    (a job found, or no wait asked) starts no watcher task (issue 14: a task created and
-    cancelled on every pop)."""
+    (a job found, or no wait asked) starts no watcher task, sparing a task created and
+    cancelled on every pop."""
 
     __slots__ = ("_receive", "_task", "event")
 

@@ -1,10 +1,9 @@
 """The threads the workers' lane runs its views on, one hop from the event loop and back.
 
-``loop.run_in_executor`` wraps each call in a ``concurrent.futures.Future`` chained to an
-asyncio one (two callbacks and a state copy through ``call_soon_threadsafe``); here a call is
-one put on a queue and its answer one ``call_soon_threadsafe`` that settles the asyncio
-future (issue 14: ~41 -> ~16 us of CPU a hop, 8 calls at a time, measured alone). Threads
-start as calls find none idle, up to ``size``, as ``ThreadPoolExecutor``'s do.
+``loop.run_in_executor`` chains a ``concurrent.futures.Future`` to an asyncio one; here a
+call is one queue put and its answer one ``call_soon_threadsafe``, about a third of the
+CPU a hop (docs/performance.md). Threads start as calls find none idle, up to ``size``, as
+``ThreadPoolExecutor``'s do.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def uvicorn_config(app: object, *, log_level: str = "warning", workers: int = 1)
         workers=workers,
         log_level=log_level,
         lifespan="on",
-        # the C parser (a 30 MB body costs the loop ~7 ms of CPU, h11 ~87 ms), with caps
+        # the C parser (far cheaper than h11 on a large body: docs/performance.md), with caps
         http=HTTP_PROTOCOL,
         # X-Forwarded-For reaches the app, which trusts it only from a caller presenting
         # the service passkey (runtime.native.api.service_passkey); the client is the peer.

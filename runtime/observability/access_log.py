@@ -85,8 +85,8 @@ class AccessLog:
 
     def _write_direct(self, line: str) -> bool:
         """Write ``line`` as the handler this class installed would, without a LogRecord
-        and the handler chain (issue 14: ~6 -> ~1.5 us of CPU a line, measured alone; two
-        lines a pop+submit cycle). False, nothing written, when the logger has other
+        and the handler chain, the dearest part of a line (docs/performance.md; two lines
+        a pop+submit cycle). False, nothing written, when the logger has other
         handlers or filters (an operator's, a test's) or the write failed: ``logging``
         then decides (and reports a failed write its way)."""
         handler, logger = self._handler, self.logger

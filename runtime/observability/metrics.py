@@ -1,21 +1,10 @@
 """Prometheus metrics every service exposes (``prometheus-client``).
 
-``HttpMetrics(registry)``: ``horde_http_requests_total{method,route,status}``,
-``horde_http_request_duration_seconds{method,route}`` and the process's garbage-collection
-pauses, ``horde_gc_pause_seconds{generation}`` (``GcPauses``). A route is the matched route's
-template (``/api/v2/generate/text/status/{id}``), ``unmatched`` for a path no route holds,
-so a client cannot grow the label set. ``exposition(registry, *collectors)`` renders a
-registry plus collectors built for this scrape (gauges a service computes from its stores).
-
-Several processes behind one port (``--processes N``) share their counters through
-prometheus-client's multiprocess mode: the parent opens ``multiprocess_dir()`` before it
-starts the server processes (a fresh directory named by ``PROMETHEUS_MULTIPROC_DIR``, which
-the children inherit and prometheus-client reads when it is imported; removed at exit), every
-process writes its values there, and ``exposition`` then renders the sum of every process's
-files (``MultiProcessCollector``) instead of the answering process's registry, so a scrape
-reaching any process reads the whole service. A gauge says how processes combine
-(``multiprocess_mode``: open waits add up over live processes, ``livesum``); a server process
-calls ``process_exited()`` as it stops so its live gauges leave the sum.
+``HttpMetrics``: request counts and durations by method, route template (``unmatched`` for
+no route, so clients cannot grow the label set) and status, plus GC pauses (``GcPauses``).
+``exposition`` renders a registry plus collectors built for this scrape. Processes behind one
+port (``--processes N``) share values through prometheus-client's multiprocess mode
+(``multiprocess_dir``, ``process_exited``), so a scrape of any process reads the whole service.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The browsable reference both services serve: ``/openapi.json`` and ``/docs``.
 
-``/openapi.json`` is the service's generated OpenAPI document (``generated/openapi/``, YAML in
-the package) as JSON, converted once per process. ``/docs`` is a Swagger UI page whose
-script, style sheet and icon (``/docs/{asset}``) come from the ``swagger-ui-py`` package's
-static files (Swagger UI 5, which renders OpenAPI 3.1; ``swagger-ui-bundle`` 1.1.0 ships
-Swagger UI 4, which refuses a 3.1 document). The page loads the document from its own origin
-and nothing else: no CDN, and ``validatorUrl: null`` so Swagger UI does not send the document
-to its public validator for the badge. Which assets exist is the spec's (the enum of the asset
-route's path parameter); the package is only read, never imported (its ``__init__`` loads
-every web framework's handler module it knows).
+``/openapi.json`` is the generated OpenAPI document as JSON, converted once per process.
+``/docs`` is Swagger UI 5 (it renders OpenAPI 3.1; ``swagger-ui-bundle`` ships 4, which
+refuses it) from ``swagger-ui-py``'s static files, which are read, never imported (its
+``__init__`` loads every web framework it knows). The page loads only from its own origin:
+no CDN, and ``validatorUrl: null`` so the document is never sent to the public validator.
 """
 
 from __future__ import annotations

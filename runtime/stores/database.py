@@ -27,8 +27,8 @@ def make_engine(
     ``autocommit``: its connections have no transactions (``autocommit_engine``).
 
     A connection lost to a database restart is replaced: one idle for a while is pinged when
-    checked out (``ping_if_idle``); a busy one is not (pool_pre_ping's ping was 2 of a
-    pop+submit cycle's 8 round trips, issue 14), so its request fails with SQLAlchemy's
+    checked out (``ping_if_idle``); a busy one is not (pool_pre_ping's ping was a quarter
+    of a pop+submit cycle's round trips), so its request fails with SQLAlchemy's
     OperationalError (a 503; a driver's cursor's error too: the session's rollback at its
     end raises it) and SQLAlchemy's disconnect handling invalidates the whole
     pool: the next request gets a new connection.
@@ -83,7 +83,7 @@ def autocommit_engine(url: str) -> Engine:
     that is a transaction of its own (a database function) save the BEGIN and COMMIT round
     trips. Its own pool, not ``engine.execution_options(isolation_level=...)`` on the
     transactions' pool: that sets the isolation level at every checkout and resets it at
-    every check-in (~23 us of CPU a checkout, twice a pop+submit cycle, issue 14)."""
+    every check-in, CPU spent twice a pop+submit cycle (docs/performance.md)."""
     size, overflow = AUTOCOMMIT_POOL
     return make_engine(url, pool_size=size, max_overflow=overflow, autocommit=True)
 

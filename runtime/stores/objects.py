@@ -1,15 +1,10 @@
 """Object storage: one small interface, two real backends, chosen by a storage URL.
 
-``ObjectStore`` is what the native API (image intake, messages offload, pop transports)
-calls: ``put``, ``get``, ``signed_url`` and ``delete``. ``open_object_store(settings,
-base_url=...)`` picks the backend from ``HORDE_STORAGE_URL``:
-
-* ``file:///path`` (default ``<data dir>/objects``): ``FilesystemObjectStore``, whose
-  signed URLs are HMAC-signed and served by the native API's ``object`` route;
-* ``s3://bucket[/prefix]?endpoint=URL&region=NAME``: ``S3ObjectStore`` (boto3, presigned
-  URLs; credentials from boto3's usual chain: AWS_ACCESS_KEY_ID, profiles, ...).
-
-Keys are flat names (``img-<hex>.jpg``) so a signed URL's path holds one segment.
+``ObjectStore`` (``put``, ``get``, ``signed_url``, ``delete``) is what the native API calls;
+``open_object_store`` picks the backend from ``HORDE_STORAGE_URL``: ``file:///path``
+(default ``<data dir>/objects``; HMAC-signed URLs served by the native API) or
+``s3://bucket[/prefix]?endpoint=URL&region=NAME`` (boto3's presigned URLs and credential
+chain). Keys are flat names (``img-<hex>.jpg``), so a signed URL's path holds one segment.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""A long statement run without psycopg parsing it on every run (issue 14).
+"""A long statement run without psycopg parsing it on every run.
 
-psycopg turns a query's named placeholders (``%(name)s``) into Postgres's own (``$1``) on
-every execute, a regular-expression split of the whole text, and caches the result only for
-a query of at most 4 KiB and 50 parameters (``psycopg._queries``: the limits keep an ORM's
-one-off statements out of its cache). The pop's statement is over both (~4-7 KiB with a
-chat declaration's filters, its parameters ~60-100 with the worker's terms), so its split
-was ~27% of a woken chat pop's CPU (cProfile, bench/dispatch.py). ``RawSql`` converts a
-statement once; it runs on a ``psycopg.RawCursor``, which takes ``$n`` placeholders and a
-sequence of values as they are.
+psycopg rewrites named placeholders (``%(name)s``) to ``$n`` on every execute and caches the
+result only for queries under 4 KiB and 50 parameters; the pop's statement is over both, so
+the rewrite was a large share of a woken pop's CPU (docs/performance.md). ``RawSql``
+converts a statement once and runs it on a ``psycopg.RawCursor``, which takes ``$n``
+placeholders and a sequence of values as they are.
 """
 
 from __future__ import annotations

@@ -9,11 +9,13 @@ variable's own (``derived_setting``: a value the service derives from the spec i
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -42,9 +44,12 @@ class Text(Kind[str]):
 
 
 class Url(Kind[str]):
-    """A URL, without its trailing slashes."""
+    """An http(s) URL with a host, without its trailing slashes."""
 
     def parse(self, name: str, raw: str, default: object) -> str:
+        parts = urlsplit(raw)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{name} must be an http:// or https:// URL with a host, got {raw!r}")
         return raw.rstrip("/")
 
 
@@ -69,24 +74,41 @@ class Integer(Kind[int]):
         return value if self.at_least is None else max(self.at_least, value)
 
 
+def _finite(name: str, raw: str, above: float | None) -> float:
+    """``raw`` as a finite number, above ``above`` when that is given."""
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {raw!r}")
+    if above is not None and value <= above:
+        raise ValueError(f"{name} must be greater than {above}, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
 class Number(Kind[float]):
-    """A number."""
+    """A finite number, greater than ``above`` when that is given."""
+
+    above: float | None = None
 
     def parse(self, name: str, raw: str, default: object) -> float:
-        try:
-            return float(raw)
-        except ValueError as exc:
-            raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+        return _finite(name, raw, self.above)
 
 
+@dataclass(frozen=True)
 class WholeNumber(Kind[int]):
-    """A number, of which the whole part is kept (``64.5`` counts as 64)."""
+    """A finite number, of which the whole part is kept (``64.5`` counts as 64); that part
+    greater than ``above`` when that is given."""
+
+    above: float | None = None
 
     def parse(self, name: str, raw: str, default: object) -> int:
-        try:
-            return int(float(raw))
-        except (ValueError, OverflowError) as exc:
-            raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+        value = int(_finite(name, raw, None))
+        if self.above is not None and value <= self.above:
+            raise ValueError(f"{name} must be greater than {self.above}, got {raw!r}")
+        return value
 
 
 class Switch(Kind[bool]):
@@ -128,10 +150,10 @@ class Items(Kind[tuple[str, ...]]):
 
 
 class Urls(Kind[tuple[str, ...]]):
-    """Comma-separated URLs, as ``Items``, each without its trailing slashes."""
+    """Comma-separated URLs, as ``Items``, each an http(s) URL as ``Url`` reads it."""
 
     def parse(self, name: str, raw: str, default: object) -> tuple[str, ...]:
-        return tuple(url.rstrip("/") for url in Items().parse(name, raw, default))
+        return tuple(Url().parse(name, url, default) for url in Items().parse(name, raw, default))
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,9 @@
 """Per-backend mapping: a chat job's payload -> the body this backend accepts.
 
 Every backend gets the conversation as messages (it renders the model's own template) and
-every sampling field the job carries. What differs, as measured or documented:
-
-* llama-cpp-python refuses OpenAI's ``json_schema`` response_format with a 500 but takes
-  ``{"type": "json_object", "schema": ...}``; it forces a *named* tool_choice by grammar and
-  ignores ``required``, so ``required`` with a single tool goes as that named function, and
-  ``required`` among several as ``auto`` with a schema (its grammar) allowing exactly one
-  call, ``{"name": one of the tools, "arguments": its parameters}``, whose content
-  ``backend_completion`` turns back into that tool call; it ignores reasoning_effort and
-  parallel_tool_calls. Its request model refuses, with a 500,
-  an assistant message whose content is null (what the OpenAI SDK, LangChain and
-  openai-agents send back beside tool_calls; measured on 0.3.36) and a content part list
-  on any role but user: null content goes as ``""`` (an absent key would pass too) and a
-  list of text and refusal parts is joined into one string.
-* vLLM, llama.cpp's own server, koboldcpp and Ollama take OpenAI's shapes as they are.
+every sampling field the job carries. vLLM, llama.cpp's own server, koboldcpp and Ollama
+take OpenAI's shapes as they are; llama-cpp-python needs its response_format, tool_choice
+and some messages reshaped, as measured (``BackendKind`` says how and why).
 """
 
 from __future__ import annotations
@@ -48,6 +37,18 @@ WIRE_REFUSAL = "refusal"
 
 @dataclass(frozen=True)
 class BackendKind:
+    """How one backend's accepted body differs from OpenAI's.
+
+    llama-cpp-python (measured on 0.3.36) refuses OpenAI's ``json_schema`` response_format
+    with a 500 but takes ``{"type": "json_object", "schema": ...}``; it forces a *named*
+    tool_choice by grammar and ignores ``required``, so ``required`` with one tool goes as
+    that named function, and among several as ``auto`` with a schema allowing exactly one
+    call (``{"name": ..., "arguments": ...}``), turned back into a tool call by
+    ``backend_completion``; it ignores reasoning_effort and parallel_tool_calls. It refuses
+    (500) an assistant message with null content (what the OpenAI SDK, LangChain and
+    openai-agents send beside tool_calls) and a content part list on any role but user:
+    null content goes as ``""`` and text and refusal parts are joined into one string."""
+
     name: str
     owned_by: tuple[str, ...]
     json_schema_as_json_object: bool = False

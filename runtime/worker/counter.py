@@ -1,14 +1,11 @@
 """Prompt fit: how many tokens a conversation takes on this backend, never fewer than it does.
 
 An *exact* counter renders the conversation with the model's template and tokenizes it
-through the backend: llama-cpp-python (template from the GGUF, ``/extras/tokenize/count``),
-koboldcpp (same, ``/api/extra/tokencount``), llama.cpp's server (``/apply-template`` then
-``/tokenize``) and vLLM (``/tokenize`` with the messages). Where there is none, the *byte
-bound* counts one token per UTF-8 byte of the messages' JSON (a byte-level BPE emits at
-least one byte per token), plus the template's fixed part measured from a probe, plus the
-operator's ``--template-overhead`` when tools are sent (docs/design.md, "Prompt fit on
-the worker"). :func:`calibrate` compares a counter with the backend's own
-``usage.prompt_tokens`` for a probe conversation at startup.
+through the backend (llama-cpp-python, koboldcpp, llama.cpp's server, vLLM). Otherwise the
+*byte bound* counts a token per UTF-8 byte of the messages' JSON (a byte-level BPE emits at
+least a byte a token), plus the template's probed fixed part, plus ``--template-overhead``
+with tools (docs/design.md, "Prompt fit on the worker"). :func:`calibrate` checks a counter
+against the backend's own ``usage.prompt_tokens`` at startup.
 """
 
 from __future__ import annotations
@@ -124,8 +121,8 @@ class ModelTemplate:
 
     @cached_property
     def formatter(self) -> Jinja2ChatFormatter:
-        """The template compiled once: compiling it took ~4 ms of the worker's CPU on every
-        job's fit check (issue 14); rendering a compiled template is thread-safe."""
+        """The template compiled once: compiling it on every job's fit check was dear
+        (docs/performance.md); rendering a compiled template is thread-safe."""
         from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
         return Jinja2ChatFormatter(

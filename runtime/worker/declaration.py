@@ -1,30 +1,10 @@
 """What the worker declares on every pop, probed once at startup: nothing unchecked.
 
 Each capability and guarantee is declared only when a probe against the backend showed it
-(docs/design.md, "Features and guarantees"):
-
-* tools: a call forced the way dispatch sends a named function (``required``, one tool)
-  comes back as that structured call, and a tool loop's second turn (an assistant message
-  with content null beside tool_calls, then the tool's result, as the OpenAI SDK sends it)
-  is answered in the worker's mapping; a backend that refuses that turn is reported and
-  declares no tools. The forced call is also tool_choice_enforced (dispatch sends a named
-  function that way); tool_choice_required_enforced needs ``required`` with two tools to
-  produce a call (on llama-cpp-python, which ignores it, as backend_kinds maps it: a grammar
-  allowing one call to any of them);
-* json_object / json_schema: the content under that response_format parses (and, for the
-  schema, validates); json_output_enforced needs either (it covers the formats declared,
-  see spec/workers/features.yaml), json_schema_enforced the schema;
-* reasoning: the probe reply carried reasoning; seed: the same seed gave the same reply;
-* penalties: backends whose samplers implement OpenAI's frequency and presence penalties
-  (llama.cpp, llama-cpp-python, vLLM) that accepted them in a probe;
-* prompt_overflow_refused: the counter was not short on the probe (see counter.py); on the
-  byte bound without --template-overhead, with prompt_overflow_refused_except_tools beside
-  it (the probe has no tools, so the bound does not cover a tool preamble): tools stay
-  declared and only strict tool requests go elsewhere;
-* vision: only when the operator passes --vision (no backend route says a projector is
-  loaded, and a text-only backend may answer an image part without seeing it), and then only
-  if a probe image was answered; the probe's prompt tokens with and without the image
-  measure what one image costs in the context, which the fit check adds per image.
+(docs/design.md, "Features and guarantees"; the probes are ``probe_features``'s): a worker
+that claimed what its backend does not do would be routed requests it then fails or, worse,
+answers wrongly. ``probe`` finds the model, context and counter; ``pop_declaration`` builds
+what every pop sends.
 """
 
 from __future__ import annotations
@@ -217,6 +197,19 @@ def _calls_named(reply: ChatReply | None, names: list[str]) -> bool:
 
 
 def probe_features(client: BackendClient, kind: BackendKind, model: str) -> list[str]:
+    """The features and guarantees a probe showed, each on this evidence.
+
+    tools: a call forced as dispatch sends a named function (``required``, one tool) comes
+    back as that call, and a tool loop's second turn (content null beside tool_calls, then
+    the tool's result, as the OpenAI SDK sends it) is answered (``tool_turn_refusal``: a
+    backend refusing it declares no tools); the forced call is also tool_choice_enforced;
+    tool_choice_required_enforced needs ``required`` with two tools to produce a call
+    (on llama-cpp-python, through ``BackendKind``'s one-call grammar).
+    json_object / json_schema: the content parses (and validates); json_output_enforced
+    needs either, json_schema_enforced the schema. reasoning: the reply carried some. seed:
+    the same seed gave the same reply. penalties: backends whose samplers implement OpenAI's
+    (llama.cpp, llama-cpp-python, vLLM) that accepted them. prompt_overflow_refused and
+    vision are ``probe``'s."""
     ask: Callable[[dict[str, Any]], ChatReply | None] = lambda extra: _ask(  # noqa: E731
         client, kind, model, {PARAM_MESSAGES: PROBE_CHAT, **extra}
     )
@@ -274,7 +267,15 @@ def tool_turn_refusal(client: BackendClient, kind: BackendKind, model: str) -> s
 
 
 def probe(client: BackendClient, config: WorkerConfig) -> Probed:
-    """Probe the backend once: model, kind, context, counter, features and guarantees."""
+    """Probe the backend once: model, kind, context, counter, features and guarantees.
+
+    prompt_overflow_refused: the counter was not short on the probe (counter.py); on the
+    byte bound without --template-overhead it comes with prompt_overflow_refused_except_tools
+    (the probe has no tools, so the bound does not cover a tool preamble: tools stay
+    declared and only strict tool requests go elsewhere). vision: only with
+    --vision (no backend route says a projector is loaded, and a text-only backend may answer
+    an image part without seeing it) and a probe image answered; the prompt tokens with and
+    without it give one image's cost in the context, which the fit check adds per image."""
     entry = _pick_model(client, config.model)
     model_id = str(entry["id"])
     kind = detect_kind(entry, config.backend_kind)

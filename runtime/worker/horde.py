@@ -1,17 +1,11 @@
 """The worker's side of the native API: pop, submit, fault, leave; a submit is never lost
 quietly.
 
-``http`` is the client itself (server root, the worker's key), for the progress posts of
-streamed jobs (``runtime.worker.progress_poster``).
-
-Each pop thread pops on a connection of its own, so a stop can cut a pop still waiting on
-the native API (``cut_pops``): the native API sees its client gone and ends that long poll,
-instead of running it again on a wake (which would check the worker in again after it
-left) or handing it a job nobody takes. Then ``leave`` takes the worker out of the pool.
-
-A submit or a fault is retried on a broken connection, a 5xx or a 429 (the claim is a
-compare-and-set, so a repeat of a submit that did land answers DuplicateGen, which is
-final). Any other refusal is final and logged with the native API's message and rc.
+Each pop thread pops on a connection of its own, so a stop can cut a pop still waiting
+(``cut_pops``) before ``leave`` takes the worker out of the pool. A submit or a fault is
+retried on a broken connection, a 5xx or a 429 (the claim is a compare-and-set, so a
+repeat of one that landed answers DuplicateGen, which is final); any other refusal is final
+and logged with the native API's message and rc. ``http`` serves the progress posts.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """One popped job: fit check, backend call, structured submit, or a fault with its reason.
 
 A chat job's conversation goes to the backend as messages (the backend renders the model's
-template). It is counted first: a conversation that does not fit the context with its
-requested output is faulted with prompt_overflow, never trimmed. A job whose client left
-max_tokens out (flagged PAYLOAD_FIT_MAX_TOKENS) gets as much as fits: its max_tokens is
-lowered to the room the count leaves, and it faults only when that is under
-REPLY_RESERVE_TOKENS (spec/workers/limits.yaml). Every failure on the way
-is a fault reason (generated.errors) and faults the job; an unexpected exception does too,
-so no job is ever left held.
-
-A job's messages may point at object storage: ``messages_url`` (an offloaded request) or
-signed image URLs. They are fetched first (``fetch.job_messages``) and every image reaches
-the backend in OpenAI's image_url form, as a data URL; a failed fetch faults the job with
-unservable_job and its reason. The fit count leaves images out and adds the probed
-per-image cost.
-
-Streamed jobs: pass ``progress`` (issue 6's seam). It is called about once a second with the
-content and the reasoning generated since its previous call (a ``<think>`` block in the
-content split off as the submitted reply splits it) and returns True when the client
-cancelled; the job then stops and is not submitted.
+template), counted first: one that does not fit with its requested output is faulted with
+prompt_overflow, never trimmed (``check_fit``). Stored messages and images are fetched first
+(``fetch.job_messages``; images reach the backend as data URLs). Every failure is a fault
+reason (generated.errors), and so is an unexpected exception, so no job is ever left held.
+A streamed job takes ``progress`` (``ProgressCallback``), the seam delta streaming posts through.
 """
 
 from __future__ import annotations
@@ -57,7 +44,9 @@ log = logging.getLogger("horde-chat.worker")
 
 class ProgressCallback(Protocol):
     """``progress(content, reasoning) -> cancelled``: the text generated since the last call,
-    split as the submitted reply will be (``reply.StreamAccumulator``)."""
+    split as the submitted reply will be (``reply.StreamAccumulator``: a ``<think>`` block
+    in the content split off). Called about once a second; True means the client cancelled:
+    the job stops and is not submitted."""
 
     def __call__(self, delta: str, reasoning: str = "", /) -> bool: ...
 
@@ -155,9 +144,10 @@ class JobRunner:
         only a room under REPLY_RESERVE_TOKENS faults. Otherwise max_tokens must fit whole.
         Returns the prompt's count; with ``exact`` False (the caller needs only the verdict),
         an upper bound that already leaves the room asked for is returned instead, and the
-        backend's count is not asked (``BoundedCounter``: a tokenize call, ~1 ms of the
-        backend's time a job, issue 14). The verdict and max_tokens are the same either way:
+        backend's count is not asked (``BoundedCounter``: it saves a tokenize call of the
+        backend's time a job). The verdict and max_tokens are the same either way:
         when the bound fits, so does the exact count, and the room it leaves covers max_tokens.
+        Images are left out of the count and the probed per-image cost added.
         """
         text_only, images = without_images(body[PARAM_MESSAGES])
         tools = body.get(PARAM_TOOLS)

@@ -3,10 +3,9 @@
     with LlamaServer(build_tiny_model()) as server:
         httpx.get(f"{server.base_url}/v1/models")
 
-The server applies the GGUF's own chat template and serves ``/v1/models``,
-``/v1/chat/completions``, ``/v1/completions`` and ``/extras/tokenize[/count]``. Its output
-goes to a log file (a temporary one unless ``log_path`` is given) whose tail is quoted when it
-fails to start.
+The server applies the GGUF's own chat template and serves ``/v1/models``, the chat and text
+completions and ``/extras/tokenize[/count]``. Its output goes to a log file whose tail is
+quoted when it fails to start.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The worker's threads: pop with the declaration, serve, repeat; a clean stop.
 
-Each of ``--threads`` threads pops one job at a time. A pop asks the native API to wait up
-to ``pop_wait`` seconds for a job (its long poll), so a new request reaches an idle worker
-at once; a pop answered "no job" sooner than ``poll_interval`` (an upstream horde, which
-has no long poll, or a native API stopping) is followed by a pause, as upstream's workers
-poll. :meth:`WorkerLoop.stop` stops the popping, cuts the pops still waiting on the native
-API and leaves the pool (``HordeClient.leave``: the worker is offline at once, not 300 s
-after its last pop, so a request for its model is refused instead of waiting for it), lets
-held jobs finish for ``shutdown_grace`` seconds, then faults every job still held with
-worker_shutdown, so a Ctrl-C never leaves a job to its TTL. A job a pop brought just before
-the stop is faulted at once.
+Each of ``--threads`` threads pops one job at a time, long-polling up to ``pop_wait`` so a
+new request reaches an idle worker at once; a "no job" sooner than ``poll_interval`` (an
+upstream horde, or a native API stopping) is followed by a pause, as upstream's workers
+poll. :meth:`WorkerLoop.stop` leaves the pool at once (a request for the model is refused,
+not left waiting), lets held jobs finish for ``shutdown_grace``, then faults the rest with
+worker_shutdown, so a Ctrl-C never leaves a job to its TTL.
 """
 
 from __future__ import annotations
@@ -112,7 +108,8 @@ class WorkerLoop:
 
     def stop(self, grace: float | None = None) -> list[str]:
         """Stop popping, leave the pool, wait for held jobs, fault what is left; returns the
-        faulted ids."""
+        faulted ids. Leaving makes the worker offline at once, not 300 s after its last pop;
+        a job a pop brought just before the stop is faulted at once."""
         deadline = time.monotonic() + (self.config.shutdown_grace if grace is None else grace)
         self.stopping.set()
         self.horde.leave(self.config.name)  # its waiting pops cut first

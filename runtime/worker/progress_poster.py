@@ -1,21 +1,10 @@
-"""The worker's progress posts of a streamed job (issue 6): the ``progress`` callback of
+"""The worker's progress posts of a streamed job: the ``progress`` callback of
 ``runtime.worker.job``, posting to ``generate/text/progress``.
 
-It keeps the whole text generated so far, content and reasoning apart (the job splits a
-``<think>`` block off as the submitted reply will), and how much of each the Horde accepted,
-so every post carries exactly the text after the accepted part of each: ``delta`` the
-content, ``reasoning`` the reasoning (only when there is some):
-
-* 200: accepted; ``cancelled: true`` makes the callback return True (stop, do not submit);
-* 409 (a gap, e.g. an acknowledgement lost on the way back): the body's ``last_seq``,
-  ``posted_chars`` and ``posted_reasoning_chars`` say where the Horde is; the poster
-  resumes from there and posts again;
-* 413 (the progress cap): posts stop for this job, generation goes on, the reply is submitted;
-* a broken connection keeps the text for the next call; any other refusal (the lease
-  ended, wrong key) stops posting, since the submit decides the job's fate.
-
-``progress_for(horde)`` is the ``WorkerLoop``'s ``progress_for``: a poster for every job the
-pop marked ``stream: true``, None for the others.
+The poster keeps the whole text generated so far and how much of it the Horde accepted, so
+every post carries exactly the rest, and a lost acknowledgement (409) or a broken connection
+costs a repost, never text (``ProgressPoster``). ``progress_for(horde)`` is the
+``WorkerLoop``'s ``progress_for``: a poster for every job the pop marked ``stream: true``.
 """
 
 from __future__ import annotations
@@ -43,7 +32,16 @@ RESYNC_ATTEMPTS = 3
 
 
 class ProgressPoster:
-    """``poster(delta, reasoning) -> cancelled`` for one streamed generation."""
+    """``poster(delta, reasoning) -> cancelled`` for one streamed generation.
+
+    It keeps content and reasoning apart, as the submitted reply splits them, and how much
+    of each the Horde accepted; a post carries ``delta`` (content) and ``reasoning`` (only
+    when there is some) after the accepted part. 200: accepted (``cancelled: true``: stop,
+    do not submit). 409 (a gap, e.g. a lost acknowledgement): the body's ``last_seq``,
+    ``posted_chars`` and ``posted_reasoning_chars`` say where the Horde is; it resumes from
+    there. 413 (the progress cap): posts stop, generation goes on, the reply is submitted. A
+    broken connection keeps the text for the next call; any other refusal (the lease ended,
+    a wrong key) stops posting, since the submit decides the job's fate."""
 
     def __init__(self, http: httpx.Client, generation_id: str) -> None:
         self.http = http

@@ -1,15 +1,11 @@
 """A backend's chat completion -> the structured reply the worker submits.
 
-Reasoning is separated into ``reasoning_content`` whichever way the backend reports it: a
+Reasoning goes into ``reasoning_content`` however the backend reports it: a
 ``reasoning_content`` field (llama.cpp, older vLLM), a ``reasoning`` field (Ollama, newer
-vLLM) or a leading ``<think>...</think>`` block in the content (koboldcpp, raw templates).
-A think block cut off by max_tokens stays reasoning: it never becomes the answer.
-One splitter (:class:`ThinkSplitter`) does the think-block split, fed the whole content
-(``split_reasoning``) or a stream piece by piece (:class:`StreamAccumulator`, whose pieces
-the worker posts as progress): the pieces it gives out, joined, are the final reply's
-content and reasoning whatever the chunking, so a relayed stream is always extended by the
-submitted reply, channel by channel.
-Tool calls are normalised to OpenAI's shape; a reply without a finish_reason is invalid.
+vLLM) or a leading ``<think>`` block (koboldcpp, raw templates; cut off by max_tokens it
+stays reasoning). One splitter (:class:`ThinkSplitter`) serves the whole content and a
+stream alike, so the submitted reply always extends what was relayed. Tool calls are
+normalised to OpenAI's shape; a reply without a finish_reason is invalid.
 """
 
 from __future__ import annotations

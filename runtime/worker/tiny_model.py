@@ -1,33 +1,11 @@
 """The horde-chat demo model: a tiny GGUF the project builds itself, so no download is needed.
 
-What it is, plainly: a llama-architecture network with 2 layers and hidden size 64 (about
-600 KB), a byte-level BPE tokenizer trained in memory on a few sentences, and a ChatML chat
-template. It knows no language. Its attention-output and FFN-down weights are zero, so the
-hidden state at each position is just the current token's embedding, and the next token
-depends on the current one alone (a bigram table of rank 64):
-
-* the chain ``newline -> reply tokens -> <|im_end|>`` has orthonormal embeddings, and each
-  output row on it is biased toward the embedding of the token before it. Whatever it is
-  asked, it therefore answers :data:`DEMO_REPLY` and stops;
-* every other token's embedding is one of three shared class directions, and every output
-  row holds a *closing preference* on each: after a token that opens (``{``, ``[``) the
-  closer comes first; after other JSON punctuation the end of text, then ``"``, ``}``,
-  ``]``, ``,``, ``:``, digits, openers, any other token, and whitespace last; after a token
-  of prose (a word) the newline that starts the reply chain comes first, so a raw text
-  prompt is continued with a newline and the same sentence. The chain tokens
-  carry a little of the JSON direction, so when a grammar bans the chain's next token the
-  same preference decides.
-
-So under a grammar (llama.cpp masks the tokens it does not allow, then samples from these
-logits) the output closes as soon as the grammar lets it: ``{}`` for json_object, empty
-strings, ``0`` and the first enum value for a schema, in a dozen tokens rather than
-``max_tokens`` of noise. The preference levels shrink geometrically, so the gap between two
-levels outlasts llama.cpp's repeat penalty (a division of positive logits by 1.1).
-
-It exists so that ``make run`` and the tests serve real chat completions, tool calls and
-structured output through a real llama.cpp server on a fresh machine. The build is
-deterministic (fixed seed, fixed corpus) and takes a fraction of a second; the file is cached
-under the data folder.
+A 2-layer llama-architecture network (hidden size 64, about 600 KB) with a byte-level BPE
+tokenizer trained on a few sentences and a ChatML template. It knows no language: whatever
+it is asked it answers :data:`DEMO_REPLY` and stops, and under a grammar it closes as soon as
+the grammar lets it (``{}``, empty strings, ``0``), in a dozen tokens (``_weights`` says how).
+It exists so ``make run`` and the tests serve real chat completions, tool calls and structured
+output through a real llama.cpp server on a fresh machine; the build is deterministic and cached.
 """
 
 from __future__ import annotations
@@ -198,6 +176,21 @@ def _token_class(text: str) -> int:
 
 
 def _weights(texts: list[str], chain: list[int]) -> dict[str, np.ndarray]:
+    """The network's tensors: a bigram table of rank 64, so the next token depends on the
+    current one alone (attention-output and FFN-down weights are zero, so the hidden state
+    is the current token's embedding).
+
+    The chain ``newline -> reply tokens -> <|im_end|>`` has orthonormal embeddings, each
+    output row on it biased toward the token before it: any prompt is answered DEMO_REPLY.
+    Every other token's embedding is one of three class directions, and each output row
+    holds a *closing preference* on each: after an opener (``{``, ``[``) its closer; after
+    other JSON punctuation the end of text, then ``"``, ``}``, ``]``, ``,``, ``:``, digits,
+    openers, other tokens, whitespace last; after prose the newline that starts the reply
+    chain (a raw text prompt is continued with a newline and the sentence). Chain tokens
+    carry a little of the JSON direction, so when a grammar bans the chain's next token the
+    same preference decides: llama.cpp masks what the grammar forbids and samples the rest,
+    so the output closes as soon as it may. The levels shrink geometrically, so the gap
+    between two outlasts llama.cpp's repeat penalty (positive logits divided by 1.1)."""
     rng = np.random.default_rng(SEED)
 
     def noise(*shape: int, scale: float = 0.02) -> np.ndarray:

@@ -47,6 +47,7 @@ pytestmark = [
         "sharedkey_delete",
         "model",
         "stats_text_totals",
+        "stats_text_history",
         "stats_text_models",
         "performance",
         "modes",

@@ -1,16 +1,18 @@
 """The public routes in upstream's shapes: find_user, workers (filters, by name), the active
-models (type semantics, filters, one model), the text statistics (recorded when a job ends,
-counted per period), the load, the modes and the news; integer kudos and seed 0 on the text
-routes while the chat routes keep theirs; upstream's errors map on a validation error."""
+models (type semantics, filters, one model, our oldest_wait), the text statistics (recorded
+when a job ends, counted per period) and our per-minute history of them, the load, the modes
+and the news; integer kudos and seed 0 on the text routes while the chat routes keep theirs;
+upstream's errors map on a validation error."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from itertools import pairwise
 
 import pytest
 from sqlalchemy import func, insert, select, update
 
-from runtime.native.db.tables import Generation, TextGenStat
+from runtime.native.db.tables import Generation, TextGenStat, WaitingPrompt, Worker
 from runtime.native.queue.sweep import sweep, utcnow
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop, chat_status, submit_reply
@@ -75,6 +77,32 @@ def test_workers_carry_upstreams_details_and_filter_by_name_and_type(native_clie
     assert (missing.status_code, missing.json()["rc"]) == (404, "WorkerNotFound")
 
 
+def checked_in_before(sessions, name, age):
+    """Move the worker ``name``'s last check-in ``age`` back."""
+    with transaction(sessions) as session:
+        session.execute(
+            update(Worker)
+            .where(Worker.name == name)
+            .values(last_check_in=Worker.last_check_in - age)
+        )
+
+
+def test_a_workers_uptime_is_its_time_online_between_pops(native_client, native_db, make_user):
+    """Each pop adds the time since the previous one when the worker was online then, as
+    upstream's check_in; a worker back from stale adds nothing for its time away."""
+    owner = make_user("owner")
+    pop(native_client, owner.api_key, name="w-1")
+    (worker,) = native_client.get("/workers").json()
+    assert worker["uptime"] == 0
+    checked_in_before(native_db, "w-1", timedelta(minutes=2))
+    pop(native_client, owner.api_key, name="w-1")
+    uptime = native_client.get(f"/workers/{worker['id']}").json()["uptime"]
+    assert 120 <= uptime < 300, uptime
+    checked_in_before(native_db, "w-1", timedelta(minutes=6))  # stale: it was away
+    pop(native_client, owner.api_key, name="w-1")
+    assert native_client.get("/workers/name/w-1").json()["uptime"] == uptime
+
+
 def queue(client, api_key, model):
     body = {"prompt": "Hi", "models": [model], "params": {"max_length": 80}}
     response = client.post("/generate/text/async", headers={"apikey": api_key}, json=body)
@@ -105,6 +133,98 @@ def test_models_follow_upstreams_type_and_filters(native_client, make_user):
     queue(native_client, requester.api_key, "queued-only")
     queued_only = native_client.get("/status/models/queued-only").json()
     assert [(m["name"], m["count"], m["jobs"]) for m in queued_only] == [("queued-only", 0, 1.0)]
+
+
+def queued_since(sessions, request_id, age):
+    """Make the queued request ``request_id`` ``age`` old (it waited that long)."""
+    with transaction(sessions) as session:
+        session.execute(
+            update(WaitingPrompt)
+            .where(WaitingPrompt.id == request_id)
+            .values(created=WaitingPrompt.created - age)
+        )
+
+
+@pytest.mark.raised_limits(
+    "text_async", why="four requests queued at once; the submits allow 2 a second per address"
+)
+def test_oldest_wait_is_the_age_of_each_models_oldest_queued_request(
+    native_client, native_db, make_user
+):
+    owner = make_user("owner")
+    requester = make_user("requester", kudos=1000)
+    pop(native_client, owner.api_key, models=[MODEL, "other-model"])
+    assert [m["oldest_wait"] for m in native_client.get("/status/models").json()] == [0, 0]
+    body = {"prompt": "Hi", "params": {"max_length": 80}}
+    ids = {}
+    for name, models in [("newer", [MODEL]), ("older", [MODEL]), ("other", ["other-model"])]:
+        answer = native_client.post(
+            "/generate/text/async",
+            headers={"apikey": requester.api_key},
+            json={**body, "models": models},
+        )
+        assert answer.status_code == 202, answer.text
+        ids[name] = answer.json()["id"]
+    queued_since(native_db, ids["newer"], timedelta(minutes=1))
+    queued_since(native_db, ids["older"], timedelta(minutes=10))
+    queued_since(native_db, ids["other"], timedelta(hours=1))
+    listed = {m["name"]: m for m in native_client.get("/status/models").json()}
+    # the older of its two requests, not the newer nor another model's
+    assert 600 <= listed[MODEL]["oldest_wait"] < 3600, listed[MODEL]
+    assert listed["other-model"]["oldest_wait"] >= 3600
+    (one,) = native_client.get(f"/status/models/{MODEL}").json()
+    assert 600 <= one["oldest_wait"] < 3600
+    # once the older is cancelled, the newer is the oldest waiting
+    assert native_client.delete(f"/generate/text/status/{ids['older']}").is_success
+    (one,) = native_client.get(f"/status/models/{MODEL}").json()
+    assert 60 <= one["oldest_wait"] < 600, one
+    # a request naming no model waits for every model
+    anyone = submit_text(native_client, requester.api_key)
+    queued_since(native_db, anyone, timedelta(hours=2))
+    for model in native_client.get("/status/models").json():
+        assert model["oldest_wait"] >= 7200, model
+
+
+def test_the_history_counts_the_past_hour_minute_by_minute(native_client, native_db, make_user):
+    """Sixty points, oldest first: a job just ended is in the last with its tokens, older
+    rows in their minute, nothing older than the hour; together they are the totals' hour."""
+    requester = make_user("requester", kudos=1000)
+    owner = make_user("owner")
+    now = utcnow()
+    ages = {  # age -> (max_length, the point it lands in)
+        timedelta(seconds=90): (11, 58),
+        timedelta(minutes=30, seconds=30): (13, 29),
+        timedelta(minutes=59, seconds=30): (17, 0),
+        timedelta(hours=2): (19, None),
+    }
+    with transaction(native_db) as session:
+        for age, (length, _point) in ages.items():
+            session.execute(
+                insert(TextGenStat).values(
+                    finished=now - age, model=MODEL, max_length=length, delivered=True
+                )
+            )
+    made = submit_text(native_client, requester.api_key, max_length=80)
+    assert submit(native_client, owner.api_key, pop(native_client, owner.api_key)["id"]).is_success
+    assert status(native_client, made)["done"]
+
+    history = native_client.get("/stats/text/history")
+    assert history.status_code == 200, history.text
+    points = history.json()
+    assert len(points) == 60
+    assert points[-1] == {**points[-1], "requests": 1, "tokens": 80}  # the job just made
+    expected = {point: (1, length) for length, point in ages.values() if point is not None}
+    for i, point in enumerate(points[:-1]):
+        assert (point["requests"], point["tokens"]) == expected.get(i, (0, 0)), i
+    ends = [datetime.fromisoformat(p["until"]) for p in points]
+    assert all(later - earlier == timedelta(minutes=1) for earlier, later in pairwise(ends))
+    assert ends[-1].utcoffset() == timedelta(0)
+    totals = native_client.get("/stats/text/totals").json()
+    assert totals["minute"] == {"requests": 1, "tokens": 80}
+    assert totals["hour"] == {
+        "requests": sum(p["requests"] for p in points),
+        "tokens": sum(p["tokens"] for p in points),
+    }
 
 
 def test_every_ended_job_is_counted_once_in_the_text_statistics(

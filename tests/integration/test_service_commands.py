@@ -361,6 +361,25 @@ def test_a_second_up_on_the_same_data_folder_is_refused_before_it_touches_the_st
             pass
 
 
+def test_a_bad_front_setting_is_refused_before_anything_starts() -> None:
+    """``HORDE_FRONT_DEADLINE=abc horde-chat up`` started the stores and the native API, then
+    died in a traceback when the front read it. Now ``up`` and ``front`` read the front's
+    settings first: one line naming the variable, no store started, Redis not even tried."""
+    with tempfile.TemporaryDirectory(prefix="horde-up-") as tmp:
+        folder = Path(tmp)
+        done = horde_chat("up", env=command_env(folder, HORDE_FRONT_DEADLINE="abc"))
+        assert_refused(done, "up", "HORDE_FRONT_DEADLINE must be a number, got 'abc'")
+        assert not (folder / "postgres").exists()
+        assert not (folder / "redis").exists()
+        # Redis on a port nothing listens on: the bad setting is what is refused, not Redis
+        front = command_env(folder, HORDE_REDIS_URL="redis://127.0.0.1:9/0", HORDE_FRONT_POLL="0")
+        done = horde_chat("front", env=front)
+        assert_refused(done, "front", "HORDE_FRONT_POLL must be greater than 0, got '0'")
+        roots = command_env(folder, HORDE_REDIS_URL="redis://127.0.0.1:9/0")
+        done = horde_chat("front", "--native-roots", "127.0.0.1:7001", env=roots)
+        assert_refused(done, "front", "HORDE_FRONT_NATIVE_ROOTS must be an http:// or https://")
+
+
 def test_a_taken_port_refuses_a_service_naming_the_setting_that_moves_it(
     horde_stores: EmbeddedStores,
 ) -> None:

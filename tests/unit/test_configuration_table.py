@@ -124,6 +124,33 @@ def test_each_variable_is_read_by_its_type() -> None:
         ("HORDE_FRONT_DEADLINE", "soon", "HORDE_FRONT_DEADLINE must be a number, got 'soon'"),
         ("HORDE_FRONT_GLOBAL", "many", "HORDE_FRONT_GLOBAL must be a number, got 'many'"),
         ("HORDE_LOG_FORMAT", "XML", "HORDE_LOG_FORMAT must be one of plain, json, got 'xml'"),
+        # a wait, an interval or a cap of zero or less would hang or refuse every request
+        ("HORDE_FRONT_DEADLINE", "0", "HORDE_FRONT_DEADLINE must be greater than 0, got '0'"),
+        ("HORDE_FRONT_POLL", "-1", "HORDE_FRONT_POLL must be greater than 0, got '-1'"),
+        (
+            "HORDE_FRONT_KEEPALIVE",
+            "nan",
+            "HORDE_FRONT_KEEPALIVE must be a finite number, got 'nan'",
+        ),
+        ("HORDE_FRONT_GRACE", "inf", "HORDE_FRONT_GRACE must be a finite number, got 'inf'"),
+        ("HORDE_FRONT_GLOBAL", "0.5", "HORDE_FRONT_GLOBAL must be greater than 0, got '0.5'"),
+        (
+            "HORDE_FRONT_PER_SOURCE",
+            "1e400",
+            "HORDE_FRONT_PER_SOURCE must be a finite number, got '1e400'",
+        ),
+        (
+            "HORDE_FRONT_NATIVE_ROOTS",
+            "http://a:1,127.0.0.1:7001",
+            "HORDE_FRONT_NATIVE_ROOTS must be an http:// or https:// URL with a host, "
+            "got '127.0.0.1:7001'",
+        ),
+        (
+            "HORDE_PUBLIC_URL",
+            "ftp://horde.example",
+            "HORDE_PUBLIC_URL must be an http:// or https:// URL with a host, "
+            "got 'ftp://horde.example'",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_variable(name: str, raw: str, message: str) -> None:

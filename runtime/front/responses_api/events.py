@@ -1,16 +1,11 @@
 """A streamed Response: OpenAI's Responses events, numbered, as server-sent events.
 
-``ResponseEvents.stream(events)`` reads the request's reply events (``runtime.front.sse``'s
-Delta and Final, from the source a streamed chat completion reads: the worker's progress
-relayed for a plain request, else the whole reply) and sends response.created and
-response.in_progress at once; per output item its response.output_item.added, its deltas
-(response.reasoning_text.delta, response.output_text.delta,
-response.function_call_arguments.delta) and done events, and response.output_item.done; last
-response.completed (or response.incomplete) with the whole Response. Reasoning is relayed
-until the content begins (later reasoning arrives with the final reply). A final reply that
-does not extend what was relayed ends the stream with 502 stream_diverged, as a chat stream.
-``failure(error)`` is the one error event after the headers. Each event goes out as
-``event: <type>`` and ``data: <json>`` with its sequence_number, from 0; there is no [DONE].
+``ResponseEvents.stream`` reads the reply events a streamed chat completion reads and sends
+response.created and response.in_progress at once, then per output item its added, delta and
+done events, and last response.completed (or response.incomplete) with the whole Response.
+Reasoning is relayed until the content begins; a final reply that does not extend what was
+relayed ends with 502 stream_diverged, as a chat stream. ``failure`` is the one error event
+after the headers. Events carry sequence_number from 0; there is no [DONE].
 """
 
 from __future__ import annotations

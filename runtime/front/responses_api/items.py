@@ -1,12 +1,10 @@
 """A Responses request's input items as chat messages (spec/responses/input.yaml).
 
-``input_messages(items, where, origins)`` turns the items, in order, into the chat messages
-the chat contract then checks whole: a message item becomes a message of its role (its
-content parts the chat parts they become), a function_call item a tool call of the assistant
-message before it (or of a new one), a function_call_output item a tool message, a reasoning
-item nothing. A refused or unknown type is refused naming it; an unknown key is dropped.
-``origins`` gets, per chat message, the item it came from (``Origin``), so a chat refusal can
-name the item.
+``input_messages`` turns the items, in order, into chat messages the chat contract checks
+whole: a message item a message of its role, a function_call a tool call of the assistant
+message before it (or a new one), a function_call_output a tool message, a reasoning item
+nothing. An unknown type is refused, an unknown key dropped; ``origins`` records each
+message's item (``Origin``) so a chat refusal can name it.
 """
 
 from __future__ import annotations

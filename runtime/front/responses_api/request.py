@@ -1,13 +1,11 @@
 """A Responses request as the chat request a chat completion makes (spec/responses/).
 
-``translate(body)`` checks each key against its schema and treatment (the chat contract's
-``kept``: unknown keys, refused keys and values off their schema are refused naming the
-key) and puts what a kept key becomes into the chat body: the chat parameter of the same
-value, an engine rule's output (``TRANSLATIONS``), or its own keys, treated likewise. It
-returns a ``Translation``: the chat body, what the Response object repeats (``echo``) and,
-per chat message, the input item it came from. ``Translation.named(error)`` names a chat
-refusal's field as the client wrote it (``messages.[2].content`` -> ``input.[1].content``).
-``checked_and_encoded(raw)`` is the route's check of its body for ``admitted_body``.
+``translate`` checks each key against its schema and treatment (unknown keys, refused keys
+and values off their schema are refused naming the key) and builds the chat body: a chat
+parameter, an engine rule's output (``TRANSLATIONS``) or its own keys. Its ``Translation``
+holds the chat body, what the Response repeats (``echo``) and each message's input item, so
+``named`` can name a chat refusal as the client wrote it (``input.[1].content``).
+``checked_and_encoded`` is the route's check of its body for ``admitted_body``.
 """
 
 from __future__ import annotations

@@ -55,6 +55,7 @@ VIEWS: dict[str, Callable[..., Any]] = {
     "model": views_status.model,
     "stats_text_totals": views_status.stats_text_totals,
     "stats_text_models": views_status.stats_text_models,
+    "stats_text_history": views_status.stats_text_history,
     "performance": views_status.performance,
     "modes": views_status.modes,
     "news": views_status.news,

@@ -1,20 +1,11 @@
 """Requester views of chat requests: submit, read the status, cancel.
 
-The body goes through ``runtime.contract.validator.validate_chat_request`` (the precise
-refusals: an unknown key is UnsupportedChatParameter naming it) and then the route's JSON Schema
-(``runtime.native.api.validation``); headers through ``validate_headers``. Image parts are
-taken in before the transaction (fetched on the bounded fetch pool, checked, stored as JPEG;
-a bad one is 400 with nothing queued), after every refusal that needs no image, and
-every object the committed row does not own is deleted again (a
-refusal, a dry run, an operation-key replay). A caller with
-the service passkey (the front) has its forwarded source address trusted; a wrong passkey
-(malformed included) is 403 on every chat route. A cancel publishes the completion signal
-after its commit. A queued request (and an operation-key replay) is answered with its status
-(``ChatAccepted.status``): what a client's first status read would give, so the front
-decides gaps and fail_fast without one. A new request's is its status as of the commit that
-queued it, from what its submit had in hand (the row, no job yet; the online workers it was
-admitted against), its queue position counted after the commit in one statement; a
-replay's is read.
+The body goes through ``validate_chat_request`` (precise refusals, naming the key), then the
+route's JSON Schema. Image parts are taken in before the transaction, after every refusal
+that needs no image (a bad one is 400 with nothing queued), and objects the committed row
+does not own are deleted again. The front, with the service passkey, has its forwarded
+address trusted; a wrong passkey is 403 on every chat route. A queued request is answered
+with its first status (``_first_status``), so the front decides gaps and fail_fast unread.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ READS = {
     "models": "models",
     "workers": "workers",
     "totals": "stats_text_totals",
+    "history": "stats_text_history",
     "model_stats": "stats_text_models",
     "performance": "performance",
     "docs": "native_docs",

@@ -1,21 +1,11 @@
-"""The workers' lane without Flask: pop, submit, progress, leave and heartbeat (issue 14).
+"""The workers' lane without Flask: pop, submit, progress, leave and heartbeat.
 
-``runtime.native.asgi`` reads a lane request's body on the event loop and hands it here,
-on the lane's thread pool (the database driver is synchronous: one hop to a thread and
-back). ``Lane.respond`` does for these routes what the Flask app does for the others: the
-request id, the route's rate limits (``HordeLimiter.lane_hit``: the same keys, windows,
-headers and fail-open as flask-limiter's decorators), the view, the error envelope
-(``HordeError`` -> its status, body and Retry-After; a store outage 503; anything else
-500), the X-RateLimit headers, the access-log line and the request metrics
-(``observe.finish_request``).
-
-A view of the lane is written once, as a function of a ``LaneRequest`` answering a
-``Reply``; the Flask app registers the same function through ``flask_view`` (so its
-routing answers a wrong method 405 and a test client reaches it), which adds nothing to
-the view but the translation.
-
-Measured on pop+submit through the bench (issue 14, ``bench/native_cycles.py``): see its
-docstring's "where the time goes".
+Flask, werkzeug's request and flask-limiter's per-request work cost a large share of these
+hot routes' CPU (docs/performance.md), so ``Lane.respond`` does their part directly on the
+lane's threads: request id, rate limits (``HordeLimiter.lane_hit``), the view, the error
+envelope, the X-RateLimit headers, the access log and the metrics. A view is written once,
+as a function of a ``LaneRequest`` answering a ``Reply``; the Flask app registers it too
+(``flask_view``), for 405s and test clients. Where the time goes: ``bench/native_cycles.py``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """flask-limiter's Redis storage at one round trip per limit.
 
-With the headers on, flask-limiter spends three Redis round trips on a limit of a request:
-the hit (``limits``' incr script), then a GET and a TTL for the X-RateLimit headers.
-``CountingRedisStorage`` answers all three with one script that increments and returns the
-count and the time to live together; the headers' reads of a key this request just hit are
-answered from what the script returned (kept on ``flask.g``, so only for that request). Any
-other read goes to Redis as before. The workers' lane, served without Flask, takes both
-from ``incr_ttl``. The service selects it with the ``horde+`` prefix on
-the storage URI (``storage_uri``).
+With headers on, flask-limiter spends three round trips a limit (the hit, then a GET and a
+TTL for the X-RateLimit headers). ``CountingRedisStorage`` answers them with one script
+returning count and time to live, kept on ``flask.g`` for this request's header reads; other
+reads go to Redis as before. The workers' lane takes both from ``incr_ttl``. Selected by the
+``horde+`` prefix on the storage URI (``storage_uri``).
 """
 
 from __future__ import annotations
@@ -71,11 +68,10 @@ class CountingRedisStorage(RedisStorage):
         script call (the workers' lane reads both without flask's ``g``).
 
         The call is its EVALSHA command packed once per key and sent on a connection this
-        thread holds (issue 14: redis-py's Script call packs every argument again and runs
-        its command, retry and instrumentation layers, ~68 us of CPU a call against ~34 for
-        the send and the read alone, measured alone; taking the connection from the pool
-        and giving it back at each call was ~10 us more, and the pool's lock is one the
-        lane's threads would share; a workers' lane request makes one call). The connection
+        thread holds: redis-py's Script call packs every argument again and runs its
+        command, retry and instrumentation layers, and taking a pooled connection at each
+        call costs more and shares the pool's lock between the lane's threads
+        (docs/performance.md; a workers' lane request makes one call). The connection
         stays in the pool's books as in use, so closing the pool closes it. A connection
         that fails is dropped and the call tried once more on a fresh one, as redis-py's
         retry does; a script Redis lost (a restart) is loaded again by the Script call."""

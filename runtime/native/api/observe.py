@@ -1,12 +1,10 @@
 """The native API's operator surface: ``/healthz``, ``/readyz``, ``/metrics`` and the
 access log, hooked onto the Flask app by ``install``.
 
-Counters live in one registry per process (``REGISTRY``): requests by route and status with
-their latency, pops by kind, faults, kudos charged (by ledger reason) and rewarded. Queue
-depth and oldest age per model, and online workers and threads per model, are computed when
-``/metrics`` is scraped, one SQL query each. Kudos are counted when the transaction that
-moved them commits, and so are worker faults (``count_on_commit``). The request id is the caller's
-``x-request-id`` (the front sends its own) or a new one, and every response names it.
+One registry a process (``REGISTRY``): requests, pops, faults and kudos moved, the last two
+counted when their transaction commits (``count_on_commit``); queue depth and age and the
+online pool per model are computed at scrape, one query each. The request id is the
+caller's ``x-request-id`` (the front sends its own) or a new one; every response names it.
 """
 
 from __future__ import annotations

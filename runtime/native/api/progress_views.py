@@ -1,12 +1,9 @@
 """POST /api/v2/generate/text/progress: a worker posts the content of a streamed job.
 
-Authenticated by the lease written at pop (the digest of the popping key), so the route
-reads Redis only, never Postgres. A post carries the content (``delta``) and, from a
-reasoning model, the reasoning (``reasoning``). A 409 body adds ``last_seq``,
-``posted_chars`` and ``posted_reasoning_chars`` beside ``{message, rc}``: the worker resumes
-with seq ``last_seq + 1``, its content after the first ``posted_chars`` characters and its
-reasoning after the first ``posted_reasoning_chars`` (``runtime.worker.progress_poster``).
-Served on the workers' lane without Flask (``runtime.native.api.lane``).
+Authenticated by the lease written at pop (the popping key's digest), so the route reads
+Redis only, never Postgres. A post carries ``delta`` (content) and ``reasoning``. A 409 adds
+``last_seq``, ``posted_chars`` and ``posted_reasoning_chars`` beside ``{message, rc}``, from
+which the worker resumes (``runtime.worker.progress_poster``). Served on the workers' lane.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def _worker_json(worker: Worker, trusted: bool, online_since: datetime) -> dict[
             else f"{round(worker.speed, 1)} tokens per second"
         ),
         "threads": worker.threads,
-        "uptime": 0,
+        "uptime": int(worker.uptime),
         "maintenance_mode": worker.maintenance,
         "maintenance_reason": worker.maintenance_reason if worker.maintenance else None,
         "paused": False,

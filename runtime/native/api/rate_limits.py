@@ -1,23 +1,11 @@
 """flask-limiter on the Redis store, with generated.rate_limits (spec/rate_limits.yaml).
 
-Each limit names what it is counted on (``key``): ``client_route`` the client's address
-(forwarded by the chat front beside the right service passkey, else the connection's) with
-the method and path; ``key_route`` the API key's digest with the method and path; ``peer``
-the connection's address. The anonymous key gets a ``key_route`` limit's ``anonymous``
-value. A call presenting the right service passkey on a route with a ``service`` budget is
-the front's own traffic: it is counted on the front (its connection's address) against
-that budget instead of on the client. The values are read from the service's policy
-(``Policy.rate_limits``, the generated table) on every call, so a test that needs more of
-one route's limit raises that one in the running service.
-
-The workers' lane (``runtime.native.api.lane``) is served without Flask, so without
-flask-limiter's decorators: ``HordeLimiter.lane_hit`` counts its routes' limits the same
-way (the same keys, windows and order, one Redis script call a limit through
-``limit_storage``, the same X-RateLimit headers and Retry-After from ``limit_headers``) and
-shares the limiter's state, so a Redis outage falls back to in-memory counting once for the
-whole process (one warning) and is noticed ending by either path. The limit strings are
-parsed once each (``_parsed``). flask-limiter's own check costs ~206 us of CPU a pop (issue
-14), about half of it resolving the limits and the request through werkzeug's proxies.
+A limit is counted on the client's address and route (``client_route``: the front's
+forwarded address beside the right passkey, else the connection's), the API key's digest and
+route (``key_route``; the anonymous key gets ``anonymous``) or the connection's address
+(``peer``); the front's own calls count against a ``service`` budget.
+Values are read from ``Policy.rate_limits`` on every call, so a test can raise one limit in
+a running service. The workers' lane counts them without Flask (``HordeLimiter.lane_hit``).
 """
 
 from __future__ import annotations
@@ -333,8 +321,8 @@ def make_limiter(app: Flask, redis_url: str, enabled: bool) -> HordeLimiter:
     flask-limiter checks every request twice: in a before_request hook (the default and
     application limits, the routes' own being left to their decorators) and in the route's
     decorator. This limiter has no default or application limits, so the hook counted
-    nothing and found nothing (~10% of the workers' lane's server time, issue 14): it is
-    removed. The decorators' check is the same (it also notices Redis coming back)."""
+    nothing and found nothing, at a cost (docs/performance.md): it is removed. The
+    decorators' check is the same (it also notices Redis coming back)."""
     # Flask runs its after_request functions last registered first: this one after
     # flask-limiter's, which sets Retry-After
     app.after_request(_retry_after_covers_the_wait)

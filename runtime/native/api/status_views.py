@@ -1,5 +1,6 @@
 """Public status reads: the active models, the text statistics, the load, the modes and
-the news, in upstream's shapes (runtime.native.stats computes them)."""
+the news, in upstream's shapes, and our per-minute history of the statistics
+(runtime.native.stats computes them)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from runtime.native.api.validation import path_value, query_values
 from runtime.native.queue.sweep import utcnow
 from runtime.native.stats.load import horde_load
 from runtime.native.stats.models import active_models, filtered, one_model
-from runtime.native.stats.text_stats import text_models, text_totals
+from runtime.native.stats.text_stats import text_history, text_models, text_totals
 from runtime.stores.database import transaction
 
 ALL_STATES = "all"
@@ -50,6 +51,11 @@ def _kept(name: str, read: Any) -> Response:
 def stats_text_totals() -> Response:
     checked_headers("stats_text_totals")
     return _kept("stats_text_totals", lambda session: text_totals(session.connection()))
+
+
+def stats_text_history() -> Response:
+    checked_headers("stats_text_history")
+    return _kept("stats_text_history", lambda session: text_history(session.connection()))
 
 
 def stats_text_models() -> Response:

@@ -1,28 +1,11 @@
 """Worker views: pop a job (text, or chat with a chat declaration), submit its result.
 
-Served on the workers' lane without Flask (``runtime.native.api.lane``): each view is a
-function of a ``LaneRequest`` (its headers, body, the client's address, the app's context,
-the long poll's ``PopAttempt``) answering a ``Reply``; errors are raised as ``HordeError``.
-
-A chat job's payload is the narrowed chat payload (``runtime.contract.dispatch.chat_job_payload``),
-never a prompt; its submit is the structured reply (``runtime.native.queue.chat_submit``), and a
-landed generation or an ended request publishes the completion signal after the commit (an
-ended request's final status, as of the submit's commit, stored first under its outcome key,
-which the events name). The statement that finds the key's user and the job tells a chat
-job apart; a text job's result is paid by one statement in autocommit, anything else (a
-chat job, a fault, a refusal) is one transaction.
-
-A plain streamed chat job (``generated.streaming.DELTA_RULE``) gets a progress lease at
-pop (``stream: true`` in the answer); its submit finishes the lease, a fault ends it. No
-other job has a lease, so no other submit reads or ends one.
-
-A chat job's images and offloaded messages are resolved after the commit that releases the
-queue's row lock (``chat_objects.dispatch_messages``: messages_url, signed image URLs or
-inlined bytes); if the store cannot serve them, the job is faulted with the reason and the
-worker is told there is no job. A request that ends releases its stored objects.
-
-A landed generation of a request with a webhook is handed to the webhook sender after the
-submit's commit (``runtime.native.queue.webhooks``), never inside it.
+Served on the workers' lane (``runtime.native.api.lane``): each view is a function of a
+``LaneRequest`` answering a ``Reply``, raising ``HordeError``. A chat job's payload is the
+narrowed chat payload, never a prompt; its submit is the structured reply (``chat_submit``).
+What must not hold the queue's row lock or a transaction (the completion signal, a chat
+job's stored objects, a webhook) runs after the commit; a plain streamed chat job gets a
+progress lease at pop, which its submit finishes and a fault ends.
 """
 
 from __future__ import annotations
@@ -145,7 +128,7 @@ def text_pop(req: LaneRequest) -> Reply:
     # (autocommit: no BEGIN and COMMIT round trips): nothing is read after the pick, so no
     # failure can leave a job taken but never sent. Anything else (a new name, another
     # user's, maintenance, a refused key) is the transaction below. A Core connection, not
-    # an ORM session (issue 14: ~30-50 us of CPU a pop less); its begin() sends nothing in
+    # an ORM session (less CPU a pop: docs/performance.md); its begin() sends nothing in
     # autocommit, and its rollback on an error reaches the driver, so a connection lost to a
     # restart is a 503 and invalidates the pool, as the session's rollback did.
     with ctx.autocommit.connect() as connection, connection.begin():
@@ -351,7 +334,8 @@ def text_submit(req: LaneRequest) -> Reply:
     body = _checked(req)
     ctx = req.ctx
     api_key = req.header(HEADER_APIKEY)
-    # The key and the job are read in one statement, outside any transaction (issue 14):
+    # The key and the job are read in one statement, outside any transaction (fewer round
+    # trips):
     # a text job of the key's own worker with a result is then paid by one statement in
     # autocommit (``pay``: the database function horde_pay, a transaction of its own), two
     # round trips in all; a chat reply is read with the online pool its final status shows

@@ -1,18 +1,11 @@
 """The native API's tables (SQLAlchemy 2 declarative models; Alembic migrations in
-``migrations/versions``, checked equal to these by a test).
+``migrations/versions``, each saying what it added, checked equal to these by a test).
 
 Money is ``Numeric(16, 2)`` so a balance equals the sum of its ledger rows exactly.
 ``waiting_prompts`` is upstream's TextWaitingPrompt: text and chat requests share it, told
-apart by ``is_chat``. The chat columns (migration 0002) hold the validated request and its
-messages (deferred: the queue never loads them), the requirements computed once at creation,
-and on generations the structured reply; ``workers.chat_declaration`` keeps a chat worker's
-parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. Migration
-0003 adds the object-storage columns (offloaded messages, the objects a request owns);
-0004 each worker's speed samples and rolling speed, its extra_slow_worker flag and a
-request's webhook; 0005 the request id of the call that submitted a request; 0006 lets an
-operation key be retired with no request (wp_id NULL); 0008 shared keys (and the request's
-key), kudos transfers; 0009 the text statistics (``text_gen_stats``, written by a trigger
-when a job ends, and the archive its old rows are folded into).
+apart by ``is_chat``; a chat row holds its validated request and messages (deferred: the
+queue never loads them) and the requirements computed once at creation.
+``operation_keys`` makes a chat submit idempotent per user.
 """
 
 from __future__ import annotations
@@ -146,12 +139,15 @@ class Worker(Base):
     """Declared on pop: serves only requests that accept extra slow workers."""
     last_check_in: Mapped[datetime] = _now()
     created: Mapped[datetime] = _now()
+    uptime: Mapped[float] = mapped_column(Float, server_default=text("0"), nullable=False)
+    """Seconds online: each pop adds the time since the last one when the worker was online
+    then and is not in maintenance (``queue.jobs.checked_in``, upstream's check_in)."""
 
 
 class WorkerRow(NamedTuple):
     """A worker's columns read without the ORM (``requests.text.online_workers``: a status
-    read or a chat submit's final status loaded every online worker as an entity, ~150 us
-    of CPU more for one; issue 14): ``Worker``'s columns, in its table's order, under the
+    read or a chat submit's final status loaded every online worker as an entity, costly
+    in CPU: docs/performance.md): ``Worker``'s columns, in its table's order, under the
     same names and types, which is all the fit rules and the pool's readers read of a
     worker (``AnyWorker``). tests/unit/test_worker_row.py holds it to the table."""
 
@@ -176,6 +172,7 @@ class WorkerRow(NamedTuple):
     extra_slow_worker: bool
     last_check_in: datetime
     created: datetime
+    uptime: float
 
 
 AnyWorker: TypeAlias = Worker | WorkerRow

@@ -1,24 +1,12 @@
 """Fetching an image URL at submit without reaching inside the deployment's network.
 
-Every hop (the URL, then each redirect) is resolved here and refused unless every
-address is public: loopback, private, link-local, multicast, reserved, shared and
-unspecified ranges are refused (IPv4-mapped IPv6 included). The connection then goes to
-the checked address itself (the Host header and TLS SNI keep the name, so certificates
-are verified against it), so a second DNS answer cannot swap in an inside address.
-Loopback is reachable only with ``allow_loopback``, a test-only setting.
-
-``post_public`` sends a webhook through the same guards: https only (plain http only to
-loopback, under the same test-only setting), the address checked and pinned, no redirect
-followed.
-
-Every fetch and POST has one wall-clock deadline over connect, TLS, headers and body
-(``DeadlineBackend``: each socket operation waits at most what is left of it), so a host
-that drips its headers a byte a second is cut off at the deadline like a slow body. Image
-fetches run on ``FETCHES``, a small pool apart from the request threads with a bounded
-queue, shared fairly between sources (``runtime.fair_shares``; spec/defences.yaml,
-image_fetches): a source past its share is refused at once (TooManyImageFetches), a request
-that finds no place at all too (IntakeBusy), so slow hosts hold at most the pool's slots,
-never the API's request threads, and one source's at most its share of them.
+Every hop (the URL, each redirect) is resolved here and refused unless every address is
+public, and the connection goes to the checked address (name kept for Host and TLS), so a
+second DNS answer cannot swap in an inside one; ``allow_loopback`` is test-only.
+``post_public`` sends webhooks through the same guards (https, no redirect). One deadline
+covers connect to body, and image fetches run on ``FETCHES``, a small bounded pool shared
+fairly between sources (``runtime.fair_shares``; past a source's share TooManyImageFetches,
+full IntakeBusy), so slow hosts never hold the API's request threads, nor others' fetches.
 """
 
 from __future__ import annotations

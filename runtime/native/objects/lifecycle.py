@@ -1,13 +1,10 @@
 """A chat request's stored objects over its life: taken in at submit, sent at pop, deleted at
 its end (docs/design.md, "Images").
 
-* submit: ``take_in`` runs image intake before the transaction; ``ChatObjects`` then lends
-  the transaction its image measures and the offload of the kept messages, and remembers
-  every object it stored so the caller deletes whatever the committed row does not own
-  (refusal, dry run, operation-key replay);
-* pop: ``dispatch_messages`` picks the transport (flowchart) after the row lock is gone;
-* end: ``release_ended`` deletes the objects of requests that ended (done, faulted,
-  cancelled) and clears their keys; the sweep deletes an expired request's objects with it.
+``take_in`` runs image intake before the transaction, and ``ChatObjects`` remembers every
+object stored so the caller deletes what the committed row does not own (refusal, dry run,
+replay); ``dispatch_messages`` picks the transport at pop, after the row lock is gone;
+``release_ended`` deletes the objects of ended requests (the sweep, an expired one's).
 """
 
 from __future__ import annotations

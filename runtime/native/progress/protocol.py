@@ -1,30 +1,11 @@
 """The Redis protocol of a streamed generation (docs/design.md, "Streaming").
 
 Every step is one Lua script, so concurrent posts, a cancel and a submit never interleave
-inside a step, and no step reads Postgres:
-
-* ``write_lease`` at pop of a plain streamed chat job: the lease (owner = digest of the
-  worker's apikey, ``last_seq`` -1) expiring after the generation's ttl plus a grace;
-* ``post_progress`` from the progress route: checks the lease, refuses a seq gap (409 with
-  the last accepted seq), appends the delta (content, and reasoning when the post has
-  some) to the request's retained stream (XADD MAXLEN,
-  refreshed expiry), stops at the per-generation cap (413), and acknowledges
-  ``cancelled: true`` once cancelled without appending anything;
-* ``finish`` at submit (lease deleted, end entry, stream left to expire), ``mark_ended`` on
-  a fault (ended marker, lease deleted, end entry), ``mark_cancelled`` /
-  ``cancel_request`` on a cancel (flag kept in the lease until it expires, end entry);
-* ``posted`` (content and reasoning) / ``posted_text`` (content) read back what a
-  generation posted, for the cancel settlement. Read it after ``mark_cancelled``: from
-  then on nothing is appended.
-* ``relayed_to_client`` reads back what a front's relay of the request sent, for the
-  submit of a streamed generation: the text before another generation's fault (a worker
-  that died mid-stream; this one took the job over), or this generation's own posts. A
-  reply that does not extend it reaches the client as ``stream_diverged``, so the request
-  is charged for that text at most.
-
-Names, lifetimes and the cap come from ``generated.streaming`` (spec/streaming.yaml).
-redis-py types every answer as ``T | Awaitable[T]`` (one signature for its sync and async
-clients); the client here is sync and decodes to str, so reads are cast to what they are.
+inside a step, and no step reads Postgres: ``write_lease`` at pop, ``post_progress`` per
+post, ``finish`` / ``mark_ended`` / ``mark_cancelled`` / ``cancel_request`` at the end, and
+the read-backs ``posted``, ``posted_text`` and ``relayed_to_client`` for settlements and
+submits. Names, lifetimes and the cap come from ``generated.streaming``. The sync client
+decodes to str, so redis-py's ``T | Awaitable[T]`` answers are cast to what they are.
 """
 
 from __future__ import annotations
@@ -291,7 +272,8 @@ class Posted:
 
 
 def posted(redis: Redis, request_id: str, generation_id: str | None = None) -> Posted:
-    """The content and reasoning posted for a request (one generation's, when given)."""
+    """The content and reasoning posted for a request (one generation's, when given).
+    For a cancel's settlement, read it after ``mark_cancelled``: nothing is appended then."""
     content: list[str] = []
     reasoning: list[str] = []
     entries = cast(list[tuple[str, dict[str, str]]], redis.xrange(S.STREAM_KEY.of(request_id)))

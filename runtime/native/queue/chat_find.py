@@ -1,19 +1,11 @@
-"""A chat submit's reads in one round trip (issue 14).
+"""A chat submit's reads in one round trip: its key's user, its job and the online pool.
 
-A worker's chat submit read its key's user and its job's kind (one statement), then the job
-with its worker and request as ORM entities (a second), and after the payment the online pool
-for the request's final status (a third): three round trips and ~0.4 ms of the ORM's loading
-on the path from a worker's reply to the client's (bench/front.py's delivery). ``find_chat_job``
-reads all three in one round trip: the key's user and the job in one statement, the online
-pool in a second sent with it (psycopg's pipeline mode), both before the payment.
-
-The pool is then the one a status read would have measured ~1 ms before the request ended,
-not after: the payment changes no worker's check-in, maintenance, declaration or owner's
-trust, which is all availability reads of a worker.
-
-The job's rows are built as the ORM's loader builds them (``db.detached``: each column's value
-in the instance's dict, committed, no history) without a session's identity map, so the
-payment's values reach them through ``land_job``, not ``synchronize``.
+They were three round trips and ORM loads on the path from a worker's reply to the client's
+(docs/performance.md). ``find_chat_job`` sends two statements in one psycopg pipeline, both
+before the payment; the pool is then the one a status read saw just before the request
+ended, which the payment does not change. The job's rows are built as the ORM's loader
+builds them (``db.detached``, no identity map), so the payment's values reach them through
+``land_job``, not ``synchronize``.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """A worker's structured chat submit: verified, stored once, charged on the output estimate.
 
-The reply (content, reasoning_content, tool_calls, finish_reason) is checked by
-``runtime.contract.verification.verify_chat_reply`` against the stored request (the
-client's values). A refusal faults the job on that worker exactly like a submit with state
-faulted: it counts toward the request's fault limit and the request goes back to the queue
-until then. The caller commits that fault and then answers with the refusal (400
-ChatReplyRejected).
-
-A kept reply is claimed with the same compare-and-set as a text submit, charged and
-rewarded through the text formula on ``output_estimate`` (never on the reported counts,
-which are stored and shown), with ``charge_basis`` stored on the generation.
-
-A streamed reply that does not extend the text its client's stream already received
-(``relayed``), content and reasoning, reaches the client as ``stream_diverged`` and nothing
-more, and the requester is charged for the relayed text at most (``charged_tokens``). When
-that text was an earlier worker's (it died mid-stream and this one took the job over), this
-worker is paid for its reply. When it was the worker's own posts, the worker broke its own
-stream: as a cancel's settlement, it is paid for what the client received, not for the
-reply, and the job counts as its fault (toward maintenance). A reply that extends the
-relayed text continues the client's stream.
-
-A censored (or csam) submit is not delivered as an answer: the generation keeps no content,
-reasoning or tool calls and its finish_reason is content_filter (OpenAI's outcome for a
-filtered reply), so the client gets that and nothing of the withheld text. It is not
-verified (nothing of it is delivered); as upstream's censored text, the worker is paid on
-its output estimate and the requester is charged nothing. A job the horde itself could not
-send is faulted without counting toward the worker's abort limit.
+The reply is checked against the stored request (``verify_chat_reply``); a refusal faults
+the job on that worker (400 ChatReplyRejected) and the request is queued again. A kept
+reply is claimed and paid as a text submit is, on ``output_estimate``, never on reported
+counts. A streamed reply that does not extend what the client received ends as
+``stream_diverged``; a censored one delivers no text (``content_filter``). The rules and
+their reasons: docs/design.md ("Verification", "Streaming", "Pricing") and ``_land_reply``.
 """
 
 from __future__ import annotations
@@ -92,7 +72,7 @@ class ChatSubmission:
     read_relayed: Callable[[], Relayed | None] = lambda: None
     """What the client's stream received (an earlier worker's posts before it died, or this
     job's own), read (from Redis) only for a kept reply to a request that streams deltas: no
-    other has a lease or a stream (issue 14: a Redis round trip on every chat submit)."""
+    other has a lease or a stream, so no other submit pays a Redis round trip for it."""
 
 
 @dataclass
@@ -114,7 +94,7 @@ class ChatSubmitOutcome:
     owns_objects: bool = False
     """The request owns stored objects (images, offloaded messages), which its end releases;
     a request stores them only at its submit, so one without any never needs the release's
-    locked read (issue 14: a transaction on every chat submit that ended a request)."""
+    locked read (a transaction on every chat submit that ended a request)."""
 
 
 def is_chat_job(session: Session, generation_id: str) -> bool | None:
@@ -190,7 +170,7 @@ def submit_chat_job(
 ) -> ChatSubmitOutcome:
     """A chat job's submit. ``found``: its job and the online pool, read with its key
     (``chat_find.find_chat_job``); the job must be ``user``'s worker's (else
-    WrongCredentials). ``session``: in autocommit (issue 14: no BEGIN or COMMIT on the
+    WrongCredentials). ``session``: in autocommit (no BEGIN or COMMIT round trips on the
     happy path): a kept or censored reply is paid by one statement (``pay``: a transaction
     of its own), its kudos noted in ``session.info`` for the caller to count. A fault (the
     worker's, or a refused reply) is several writes: it takes a transaction of ``faults``."""
@@ -265,7 +245,13 @@ def _land_reply(
 
 def _diverged_from(relayed: Relayed | None, reply: dict[str, Any], max_length: int) -> int | None:
     """The output estimate of the relayed text when ``reply`` does not extend it (the
-    client's stream then ends with stream_diverged); None when it does."""
+    client's stream then ends with stream_diverged); None when it does.
+
+    The requester is then charged for the relayed text at most. When that text was an
+    earlier worker's (it died mid-stream and this one took the job over), this worker is
+    paid for its reply; when it was this worker's own posts, it broke its own stream: as a
+    cancel's settlement, it is paid for what the client received and the job counts as its
+    fault (toward maintenance)."""
     if relayed is None:
         return None
     sent = relayed.posted

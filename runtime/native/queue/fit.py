@@ -1,30 +1,11 @@
 """Which workers may serve which requests: the one filter the pop, the status and the queue share.
 
-Every rule is written once here, its SQL form (conditions on ``waiting_prompts``, used under
-the row lock at pop and to count upstream's ``skipped``) beside its Python form (one worker
-and one loaded request, used for ``is_possible`` and the chat status).
-
-A text request follows upstream's rules, ``TEXT_RULES`` in the order of upstream's
-``skipped`` keys: lengths fit the worker, models overlap (an empty list takes any), worker
-lists (allow or block), trusted workers, NSFW, validated backends (validated_backends
-true skips a worker whose bridge agent is not one), then the speed rules: a request with
-slow_workers false skips a worker slower than upstream's threshold for its model
-(``policy.slow_speed``; a worker without speed samples counts as the baseline, so it is
-slow), and a worker that declared extra_slow_worker serves only requests with
-extra_slow_workers true (upstream applies this one to images; the horde key is implemented
-for text and chat alike rather than ignored).
-
-A chat request's requirements were computed once at creation and stored on its row
-(``required_features``, ``required_limits``); eligibility compares a worker's parsed chat
-declaration with them and never loads the messages. A worker serves a chat request when it
-declared chat_jobs, its model_id is one of the request's models, it declares every required
-feature (and guarantee, under strict), no stored limit is above its declared bound, it can
-receive the request's images (an image transport, or messages_url for an offloaded request),
-and upstream's worker list, trusted, NSFW and validated-backend rules (``SHARED_RULES``)
-let it. The length and
-model rules are replaced by the declaration's limits and model_id. Images need the vision
-feature, which ``required_features`` stores; whether a request has images is the stored
-max_images measure, so the messages stay unread here too.
+Every rule is written once here, its SQL form (used under the pop's row lock and to count
+upstream's ``skipped``) beside its Python form (``is_possible`` and the chat status), so the
+two cannot drift. Text requests follow upstream's rules (``TEXT_RULES``, in the order of
+upstream's ``skipped`` keys); a chat request compares the worker's chat declaration with
+the requirements stored on its row, never loading its messages (``chat_worker_fits``); the
+worker list, trusted, NSFW, validated-backend and speed rules are shared (``SHARED_RULES``).
 """
 
 from __future__ import annotations
@@ -169,11 +150,16 @@ SLOW = Rule(
     sql=lambda t: or_(WaitingPrompt.slow_workers.is_(True), t["w_fast"]),
     allows=lambda w, _t, wp: wp.slow_workers or not is_slow(w),
 )
+"""slow_workers false skips a worker slower than upstream's threshold for its model
+(``policy.slow_speed``; a worker without samples counts as the baseline, so as slow)."""
 EXTRA_SLOW = Rule(
     "extra_slow",
     sql=lambda t: or_(WaitingPrompt.extra_slow_workers.is_(True), t["w_regular"]),
     allows=lambda w, _t, wp: wp.extra_slow_workers or not w.extra_slow_worker,
 )
+"""A worker that declared extra_slow_worker serves only requests with extra_slow_workers
+true. Upstream applies it to images; the horde key is implemented for text and chat alike
+rather than ignored."""
 
 VALIDATED_BACKENDS_KEY = "validated_backends"
 """The request's validated_backends, kept in its params row (out of the job payload)."""
@@ -364,7 +350,13 @@ def chat_queue_filters(
 
 
 def chat_worker_fits(worker: AnyWorker, trusted: bool, wp: WaitingPrompt) -> bool:
-    """The Python form of ``chat_queue_filters`` for one worker and one chat request."""
+    """The Python form of ``chat_queue_filters`` for one worker and one chat request.
+
+    The worker declared chat_jobs, its model_id is one of the request's models (replacing
+    the text length and model rules), its declaration covers every stored feature (and
+    guarantee, under strict) and limit, it can receive the request's images (an image
+    transport, or messages_url for offloaded messages; whether there are images is the
+    stored max_images measure, vision a required feature), and ``SHARED_RULES`` let it."""
     if not serves_chat(worker) or chat_model(worker) not in wp.models:
         return False
     decl = worker.chat_declaration or {}

@@ -1,15 +1,11 @@
 """The worker side of the text queue: register on pop, hand out jobs, take submissions.
 
-A pop locks its request with ``FOR UPDATE SKIP LOCKED`` (ordered by kudos priority, then
-age), so concurrent pops never hand out the same job. Text and chat requests share the
-queue: a pop with a chat declaration also matches the chat requests it covers
-(``fit.chat_queue_filters``), and one with prompt_jobs false matches only those.
-Submissions are ``job_submit``'s.
-
-A user may register ``Policy.workers_per_user`` distinct worker names (trusted users
-``workers_per_trusted_user``), as upstream: a pop under one more new name is refused
-(TooManyWorkers, TooManyWorkersTrusted); the user's row is locked while counting, so
-concurrent pops under new names cannot pass the limit together.
+A pop locks its request ``FOR UPDATE SKIP LOCKED`` (kudos priority, then age), so concurrent
+pops never hand out the same job. Text and chat requests share the queue: a pop with a chat
+declaration also matches the chat requests it covers (``fit.chat_queue_filters``; with
+prompt_jobs false, only those). A user may register ``Policy.workers_per_user`` worker names
+(trusted: ``workers_per_trusted_user``; else TooManyWorkers), as upstream, the user's row
+locked while counting so concurrent pops cannot pass it together.
 """
 
 from __future__ import annotations
@@ -78,8 +74,8 @@ class PoppedJob:
 @dataclass(frozen=True)
 class PoppedChat:
     """What a chat job's payload reads of its request besides ``PoppedJob``'s: returned by
-    the pop's own statement (issue 14: a session load of the row and two deferred loads of
-    its stored request and messages were three more round trips after the pick)."""
+    the pop's own statement: a session load of the row and two deferred loads of its
+    stored request and messages were three more round trips after the pick."""
 
     chat_request: dict[str, Any] | None
     messages: list[Any] | None
@@ -114,11 +110,29 @@ def register_worker(
         raise WrongCredentials()
     for column, value in _declared(body, declaration).items():
         setattr(worker, column, value)
-    worker.last_check_in = now
+    checked_in(worker, policy, now)
     session.flush()
     if worker.maintenance:
         raise WorkerMaintenance(name=worker.name, reason=worker.maintenance_reason or "")
     return worker
+
+
+def checked_in(worker: Worker, policy: Policy, now: datetime) -> None:
+    """A pop's check-in at ``now``: the time since the last one counts as uptime when the
+    worker was online then (within the stale window) and is not in maintenance, as
+    upstream's Worker.check_in counts it. ``UPTIME_SQL`` is the same in SQL."""
+    online_since = now - timedelta(seconds=policy.worker_stale_seconds)
+    if not worker.maintenance and worker.last_check_in > online_since:
+        worker.uptime += max(0.0, (now - worker.last_check_in).total_seconds())
+    worker.last_check_in = now
+
+
+UPTIME_SQL = (
+    "uptime = workers.uptime + CASE WHEN workers.last_check_in > %(online_since)s"
+    " THEN greatest(0, extract(epoch FROM %(now)s - workers.last_check_in))::double precision"
+    " ELSE 0 END"
+)
+"""``checked_in``'s uptime in the pop's registration (which skips a worker in maintenance)."""
 
 
 def leave_pool(session: Session, policy: Policy, user: User, name: str, now: datetime) -> None:
@@ -172,6 +186,7 @@ def register_and_pop(
         "models": Jsonb(declared["models"]),
         "chat_declaration": Jsonb(declaration) if declared["chat_declaration"] else None,
         "key_hash": key_hash, "name": body["name"], "anonymous": ANONYMOUS_USER_ID,
+        "online_since": now - timedelta(seconds=policy.worker_stale_seconds),
     }  # fmt: skip
     sql, defaults = _pop_sql(prompt_jobs, shape, registering=True)
     with raw_cursor(session) as cursor:
@@ -276,8 +291,8 @@ def pop_text_job(
 
     ``count_skipped``: an empty answer counts the requests each of the worker's terms turned
     away (upstream's ``skipped``, a count over the queue); False for a long poll's run that
-    goes on waiting, which sends no answer (issue 14: the count was ~8% of the native API's
-    CPU under the e2e bench, every pop after a submit finding nothing and then waiting)."""
+    goes on waiting, which sends no answer: counted on every such run, it was a large
+    share of the native API's CPU (docs/performance.md)."""
     prompt_jobs, shape = _pop_shape(declaration)
     sql, defaults = _pop_sql(prompt_jobs, shape)
     params = {
@@ -367,7 +382,7 @@ owner AS (
         max_context_length = %(max_context_length)s, threads = %(threads)s, nsfw = %(nsfw)s,
         bridge_agent = %(bridge_agent)s, extra_slow_worker = %(extra_slow_worker)s,
         chat_declaration = %(chat_declaration)s, prompt_jobs = %(prompt_jobs)s,
-        last_check_in = %(now)s
+        {uptime}, last_check_in = %(now)s
     FROM owner
     WHERE workers.name = %(name)s AND workers.user_id = owner.id
         AND owner.id <> %(anonymous)s AND NOT workers.maintenance
@@ -446,7 +461,7 @@ def _pop_sql(
     compiled = or_(false(), *kinds).compile(dialect=DIALECT)
     queued_sql = and_(*queued()).compile(dialect=DIALECT, compile_kwargs={"literal_binds": True})
     sql = _POP_FRAME.format(
-        registering=_REGISTER_FRAME.format(fast=fast_sql("registered.speed"))
+        registering=_REGISTER_FRAME.format(fast=fast_sql("registered.speed"), uptime=UPTIME_SQL)
         if registering
         else "",
         queued=queued_sql,

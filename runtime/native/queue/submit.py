@@ -1,20 +1,11 @@
 """The worker's submit on the text queue: a compare-and-set on the job, then payment.
 
-A submit claims its job with ``generation IS NULL AND NOT faulted AND NOT cancelled``
-(``claim_job``, and ``pay``'s first statement), so a job is paid at most once; a second
-submit is DuplicateGen, one on a job that ended (aborted, faulted, cancelled) AbortedGen.
-``pay`` serves the text submit here and, through ``land_job``, the chat submit
-(``chat_submit``, which reads its job with ``chat_find``; and ``fault_job``); they differ
-only in what they store and how they count tokens. A text submit reads its key and job in
-one statement (``find_text_submit``) and pays in one (``pay``), on the session's driver
-connection: no SQL expression is built and no entity loaded on its happy path (issue 14).
-
-Every landed generation records its worker's speed sample (upstream's worker
-performance): its output estimate (the tokens it is paid for) over its time from pop to
-submit, in tokens per second; the worker's ``speed`` is the average of its newest
-``Policy.speed_samples`` samples (older ones are deleted). A worker's fault counts toward
-its abort limit (``sweep.fault_generation``). A landed generation of a request with a
-webhook returns the call to make after the commit (``webhooks.generation_delivery``).
+A job is claimed with ``generation IS NULL AND NOT faulted AND NOT cancelled``, so it is
+paid at most once (a second submit: DuplicateGen; on an ended job: AbortedGen). ``pay``
+serves the text submit and, through ``land_job``, the chat submit. A text submit reads its
+key and job in one statement and pays in one, on the driver connection, building no SQL
+expression and loading no entity (docs/performance.md). Each landed generation records its
+worker's speed sample (output tokens over pop-to-submit time; ``speed`` averages the newest).
 """
 
 from __future__ import annotations
@@ -147,7 +138,7 @@ _FIND = key_and_job("""
     JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
     WHERE processing_gens.id = %(gen_id)s
 """)
-"""``find_text_submit``'s statement (issue 14)."""
+"""``find_text_submit``'s statement: the key's user and the job in one round trip."""
 
 
 def find_text_submit(db: Session | Connection, key_hash: str, generation_id: str) -> Found:
@@ -209,7 +200,7 @@ def _session_on(db: Session | Connection) -> Iterator[Session]:
 
 class JobWorker(NamedTuple):
     """What a chat submit reads of its job's worker (``chat_find``): not the entity, whose
-    21 columns (two of them JSON) it never reads (issue 14)."""
+    21 columns (two of them JSON) it never reads and would cost CPU to load."""
 
     id: uuid.UUID
     user_id: int

@@ -1,19 +1,10 @@
 """The lifecycle sweep: stale jobs aborted and requeued, faults counted, requests expired.
 
-A job that ends by its worker's fault (it ran out of time, or the worker faulted it) counts
-toward the worker's abort limit: more than ``Policy.abort_limit_per_hour`` of them in an hour
-put the worker in maintenance, with a reason its operator reads on /workers and in the
-pop's WorkerMaintenance error.
-
-``sweep(sessions, policy)`` does one pass (tests call it directly with a ``now``);
-``Sweeper`` runs it periodically in a daemon thread started with the app. Given a Redis
-client, a pass ends the progress lease of every streamed generation it aborted (the ended
-marker and a faulted entry, so a front relaying that stream stops at once) and publishes
-the completion signal of every chat request it faulted or expired.
-Given the object store, it deletes an expired request's objects with its row, and releases
-those of every other ended request that still owns some (a release the routes missed), and
-forgets operation keys a cancel retired (no request) once a request would have expired,
-and folds the text statistics older than a month into their archive.
+A job ended by its worker's fault (out of time, or faulted) counts toward its abort limit:
+over ``Policy.abort_limit_per_hour`` in an hour puts the worker in maintenance, with a
+reason its operator reads on /workers and in the pop's WorkerMaintenance error.
+``sweep`` does one pass (tests call it with a ``now``); ``Sweeper`` runs it periodically in
+a daemon thread started with the app.
 """
 
 from __future__ import annotations
@@ -137,6 +128,13 @@ def sweep(
     redis: Redis | None = None,
     objects: ObjectStore | None = None,
 ) -> SweepReport:
+    """One pass. With ``redis``, it ends the progress lease of every streamed generation it
+    aborted (ended marker and faulted entry, so a relaying front stops at once) and publishes
+    the completion signal of every chat request it faulted or expired. With ``objects``, it
+    deletes an expired request's objects with its row and releases those of other ended
+    requests that still own some (a release the routes missed). It also forgets operation
+    keys a cancel retired once a request would have expired, and folds text statistics
+    older than a month into their archive."""
     now = now or utcnow()
     aborted = 0
     with transaction(sessions) as session:

@@ -1,16 +1,10 @@
 """Wake waiting pops: published after the commit that queued or requeued work.
 
-A wake is a hint (spec/signals.yaml ``wake``): every native API process's waiting pops that
-serve one of its models (or all, for a wake naming none) pop again, and one that finds
-nothing goes back to waiting. Publishing is best effort: a lost
-wake only delays a waiting pop until its deadline, so a Redis error is logged, not raised.
-
-This process's own waiting pops are woken directly too (``wake_here``: the app's hub, keyed
-by the app's Redis client), before the publish: Redis's delivery back to this process's
-subscription was ~0.5-1.5 ms of a new chat request's dispatch (commit to the waiting pop run
-again, bench/dispatch.py, issue 14). The published wake still reaches every process, this
-one included; a pop woken twice for one request runs once more at most and, finding
-nothing, waits again.
+A wake is a hint (spec/signals.yaml ``wake``): waiting pops for one of its models pop again,
+and one that finds nothing waits again. A lost wake only delays a pop to its deadline, so a
+Redis error is logged, not raised. This process's own pops are woken directly first
+(``wake_here``), saving Redis's delivery back to us (docs/performance.md); the published
+wake still reaches every process, so a pop may run once more for nothing.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """A request's webhook: each landed generation POSTed to the client's URL, as upstream does.
 
-Upstream (``ProcessingGeneration.send_webhook``) POSTs, after the submit's commit, the
-generation's details as its status shows them (for text: text, seed, worker_id,
-worker_name, model, id, state, gen_metadata; for chat: the chat status's generation) with
-``request`` (the request id) and ``kudos`` (the worker's reward). A chat request has one
-generation, so its webhook is called once, when it is done.
-
-``generation_delivery`` builds that body inside the submit's transaction (it reads rows);
-the route hands it to ``SENDER`` after the commit, so a slow receiver never holds a submit
-open. The sender is a few daemon threads behind a bounded queue shared fairly between
-sources (``runtime.fair_shares``; spec/defences.yaml, webhooks): each delivery's destination
-host and its requester (a registered user; the anonymous user by address) each have a
-share of the threads and of the queue, so hanging receivers delay only their own
-deliveries; one past a share or the queue is dropped and logged. A delivery is up to
-``ATTEMPTS`` POSTs of at most ``ATTEMPT_TIMEOUT_SECONDS`` each, each through the address
-guards of the image fetch (``runtime.native.objects.fetch.post_public``: https, public
-addresses only). A refused URL is not retried; delivery is best effort, as upstream's.
+Upstream (``ProcessingGeneration.send_webhook``) POSTs after the submit's commit the
+generation as its status shows it, with ``request`` (the id) and ``kudos`` (the reward); a
+chat request's once, when done. ``generation_delivery`` builds it in the submit's
+transaction; ``SENDER`` sends it after the commit on a few threads shared fairly
+(``runtime.fair_shares``) by each destination host and requester, so hanging receivers delay
+only their own; past a share, dropped and logged. Up to ``ATTEMPTS`` POSTs each, through the
+image fetch's guards (``post_public``); best effort, as upstream's.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
-"""A submit's admission reads in one round trip (issue 14), chat or text.
+"""A submit's admission reads in one round trip, chat or text.
 
-A chat submit's transaction began with four round trips before any write: BEGIN, the key's
-user locked FOR UPDATE, the user's operation key looked up, and the online pool with the
-user's queued jobs (a text submit's, three: no operation key, the queued jobs alone).
-``read_admission`` sends them as two statements in one pipeline (psycopg's pipeline mode;
-BEGIN rides with them):
-
-1. the key's user, locked, with the operation key's row (a LEFT JOIN: none without a key);
-2. the user's queued jobs, the user named by the key's digest: for a chat submit on every
-   online worker's row (the pool its gaps and first status are read from), for a text
-   submit alone (``pool=False``; a text request is queued whoever is online).
-
-Postgres runs a connection's statements in order, so the second's snapshot is taken after
-the first holds the user's lock: the queued count is what a statement of its own after the
-lock read (the concurrency check stays exact under the lock). The operation key is read by
-the locking statement: a concurrent submit under the same key that committed while this one
-waited for the lock is not seen there (the lock's re-check reads the user's row again, not
-the join), so this one's claim then finds the key taken and the submit is retried
-(``requests.chat.OperationKeyRace``), and the retry finds the winner's request.
+``read_admission`` sends, in one psycopg pipeline (BEGIN rides with them), the key's user
+locked FOR UPDATE with its operation key's row, then the user's queued jobs (with the online
+pool for a chat submit). Postgres runs them in order, so the count is read after the lock
+and the concurrency check stays exact. An operation key committed while this submit waited
+for the lock is not seen: its claim then fails and the submit is retried
+(``requests.chat.OperationKeyRace``), finding the winner's request.
 """
 
 from __future__ import annotations

@@ -1,31 +1,11 @@
 """Chat requests: admission against the online pool, then a text request row with is_chat.
 
-``create_chat_request`` takes a request already normalised by
-``runtime.contract.validator.validate_chat_request`` and, in the caller's transaction, in
-this order (the key's user locked FOR UPDATE, its operation key, the online pool and its
-queued jobs read first, in one round trip: ``requests.admission``):
-
-1. an operation key already used by the user returns its request (same id, same kudos), or
-   is refused with 422 when the body's fingerprint differs; nothing is charged again. The
-   anonymous user's keys are also bound to the submitter's address
-   (``stored_operation_key``): every client without a key is that one user;
-2. a source in timeout is refused, then moderation screens the full submitted messages;
-3. every listed model must be known (404 model_not_found) and served by an online chat
-   worker (503 no_eligible_worker): nothing is queued otherwise;
-4. the plan (``chat_plan``): max_tokens lowered to the largest declared length, context_fit
-   truncation, requirements computed once; a pool gap is 404 (features) or 400 (limits);
-5. the dry-run quote against horde.max_kudos and a shared key's limits, then dry_run,
-   concurrency and upfront kudos exactly as for text requests; the row, the horde tax (a
-   shared key's spent too), the hold and the operation key.
-
-The apikey may be a shared key's id: the request is then its owner's, within the key's
-limits (``accounts.shared_keys``).
-
-With images, the caller first runs the checks above that need no image
-(``admission_only``), then takes them in (``chat_objects.take_in``): ``request`` then
-holds references, ``original`` the body as sent (the operation fingerprint is over it, so
-fresh object keys never change it), and ``objects`` lends the stored images' limit measures
-and offloads the kept messages above the threshold. The row records the objects it owns.
+``create_chat_request`` takes a request ``validate_chat_request`` normalised and, in the
+caller's transaction, replays or refuses its operation key, screens it, checks its models
+and the online pool, plans it (``chat_plan``), quotes and holds its kudos, and writes the
+row (the order is in its docstring; docs/design.md, "Routing"). With images, the checks that
+need none run first (``admission_only``), then the images are taken in
+(``chat_objects.take_in``). The apikey may be a shared key's id (``accounts.shared_keys``).
 """
 
 from __future__ import annotations
@@ -213,6 +193,18 @@ def create_chat_request(
 ) -> ChatSubmitted:
     """Queue (or quote, or recover) a chat request of ``api_key``'s user, in the session's
     transaction, which locks the user's row FOR UPDATE first (``requests.admission``).
+
+    In order: an operation key already used returns its request (nothing charged again),
+    or 422 when the body's fingerprint differs (the anonymous user's keys are bound to the
+    submitter's address: every keyless client is that one user); a source in timeout is
+    refused, then moderation screens the full messages; every model must be known (404
+    model_not_found) and served online (503 no_eligible_worker); the plan (``chat_plan``;
+    a pool gap is 404 for features, 400 for limits); the dry-run quote against
+    horde.max_kudos and a shared key's limits, then dry_run, concurrency and upfront kudos
+    as for text; the row, the horde tax, the hold and the operation key. With images,
+    ``request`` holds references and ``original`` the body as sent (the fingerprint is over
+    it, so fresh object keys never change it); ``objects`` lends the images' limit measures
+    and offloads kept messages above the threshold.
 
     ``admission_only``: run every refusal that needs no image (operation key, moderation,
     model and pool, features, kudos cap, concurrency, upfront kudos) and stop before the

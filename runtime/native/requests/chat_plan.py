@@ -1,14 +1,11 @@
 """A chat request's plan against the online pool, computed once at submission.
 
-Given the validated request and the chat declarations of the online workers serving its
-models: max_tokens above every serving worker's declared length is lowered to the largest;
-under a non-default context_fit (truncate_oldest) a conversation too long for every served
-context loses its oldest whole turns; then the requirements (features, plus guarantees
-under strict; limits) are computed once for the row, and a pool gap is refused (404 for
-features or guarantees, 400 for a size limit). The client's request itself is not changed:
-the row keeps its values, and the lowered length travels in ``max_tokens_lowered_to``.
-The plan's messages are the kept messages as stored: a developer message is stored (and so
-sent) as system (docs/design.md, "Sampling defaults").
+From the validated request and the online declarations serving its models: max_tokens over
+every declared length is lowered to the largest (``max_tokens_lowered_to``; the row keeps
+the client's value); under context_fit truncate_oldest a conversation too long for every
+context loses its oldest whole turns; the requirements are computed once for the row, and a
+pool gap is refused (404 features or guarantees, 400 a size limit). Kept messages are as
+stored: a developer message as system (docs/design.md, "Sampling defaults").
 """
 
 from __future__ import annotations

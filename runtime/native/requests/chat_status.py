@@ -1,12 +1,10 @@
 """A chat request's status: progress, structured generations and availability.
 
-Availability is measured against the online pool now: ``eligible_threads`` (threads of the
-online workers whose declaration covers the stored requirements; fail_fast reads it),
-``missing_features`` / ``exceeded_limits`` (the pool gap among the online workers serving
-the request's models), ``is_possible``, ``queue_position`` (requests ahead, as upstream) and
-``wait_time``: the queued work ahead that this request's eligible workers could take
-(tokens) over those workers' throughput, so not this request's own generation (a request
-no work is ahead of waits 0 s, however large its max_tokens).
+Availability is measured against the online pool now: ``eligible_threads`` (fail_fast reads
+it), the pool gap (``missing_features`` / ``exceeded_limits``), ``is_possible``,
+``queue_position`` (as upstream) and ``wait_time``: the work ahead this request's eligible
+workers could take over their throughput, not its own generation (a request with nothing
+ahead waits 0 s, however large its max_tokens).
 """
 
 from __future__ import annotations
@@ -95,8 +93,8 @@ def takes_any(eligible: list[tuple[AnyWorker, bool]]) -> ColumnElement[bool]:
 
     Workers whose terms and declaration differ only by their id (a fleet of one setup) are
     one branch: the worker-list rule, the only one reading the id, is tried for each of
-    their ids (``_any_id``) and every other rule once. Built per worker, 8 identical workers
-    cost the status read ~12 ms of SQL expressions with 10,000 queued."""
+    their ids (``_any_id``) and every other rule once. Built per worker, a fleet of
+    identical workers made the status read build many SQL expressions (docs/performance.md)."""
     return _takes(_setups(eligible))
 
 
@@ -129,7 +127,7 @@ def position_sql(eligible: list[tuple[AnyWorker, bool]]) -> tuple[str, dict[str,
     """``position_query`` over the work ``takes_any(eligible)`` selects, compiled: its SQL
     and its literal parameters (a request's own are ``position_values``). Compiled once per
     pool (its setups and ids) and kept: a status read neither builds the expression nor
-    walks it for SQLAlchemy's cache key (~1 ms of CPU a read)."""
+    walks it for SQLAlchemy's cache key (docs/performance.md)."""
     groups = _setups(eligible)
     key = tuple((setup, tuple(str(w.id) for w, _ in members)) for setup, members in groups.items())
     found = _positions.get(key)
@@ -148,7 +146,7 @@ _positions: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
 
 BRANCHES_KEPT = 512
 """Built branches kept (by setup and ids): a pool's setups change rarely, so a status read
-reuses them instead of building ~2-5 ms of SQL expressions per setup."""
+reuses them instead of building its SQL expressions again (docs/performance.md)."""
 _branches: dict[tuple[Any, ...], ColumnElement[bool]] = {}
 
 
@@ -315,7 +313,7 @@ class EndedStatus:
     only one (with its worker's name and the values the claim wrote), and the online pool,
     read with the job (``queue.chat_find``). Only a queue position (while jobs are left to
     hand out) is read, after the commit (``signals.final_status``): no reload of the row or
-    its jobs, and no read of the pool (issue 14)."""
+    its jobs, and no read of the pool: fewer round trips on the way to the client."""
 
     wp: WaitingPrompt
     jobs: Jobs

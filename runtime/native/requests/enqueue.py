@@ -1,20 +1,11 @@
-"""A new request's writes in one statement (issue 14), chat or text.
+"""A new request's writes in one statement, chat or text.
 
-Queuing an admitted chat request wrote its row (the ORM's flush), then the horde tax (the
-user's balance and its ledger row) and then its operation key: three round trips in the
-submit's transaction (a text request, which has no operation key, two). ``enqueue_request``
-sends one statement whose CTEs make all the writes (Postgres runs every data-modifying CTE
-of a statement, and checks the operation key's foreign key on the new row at the
-statement's end). The operation key is claimed ON CONFLICT DO NOTHING: a key another submit
-claimed first leaves the claim empty and the caller retries
-(``requests.chat.OperationKeyRace``), the row and the tax rolled back with the transaction.
-An upfront hold, which few requests need, is written after it as before
-(``accounts.kudos.hold_upfront``).
-
-The row is written from the ``WaitingPrompt`` the admission built, which stays out of any
-session: every column is bound, a column the row was not given takes the column's Python
-default (as the ORM's flush would), and the row is given it too, so its status reads what
-was stored.
+``enqueue_request`` writes the row, the horde tax (balance and ledger) and the operation key
+in one statement of data-modifying CTEs, instead of three round trips. The key is claimed ON
+CONFLICT DO NOTHING: a key claimed first by another submit leaves the claim empty and the
+caller retries (``requests.chat.OperationKeyRace``). An upfront hold is written after it
+(``accounts.kudos.hold_upfront``). The row is written from the admission's ``WaitingPrompt``
+with every column bound, Python defaults included, so its status reads what was stored.
 """
 
 from __future__ import annotations

@@ -141,8 +141,9 @@ def queued_jobs_of(
 
 
 _QUEUED_JOBS = select(queued_jobs_of(bindparam("user_id", type_=Integer())))
-"""``queued_jobs``' statement, built once (building it cost each submit ~0.4 ms of CPU;
-SQLAlchemy keeps a statement's cache key on it, so a kept one is not walked again)."""
+"""``queued_jobs``' statement, built once (building it on each submit cost CPU:
+docs/performance.md; SQLAlchemy keeps a statement's cache key on it, so a kept one is not
+walked again)."""
 _ANONYMOUS_JOBS_FROM = select(
     queued_jobs_of(literal_column(str(ANONYMOUS_USER_ID)), bindparam("source", type_=String()))
 )

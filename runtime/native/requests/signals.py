@@ -1,16 +1,10 @@
 """Publishing the completion signal of a chat request (best effort, never text).
 
-The channel name and event kinds come from ``generated.signals`` (spec/signals.yaml).
-Publish after the transaction that made the change commits, so a woken front reads the
-new status. A Redis failure is logged and swallowed: the front's fallback poll covers a
-lost event.
-
-A request that ended with a worker's submit has its final status (``final_status``, right
-after the submit's commit: built from the rows and the online pool the submit read with its
-job when the job it landed is the request's only one; else read) stored under its outcome
-key and the events name that key (``publish_chat_events``: the SET and the PUBLISHes in one
-round trip, the SET first), so a woken front reads the status from Redis instead of the
-status route.
+Publish after the commit that made the change, so a woken front reads the new status; a
+Redis failure is logged and swallowed (the front's fallback poll covers it). A request
+ended by a worker's submit has its final status (``final_status``) stored under its outcome
+key, which the events name (``publish_chat_events``: SET then PUBLISHes, one round trip),
+so a woken front reads the status from Redis instead of the status route.
 """
 
 from __future__ import annotations

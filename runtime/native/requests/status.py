@@ -1,14 +1,11 @@
 """What the text and chat status routes share: a request's jobs with their workers' names,
 the counts every status carries, and the queue position with its wait estimate.
 
-The wait is queued work (max_length x n, in tokens) over the throughput of the workers that
-could serve it: each one's recorded speed (the rolling average of its speed samples, tokens
-per second) times its threads, or ``Policy.assumed_tokens_per_second`` per thread for a
-worker without samples. Which work counts and which workers serve differ by kind: the text
-status counts all work ahead plus the request's own (upstream's estimate of when it is
-done) over the online workers that fit; the chat status only the work ahead that its
-eligible workers could take (``takes``), over those workers: when a worker could start it
-(the design doc's estimate, which fail_fast compares with the time left).
+The wait is queued work (max_length x n tokens) over the throughput of the workers that
+could serve it: speed times threads, ``Policy.assumed_tokens_per_second`` a thread without
+samples. The text status counts all work ahead plus its own over the fitting online workers
+(upstream's "when done"); the chat status only the work ahead its eligible workers could
+take (``takes``): when a worker could start it, which fail_fast compares with the time left.
 """
 
 from __future__ import annotations

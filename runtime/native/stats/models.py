@@ -1,8 +1,9 @@
 """The active models (/status/models and /status/models/{name}), as upstream's ActiveModel:
 per model, the threads of the online workers serving it (``count``), their average speed
 (``performance``, tokens per second), the work queued for it (``queued`` tokens, ``jobs``)
-and the seconds to clear it (``eta``); plus ``chat_count``, the online workers serving it
-that take chat jobs (the front's /v1/models reads it).
+and the seconds to clear it (``eta``); plus ``oldest_wait``, the seconds its oldest queued
+request has waited, and ``chat_count``, the online workers serving it that take chat jobs
+(the front's /v1/models reads it).
 
 Workers in maintenance are left out, as upstream's. A request that names no model counts
 toward every model.
@@ -55,18 +56,30 @@ def _served(policy: Policy, workers: list[AnyWorker]) -> dict[str, _Served]:
     return served
 
 
-def _queued(session: Session) -> list[tuple[list[str], int, int]]:
+@dataclass(frozen=True)
+class _Waiting:
+    models: list[str]
+    length: int
+    n: int
+    waited: float
+    """Seconds since it was queued."""
+
+
+def _queued(session: Session, now: datetime) -> list[_Waiting]:
     rows = session.execute(
-        select(WaitingPrompt.models, WaitingPrompt.max_length, WaitingPrompt.n).where(
-            *queued_requests()
-        )
+        select(
+            WaitingPrompt.models, WaitingPrompt.max_length, WaitingPrompt.n, WaitingPrompt.created
+        ).where(*queued_requests())
     ).all()
-    return [(list(models or []), int(length), int(n)) for models, length, n in rows]
+    return [
+        _Waiting(list(models or []), int(length), int(n), (now - created).total_seconds())
+        for models, length, n, created in rows
+    ]
 
 
-def _figures(name: str, served: _Served, waiting: list[tuple[list[str], int, int]]) -> ActiveModel:
-    mine = [(length, n) for models, length, n in waiting if not models or name in models]
-    queued = sum(length * n for length, n in mine)
+def _figures(name: str, served: _Served, waiting: list[_Waiting]) -> ActiveModel:
+    mine = [w for w in waiting if not w.models or name in w.models]
+    queued = sum(w.length * w.n for w in mine)
     performance = sum(served.speeds) / len(served.speeds) if served.speeds else 0.0
     rate = served.threads * performance
     return ActiveModel(
@@ -74,8 +87,9 @@ def _figures(name: str, served: _Served, waiting: list[tuple[list[str], int, int
         count=served.threads,
         performance=round(performance, 1),
         queued=float(queued),
-        jobs=float(sum(n for _length, n in mine)),
+        jobs=float(sum(w.n for w in mine)),
         eta=int(queued / rate) if rate and queued else 0,
+        oldest_wait=max(0, int(max((w.waited for w in mine), default=0.0))),
         type=MODEL_TYPE,
         chat_count=served.chat_workers,
     )
@@ -84,7 +98,7 @@ def _figures(name: str, served: _Served, waiting: list[tuple[list[str], int, int
 def active_models(session: Session, policy: Policy, now: datetime) -> list[ActiveModel]:
     """Every model an online worker serves, by name."""
     served = _served(policy, [w for w, _trusted in online_workers(session, policy, now)])
-    waiting = _queued(session)
+    waiting = _queued(session, now)
     return [_figures(name, entry, waiting) for name, entry in sorted(served.items())]
 
 
@@ -92,10 +106,10 @@ def one_model(session: Session, policy: Policy, now: datetime, name: str) -> lis
     """The model ``name`` as a list of one (upstream's shape): served by an online worker,
     or named by a queued request (count 0); empty when neither."""
     served = _served(policy, [w for w, _trusted in online_workers(session, policy, now)])
-    waiting = _queued(session)
+    waiting = _queued(session, now)
     if name in served:
         return [_figures(name, served[name], waiting)]
-    if any(name in models for models, _length, _n in waiting):
+    if any(name in w.models for w in waiting):
         return [_figures(name, _Served(), waiting)]
     return []
 

@@ -1,31 +1,32 @@
 """Upstream's text statistics (/stats/text/totals and /stats/text/models) from
 ``text_gen_stats``: requests (jobs that ended) and tokens (their requests' max_length) in
-the past minute, hour, day and 30 days (upstream's month), and ever.
+the past minute, hour, day and 30 days (upstream's month), and ever; and ours,
+/stats/text/history, the past hour minute by minute (the dashboard's charts).
 
-Upstream compiles them every minute (totals) and every day (models) into snapshot tables.
-Here the sweep folds rows older than ``ARCHIVE_AFTER`` into ``text_gen_stats_archive`` (per
-model, ``fold_old_stats``), so the table holds about a month of rows; a read is one
-statement over it (the windows by the index on ``finished``) plus the archive, and the
-answer is kept for ``Policy.public_stats_seconds`` (bench/public_stats.py prints the cost).
+Upstream compiles snapshot tables; here the sweep folds rows older than ``ARCHIVE_AFTER``
+into ``text_gen_stats_archive`` (``fold_old_stats``), so a read is one statement over about
+a month of rows plus the archive, kept for ``Policy.public_stats_seconds``
+(bench/public_stats.py prints the cost).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Connection, delete, func, select
+from sqlalchemy import ColumnElement, Connection, delete, extract, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from generated.wire.native import StatsTxtTotals, TxtModelStats
+from generated.wire.native import StatsTxtTotals, TxtMinuteStat, TxtModelStats
 from runtime.native.db.tables import TextGenStat, TextGenStatArchive
 
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
 MONTH = timedelta(days=30)
 PERIODS: dict[str, timedelta | None] = {
     "minute": MINUTE,
-    "hour": timedelta(hours=1),
+    "hour": HOUR,
     "day": timedelta(days=1),
     "month": MONTH,
     "total": None,
@@ -35,6 +36,8 @@ MODEL_PERIODS = ("day", "month", "total")
 """The periods of the per-model counts (upstream's)."""
 ARCHIVE_AFTER = MONTH + timedelta(days=1)
 """A row this old counts only toward the totals: the sweep folds it into the archive."""
+HISTORY_MINUTES = 60
+"""The points of the history: the minutes of the totals' hour."""
 
 
 def _within(reach: timedelta) -> ColumnElement[bool]:
@@ -64,6 +67,17 @@ _PER_MODEL = select(TextGenStat.model, *[_count(p) for p in MODEL_PERIODS]).grou
     TextGenStat.model
 )
 _ARCHIVED_PER_MODEL = select(TextGenStatArchive.model, TextGenStatArchive.requests)
+_MINUTES_AGO = func.least(
+    HISTORY_MINUTES - 1,
+    func.greatest(0, func.ceil(extract("epoch", func.now() - TextGenStat.finished) / 60) - 1),
+)
+"""A row's minute, counted back from now: 0 for an age up to 60 s (the totals' minute),
+59 for one up to an hour (the totals' hour); a row stamped after the read's now is in 0."""
+_HISTORY = (
+    select(_MINUTES_AGO, func.count(), func.coalesce(func.sum(TextGenStat.max_length), 0))
+    .where(_within(HOUR))
+    .group_by(_MINUTES_AGO)
+)
 _PAST_MINUTE_DELIVERED = select(func.coalesce(func.sum(TextGenStat.max_length), 0)).where(
     TextGenStat.delivered.is_(True), _within(MINUTE)
 )
@@ -94,6 +108,21 @@ def text_models(db: Connection) -> TxtModelStats:
             counts[period][model] = counts[period].get(model, 0) + int(count)
     ordered = {period: dict(sorted(by_model.items())) for period, by_model in counts.items()}
     return TxtModelStats(day=ordered["day"], month=ordered["month"], total=ordered["total"])
+
+
+def text_history(db: Connection) -> list[TxtMinuteStat]:
+    """The past hour's requests and tokens per minute, oldest first, each minute ending
+    ``until``; the last is ``text_totals``'s minute and together they are its hour."""
+    now: datetime = db.execute(select(func.now())).scalar_one()
+    counted = {int(ago): (int(n), int(tokens)) for ago, n, tokens in db.execute(_HISTORY).all()}
+    points = []
+    for ago in reversed(range(HISTORY_MINUTES)):
+        requests, tokens = counted.get(ago, (0, 0))
+        until = (now - ago * MINUTE).astimezone(UTC).isoformat(timespec="seconds")
+        points.append(
+            TxtMinuteStat(until=until.replace("+00:00", "Z"), requests=requests, tokens=tokens)
+        )
+    return points
 
 
 def past_minute_tokens(db: Connection) -> int:

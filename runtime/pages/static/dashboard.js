@@ -1,8 +1,7 @@
 // The horde dashboard: the horde as its public routes show it, read again every few seconds.
 // Reads only public routes (no API key, no prompt): the models and workers status, and,
-// where this horde serves them, upstream's text stats and performance routes. The charts'
-// history is the stats' "last minute" figures sampled while a dashboard was open in this
-// browser (kept an hour in localStorage): no public route gives a per-minute history.
+// where this horde serves them, upstream's text stats and performance routes and the
+// horde's per-minute history of the past hour (/stats/text/history), which the charts draw.
 "use strict";
 
 (() => {
@@ -10,7 +9,6 @@
   const R = S.routes;
   const REFRESH_MS = 5000;
   const HOUR_MS = 3600 * 1000;
-  const STORE = "horde-chat.dashboard.samples";
   const MAX_EVENTS = 50;
   const $ = (id) => document.getElementById(id);
   const number = new Intl.NumberFormat(undefined, { maximumFractionDigits: 1 });
@@ -20,7 +18,6 @@
     events: $("events"), chartsNote: $("charts-note"),
     requestsChart: $("requests-chart"), tokensChart: $("tokens-chart"),
   };
-  let samples = loadSamples();
   let known = null;  // worker id -> what the last read showed, for the events list
   let kudosAtOpen = null;
   let paused = false;
@@ -28,15 +25,6 @@
 
   if (R.docs) $("docs-link").href = R.docs;
   else $("docs-link").hidden = true;
-
-  function loadSamples() {
-    try {
-      const kept = JSON.parse(localStorage.getItem(STORE) || "[]");
-      return Array.isArray(kept) ? kept.filter((s) => s.t > Date.now() - HOUR_MS) : [];
-    } catch (_) {
-      return [];
-    }
-  }
 
   async function read(name) {
     if (!R[name]) return { missing: true };
@@ -121,7 +109,7 @@
 
   function renderModels(models, modelStats) {
     if (!models) return;
-    if (!models.length) { emptyRow(ui.models, 8, "No worker is online."); return; }
+    if (!models.length) { emptyRow(ui.models, 9, "No worker is online."); return; }
     const stats = modelStats || {};
     ui.models.replaceChildren(...models.map((m) => {
       const row = document.createElement("tr");
@@ -129,7 +117,8 @@
       row.append(
         cell(m.name), cell(fmt(m.count), "num"),
         cell(m.performance !== undefined ? `${fmt(m.performance)} tokens/s` : "—", "num"),
-        cell(fmt(m.jobs), "num"), cell(fmt(m.queued), "num"), cell(duration(m.eta), "num"),
+        cell(fmt(m.jobs), "num"), cell(fmt(m.queued), "num"),
+        cell(m.jobs ? duration(m.oldest_wait) : "—", "num"), cell(duration(m.eta), "num"),
         cell(fmt(stats.day ? stats.day[m.name] ?? 0 : undefined), "num"),
         cell(fmt(stats.total ? stats.total[m.name] ?? 0 : undefined), "num"),
       );
@@ -212,72 +201,68 @@
     return [1, 2, 2.5, 5, 10].map((step) => step * power).find((top) => top >= value);
   }
 
-  function drawChart(figure, key, label, missing) {
+  function drawChart(figure, key, label, points, missing) {
     const plot = figure.querySelector(".plot");
-    const now = Date.now();
-    const points = samples.filter((s) => s.t > now - HOUR_MS);
-    const latest = points.length ? points[points.length - 1][key] : null;
+    const values = points.map((p) => Number(p[key]) || 0);
+    const latest = values.length ? values[values.length - 1] : null;
+    const total = values.reduce((sum, v) => sum + v, 0);
     figure.dataset.latest = latest ?? "";
-    figure.dataset.points = points.length;
+    figure.dataset.points = values.length;
+    figure.dataset.total = values.length ? total : "";
     let caption = figure.querySelector(".latest");
     if (!caption) {
       caption = document.createElement("span");
       caption.className = "latest";
       figure.querySelector("figcaption").append(caption);
     }
-    caption.textContent = latest === null ? "" : `now ${fmt(latest)}`;
+    caption.textContent = latest === null ? "" : `last minute ${fmt(latest)}, hour ${fmt(total)}`;
     const { height, left, right, top, bottom } = BOX;
     const width = Math.max(240, Math.round(plot.clientWidth || BOX.width));
     const chart = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
     const innerW = width - left - right;
     const innerH = height - top - bottom;
-    const peak = niceMax(Math.max(0, ...points.map((p) => p[key])));
-    const x = (t) => left + ((t - (now - HOUR_MS)) / HOUR_MS) * innerW;
+    const peak = niceMax(Math.max(0, ...values));
+    // each point at its minute's end, the last one (the horde's now) at the right edge
+    const end = points.length ? Date.parse(points[points.length - 1].until) : 0;
+    const x = (t) => left + (1 - (end - t) / HOUR_MS) * innerW;
     const y = (v) => top + innerH - (v / peak) * innerH;
     for (const v of [0, peak / 2, peak]) {
       chart.append(svg("line", { class: "axis", x1: left, x2: width - right, y1: y(v), y2: y(v) }));
       chart.append(svg("text", { class: "label", x: left - 6, y: y(v) + 4, "text-anchor": "end" }, fmt(v)));
     }
     for (const [minutes, anchor] of [[60, "start"], [30, "middle"], [0, "end"]]) {
-      chart.append(svg("text", { class: "label", x: x(now - minutes * 60000), y: height - 6, "text-anchor": anchor },
+      chart.append(svg("text", { class: "label", x: x(end - minutes * 60000), y: height - 6, "text-anchor": anchor },
         minutes ? `${minutes} min ago` : "now"));
     }
     if (missing) {
       chart.append(svg("text", { class: "empty", x: left + innerW / 2, y: top + innerH / 2, "text-anchor": "middle" }, missing));
     } else if (points.length) {
-      const coords = points.map((p) => `${x(p.t).toFixed(1)},${y(p[key]).toFixed(1)}`);
-      const first = x(points[0].t).toFixed(1);
-      const last = x(points[points.length - 1].t).toFixed(1);
-      chart.append(svg("path", { class: "area", d: `M${first},${y(0)} L${coords.join(" L")} L${last},${y(0)} Z` }));
+      const coords = points.map((p, i) => `${x(Date.parse(p.until)).toFixed(1)},${y(values[i]).toFixed(1)}`);
+      const first = coords[0].split(",")[0];
+      const last = coords[coords.length - 1].split(",");
+      chart.append(svg("path", { class: "area", d: `M${first},${y(0)} L${coords.join(" L")} L${last[0]},${y(0)} Z` }));
       chart.append(svg("polyline", { class: "line", points: coords.join(" ") }));
-      const dot = coords[coords.length - 1].split(",");
-      chart.append(svg("circle", { class: "dot", cx: dot[0], cy: dot[1], r: 3.5 }));
+      chart.append(svg("circle", { class: "dot", cx: last[0], cy: last[1], r: 3.5 }));
     }
-    chart.setAttribute("aria-label", missing || (latest === null ? `${label}: no sample yet`
-      : `${label} over the last hour, ${plural(points.length, "sample")}, now ${fmt(latest)}, highest ${fmt(Math.max(...points.map((p) => p[key])))}`));
+    chart.setAttribute("aria-label", missing || (latest === null ? `${label}: not read yet`
+      : `${label} over the last hour, minute by minute: ${fmt(total)} in all, highest ${fmt(Math.max(...values))}, last minute ${fmt(latest)}`));
     plot.replaceChildren(chart);
   }
 
-  function sample(totals) {
-    if (!totals || !totals.minute) return;
-    samples.push({ t: Date.now(), requests: totals.minute.requests || 0, tokens: totals.minute.tokens || 0 });
-    samples = samples.filter((s) => s.t > Date.now() - HOUR_MS);
-    try { localStorage.setItem(STORE, JSON.stringify(samples)); } catch (_) { /* full: keep in memory */ }
-  }
-
-  function renderCharts(totalsRead) {
-    const missing = totalsRead.missing ? "This horde serves no text stats route" : null;
-    sample(totalsRead.data);
-    drawChart(ui.requestsChart, "requests", "Requests per minute", missing);
-    drawChart(ui.tokensChart, "tokens", "Tokens per minute", missing);
+  function renderCharts(historyRead) {
+    const missing = historyRead.missing ? "This horde serves no text history route" : null;
+    if (!missing && !historyRead.data) return;  // a failed read keeps the charts drawn before
+    const points = Array.isArray(historyRead.data) ? historyRead.data : [];
+    drawChart(ui.requestsChart, "requests", "Requests per minute", points, missing);
+    drawChart(ui.tokensChart, "tokens", "Tokens per minute", points, missing);
     ui.chartsNote.textContent = missing ? ""
-      : `Each point is the horde's count for the minute before it, sampled every ${REFRESH_MS / 1000} s while a dashboard is open in this browser.`;
+      : "Each point is the text jobs that ended in one minute (tokens: their requested length), as the horde counts them.";
   }
 
   // ---- the loop ------------------------------------------------------------------------
 
   async function refresh() {
-    const names = ["models", "workers", "totals", "model_stats", "performance"];
+    const names = ["models", "workers", "totals", "history", "model_stats", "performance"];
     const results = await Promise.all(names.map(read));
     const reads = Object.fromEntries(names.map((name, i) => [name, results[i]]));
     const problems = results.filter((r) => r.error).map((r) => r.error);
@@ -287,7 +272,7 @@
     renderModels(reads.models.data, reads.model_stats.data);
     renderWorkers(reads.workers.data);
     noteChanges(reads.workers.data);
-    renderCharts(reads.totals);
+    renderCharts(reads.history);
     ui.updated.textContent = `Updated ${new Date().toLocaleTimeString()}`;
     document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
   }

@@ -1,5 +1,5 @@
-"""Chat request objects (issue 8): the offloaded messages' object key, and every object key
-a request owns (images and offloaded messages), deleted when the request ends.
+"""Chat request objects: the offloaded messages' object key, and every object key a request
+owns (images and offloaded messages), deleted when the request ends.
 
 Revision ID: 0003
 Revises: 0002

@@ -1,6 +1,6 @@
-"""Speed samples, extra-slow workers and webhooks (issue 12): each worker's rolling speed
-and its samples (upstream's ``worker_performances``), the worker's extra_slow_worker flag
-and a request's webhook URL.
+"""Speed samples, extra-slow workers and webhooks: each worker's rolling speed and its samples
+(upstream's ``worker_performances``), the worker's extra_slow_worker flag and a request's
+webhook URL.
 
 Revision ID: 0004
 Revises: 0003

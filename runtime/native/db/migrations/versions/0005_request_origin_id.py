@@ -1,5 +1,5 @@
-"""The request id of the call that submitted a request (issue 16): handed to its workers in
-the pop payload, so a worker's log lines for a job name the id the front's access log gives.
+"""The request id of the call that submitted a request: handed to its workers in the pop
+payload, so a worker's log lines for a job name the id the front's access log gives.
 
 Revision ID: 0005
 Revises: 0004

@@ -1,5 +1,5 @@
-"""An operation key may be retired with no request (issue 13): a cancel by operation key that
-finds no request under the key claims it with wp_id NULL, so a submit still on its way (its
+"""An operation key may be retired with no request: a cancel by operation key that finds no
+request under the key claims it with wp_id NULL, so a submit still on its way (its
 responses lost, the front already gave up on it) queues and charges nothing.
 
 Revision ID: 0006

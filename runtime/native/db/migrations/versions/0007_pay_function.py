@@ -1,22 +1,8 @@
-"""A job's payment as one database function, ``horde_pay`` (issue 14).
+"""A job's payment as one database function, ``horde_pay``: one round trip instead of four.
 
-A submit paid in two statements in one transaction: the claim (the compare-and-set, the
-worker's speed sample and counters, the owner's reward and ledger row, the request's row
-lock), then the requester's charge and the request's end (its running jobs counted in a
-snapshot taken after that lock, so two submits ending a request's last two jobs cannot both
-miss that it ended). With BEGIN and COMMIT that was four round trips; a text submit's happy
-path spent ~50 us of the server's CPU on each. The function runs the same statements, in
-the same order, each with a snapshot of its own (a PL/pgSQL statement in READ COMMITTED
-takes a new one), so one call is the whole payment: run outside a transaction, it is its
-own (one round trip); inside one, it is part of it.
-
-It also credits the holds the request's end released (``kudos.apply_kudos`` per hold, in
-the order of user and amount): they were credited by the caller after the charge, in the
-same transaction. It claims every column a result may set; a text job's chat columns
-(reply, reported_usage, charge_basis) are NULL until its claim and stay NULL.
-
-Nothing is claimed (no other statement runs) when the job is not running: the caller
-refuses that submit (DuplicateGen or AbortedGen).
+It runs the claim, then the charge and the request's end, each statement with its own
+snapshot (PL/pgSQL under READ COMMITTED), so two submits ending a request's last two jobs
+cannot both miss that it ended; it credits the released holds; it claims no job not running.
 
 Revision ID: 0007
 Revises: 0006

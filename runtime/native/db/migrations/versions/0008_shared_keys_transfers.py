@@ -1,11 +1,8 @@
-"""Shared keys and kudos transfers: upstream's user_sharedkeys (``shared_keys``) with the
-request's key (``waiting_prompts.sharedkey_id``), upstream's kudos transfer log
-(``kudos_transfers``, with the sender's Idempotency-Key), and ``horde_pay`` again with one
-step more: a request sent with a shared key spends each charge from the key's limit too
-(floored at 0; an unlimited key, -1, stays unlimited) and counts it as utilized, in the
-same statement as the charge.
-
-The function is 0007's with that step added (``_with_spend``), so the two stay one text.
+"""Shared keys and kudos transfers: upstream's user_sharedkeys (``shared_keys``, and
+``waiting_prompts.sharedkey_id``), its kudos transfer log (``kudos_transfers``, with the
+sender's Idempotency-Key), and ``horde_pay`` spending a shared key's limit with each charge
+(floored at 0; -1 stays unlimited), in the same statement. The function is 0007's with that
+step added (``_with_spend``), so the two stay one text.
 
 Revision ID: 0008
 Revises: 0007

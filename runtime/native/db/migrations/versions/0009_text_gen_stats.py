@@ -1,9 +1,7 @@
-"""Text statistics: one row per text job that ended (delivered, faulted, timed out or
-cancelled), as upstream's text_gen_stats, written by a trigger on processing_gens so every
-path that ends a job (the payment function, the sweep, a cancel, a fault) records it once.
-The rows outlive the requests the sweep deletes; /stats/text/* and /status/performance read
-them. Rows older than a month are folded by the sweep into text_gen_stats_archive (per
-model: requests and tokens), so the table keeps a month's rows.
+"""Text statistics: one row per text job that ended, as upstream's text_gen_stats, written by a
+trigger on processing_gens so every path that ends a job records it once. The rows outlive
+the requests (/stats/text/* and /status/performance read them); the sweep folds those older
+than a month into text_gen_stats_archive.
 
 Revision ID: 0009
 Revises: 0008
