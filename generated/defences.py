@@ -3,7 +3,8 @@
 
 Runtime reads each limit from here: the header caps of both services' HTTP protocol
 (``runtime.http_guard``), the head and body deadlines, the native API's requests arriving
-per address and the anonymous key's share per address.
+per address, the anonymous key's share per address, and the shares of the image fetch pool
+and the webhook sender.
 """
 
 from __future__ import annotations
@@ -21,3 +22,19 @@ ARRIVING_PER_SOURCE = 128
 """Requests one address may have arriving at once on the native API (429 beyond)."""
 ANONYMOUS_QUEUED_PER_SOURCE = 5
 """Jobs the anonymous key may hold (queued or running) for one source address (429 beyond)."""
+FETCH_WORKERS = 8
+"""Image fetches running at once in one native API process."""
+FETCH_QUEUE = 8
+"""Requests that may wait for an image fetch slot (503 IntakeBusy beyond)."""
+FETCH_RUNNING_PER_SOURCE = 2
+"""Image fetches one source (a registered key, else the address) may have running."""
+FETCH_QUEUED_PER_SOURCE = 2
+"""Image fetches one source may have waiting (429 TooManyImageFetches beyond)."""
+WEBHOOK_SENDERS = 8
+"""Webhook deliveries POSTed at once in one native API process."""
+WEBHOOK_QUEUE = 256
+"""Webhook deliveries that may wait for a sender (dropped and logged beyond)."""
+WEBHOOK_RUNNING_PER_SOURCE = 2
+"""Deliveries one destination host, or one requester, may have POSTed at once."""
+WEBHOOK_QUEUED_PER_SOURCE = 32
+"""Deliveries one destination host, or one requester, may have waiting (dropped beyond)."""

@@ -683,6 +683,23 @@ class IntakeBusy(HordeError):
     native_routes = ("chat",)
 
 
+class TooManyImageFetches(HordeError):
+    """The source of the request (its registered API key; without one, its address) already has
+    its share of the native API's image fetch pool running and waiting (spec/defences.yaml,
+    image_fetches), so one client's slow image hosts cannot take the pool from every other
+    client. Refused at once, before anything is queued or charged."""
+
+    code = "TooManyImageFetches"
+    template = "Your image fetches ({count}) are at your share of the horde's image fetch pool ({limit}); try again in {seconds} seconds."
+    native_status = 429
+    front_status = 429
+    openai_type = "rate_limit_error"
+    sends_retry_after = True
+    default_retry_after = 5
+    front_when = ("submission",)
+    native_routes = ("chat",)
+
+
 class KudosCapExceeded(HordeError):
     """horde.max_kudos is below the dry-run quote (at the full max_length); refused before
     anything is queued, held or uploaded."""
@@ -1193,6 +1210,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "CorruptPrompt": CorruptPrompt,
     "ImageValidationFailed": ImageValidationFailed,
     "IntakeBusy": IntakeBusy,
+    "TooManyImageFetches": TooManyImageFetches,
     "KudosCapExceeded": KudosCapExceeded,
     "KudosUpfront": KudosUpfront,
     "TooManyPrompts": TooManyPrompts,

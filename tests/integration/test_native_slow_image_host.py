@@ -4,8 +4,10 @@ The image host drips its response headers one byte a second. 100 chat requests n
 images are sent at once: while they are in flight, /status/heartbeat and a pop answer
 (their slowest times are printed as figures: ``slow_host_heartbeat_max_ms``,
 ``slow_host_pop_max_ms``); each image request ends with the fetch deadline's refusal (400
-ImageValidationFailed, "in time") or, past the bounded fetch pool, with IntakeBusy at once
-(503); afterwards the pool is free again and a good image is taken in. A request refused
+ImageValidationFailed, "in time") or, past the requester's share of the bounded fetch pool
+(tests/integration/test_shared_pool_shares.py has several clients), with
+TooManyImageFetches at once (429); afterwards the pool is free again and a good image is
+taken in. A request refused
 for a reason that needs no image (an unknown model, a kudos cap) never reaches the image
 host.
 """
@@ -24,8 +26,8 @@ import pytest
 from PIL import Image
 
 from generated.chat.names import DECL_IMAGE_TRANSPORTS, FEATURE_VISION
+from generated.defences import FETCH_QUEUED_PER_SOURCE, FETCH_RUNNING_PER_SOURCE
 from generated.storage import TRANSPORT_BASE64
-from runtime.native.objects.fetch import FETCH_QUEUE, FETCH_WORKERS
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.integration.chat_flow import BASIC, MODEL, chat_pop
@@ -37,6 +39,8 @@ pytestmark = pytest.mark.integration
 IN_FLIGHT = 100
 """Image requests at once (the issue's figure): far more than the fetch pool's slots,
 running and queued."""
+SHARE = FETCH_RUNNING_PER_SOURCE + FETCH_QUEUED_PER_SOURCE
+"""The fetches one requester may hold, running and waiting."""
 PROBES = 10
 """Heartbeats and pops timed while the slow fetches are in flight."""
 
@@ -154,8 +158,8 @@ def test_a_dripping_image_host_holds_nothing_but_the_fetch_pool(
         # pool, not the submit rate (2 a second), so chat_async is raised while they run
         with raised_limits(service, "chat_async"), ThreadPoolExecutor(IN_FLIGHT) as pool:
             futures = [pool.submit(send, i) for i in range(IN_FLIGHT)]
-            while host.open_drips < FETCH_WORKERS:  # the pool's fetches hang on the host
-                assert not any(f.done() and f.result().status_code != 503 for f in futures)
+            while host.open_drips < FETCH_RUNNING_PER_SOURCE:  # its share hangs on the host
+                assert not any(f.done() and f.result().status_code != 429 for f in futures)
                 time.sleep(0.05)
             heartbeats, pops = [], []
             for _ in range(PROBES):
@@ -181,14 +185,14 @@ def test_a_dripping_image_host_holds_nothing_but_the_fetch_pool(
     print(f"figure: slow_host_pop_max_ms = {max(pop_ms):.1f} ms")
     codes = sorted(a.status_code for a in answers)
     late = [a for a in answers if a.status_code == 400]
-    busy = [a for a in answers if a.status_code == 503]
+    busy = [a for a in answers if a.status_code == 429]
     assert len(late) + len(busy) == IN_FLIGHT, codes
-    assert len(busy) >= IN_FLIGHT - FETCH_WORKERS - FETCH_QUEUE, codes
+    assert len(busy) >= IN_FLIGHT - SHARE, codes
     assert {a.json()["rc"] for a in late} == {"ImageValidationFailed"}
     assert all("in time" in a.json()["message"] for a in late), late[0].text
-    assert {a.json()["rc"] for a in busy} <= {"IntakeBusy"}
+    assert {a.json()["rc"] for a in busy} == {"TooManyImageFetches"}
     assert all(a.headers.get("Retry-After") for a in busy)
-    assert len(host.requests) <= FETCH_WORKERS + FETCH_QUEUE  # the refused ones fetched nothing
+    assert len(host.requests) <= SHARE  # the refused ones fetched nothing
     # the horde hung up on every drip, and the pool takes a good image again
     deadline = time.monotonic() + 30
     while host.open_drips and time.monotonic() < deadline:

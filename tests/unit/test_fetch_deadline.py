@@ -16,6 +16,7 @@ import pytest
 
 from generated.errors import IntakeBusy
 from runtime.native.objects.fetch import FetchPolicy, FetchPool, FetchRefused, fetch_public
+from tests.support.waiting import until
 
 DRIP_PAUSE = 0.2  # under any per-read timeout the deadline is compared with
 
@@ -101,6 +102,7 @@ def test_a_deadline_already_passed_fetches_nothing(drip: str) -> None:
 
 
 def test_the_pool_refuses_at_once_when_every_slot_is_taken() -> None:
+    # two sources, each within its share: what fills up is the pool itself
     pool = FetchPool(workers=1, queued=1)
     release = threading.Event()
     started = threading.Event()
@@ -111,16 +113,18 @@ def test_the_pool_refuses_at_once_when_every_slot_is_taken() -> None:
         return "held"
 
     results: list[str] = []
-    holders = [threading.Thread(target=lambda: results.append(pool.run(hold))) for _ in range(2)]
+    holders = [
+        threading.Thread(target=lambda s=source: results.append(pool.run(s, hold)))
+        for source in ("a", "b")
+    ]
     for holder in holders:
         holder.start()
     started.wait(30)
-    while pool._slots._value:  # both slots taken: one running, one queued
-        threading.Event().wait(0.01)
+    until(lambda: pool.pool.held("a") + pool.pool.held("b") == 2, "one running, one queued")
     with pytest.raises(IntakeBusy):
-        pool.run(lambda: "refused")
+        pool.run("c", lambda: "refused")
     release.set()
     for holder in holders:
         holder.join(30)
     assert results == ["held", "held"]
-    assert pool.run(lambda: "free again") == "free again"
+    assert pool.run("c", lambda: "free again") == "free again"

@@ -25,7 +25,7 @@ from generated.signals import CHAT_EVENT_CANCELLED
 from generated.wire.native import ChatAccepted, ChatStatus
 from runtime.contract.messages import image_parts
 from runtime.contract.validator import requested_models, validate_chat_request
-from runtime.native.accounts.keys import ANONYMOUS_USER_ID, user_for_hash
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID, key_hash_of, user_for_hash
 from runtime.native.accounts.shared_keys import requester
 from runtime.native.api.body import checked_headers, parse_json
 from runtime.native.api.context import native
@@ -96,7 +96,11 @@ def _admitted(chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
     if replayed is not None:
         return replayed
     stored_request, objects = take_in(
-        chat_request, ctx.objects, ctx.settings, offload_threshold(ctx.settings)
+        chat_request,
+        ctx.objects,
+        ctx.settings,
+        offload_threshold(ctx.settings),
+        source=_fetch_source(source),
     )
     try:
         result = _create(stored_request, chat_request, objects, source)
@@ -105,6 +109,15 @@ def _admitted(chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
         raise
     objects.discard_unowned(result.object_keys)
     return result
+
+
+def _fetch_source(source: Source) -> str:
+    """Whose share of the image fetch pool a submit uses: its registered API key's (the
+    key was admitted before any fetch); without one, its address's."""
+    key_hash = key_hash_of(request.headers.get(HEADER_APIKEY))
+    if key_hash == key_hash_of(None):
+        return f"address:{source.address}"
+    return f"key:{key_hash}"
 
 
 def _first_status(result: ChatSubmitted) -> ChatStatus:

@@ -4,8 +4,9 @@ Every hop (the URL, each redirect) is resolved here and refused unless every add
 public, and the connection goes to the checked address (name kept for Host and TLS), so a
 second DNS answer cannot swap in an inside one; ``allow_loopback`` is test-only.
 ``post_public`` sends webhooks through the same guards (https, no redirect). One deadline
-covers connect to body, and image fetches run on ``FETCHES``, a small bounded pool (full:
-IntakeBusy), so slow hosts never hold the API's request threads.
+covers connect to body, and image fetches run on ``FETCHES``, a small bounded pool shared
+fairly between sources (``runtime.fair_shares``; past a source's share TooManyImageFetches,
+full IntakeBusy), so slow hosts never hold the API's request threads, nor others' fetches.
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 from urllib.parse import urljoin, urlsplit, urlunsplit
@@ -25,18 +24,21 @@ import httpcore
 import httpx
 
 from generated.chat.names import LIMIT_MAX_IMAGE_BYTES
-from generated.errors import IntakeBusy
+from generated.defences import (
+    FETCH_QUEUE,
+    FETCH_QUEUED_PER_SOURCE,
+    FETCH_RUNNING_PER_SOURCE,
+    FETCH_WORKERS,
+)
+from generated.errors import IntakeBusy, TooManyImageFetches
 from generated.storage import FETCH_TIMEOUT_SECONDS, INTAKE_CAPS, MAX_REDIRECTS
+from runtime.fair_shares import FairPool, PoolFull, ShareFull
 
 T = TypeVar("T")
 
 SCHEMES = {"http": 80, "https": 443}
 REDIRECTS = {301, 302, 303, 307, 308}
 CHUNK = 64 * 1024
-FETCH_WORKERS = 8
-"""Image fetches in flight at once (each a thread of ``FETCHES``, apart from the API's)."""
-FETCH_QUEUE = 8
-"""Requests that may wait for a fetch slot; one more is refused IntakeBusy at once."""
 
 
 class FetchRefused(Exception):
@@ -186,32 +188,35 @@ def _client(deadline: float, policy: FetchPolicy) -> httpx.Client:
 
 
 class FetchPool:
-    """A fixed pool of fetch threads with a bounded queue: ``run`` refuses at once
-    (IntakeBusy) when every slot, running or queued, is taken."""
+    """The fetch threads, shared fairly between sources: ``run`` refuses at once when the
+    source holds its whole share (TooManyImageFetches) or the pool has no place
+    (IntakeBusy)."""
 
-    def __init__(self, workers: int = FETCH_WORKERS, queued: int = FETCH_QUEUE) -> None:
-        self._workers = workers
-        self._slots = threading.BoundedSemaphore(workers + queued)
-        self._executor: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
+    def __init__(
+        self,
+        workers: int = FETCH_WORKERS,
+        queued: int = FETCH_QUEUE,
+        running_per_source: int = FETCH_RUNNING_PER_SOURCE,
+        queued_per_source: int = FETCH_QUEUED_PER_SOURCE,
+    ) -> None:
+        self.pool = FairPool(
+            "horde-fetch",
+            workers=workers,
+            queued=queued,
+            running_per_source=running_per_source,
+            queued_per_source=queued_per_source,
+        )
 
-    def run(self, work: Callable[[], T]) -> T:
-        """``work()`` on a pool thread (it must end by its own deadline); its result."""
-        if not self._slots.acquire(blocking=False):
-            raise IntakeBusy(seconds=IntakeBusy.default_retry_after)
+    def run(self, source: str, work: Callable[[], T]) -> T:
+        """``work()`` on a pool thread for ``source`` (it must end by its own deadline)."""
         try:
-            future = self._pool().submit(work)
-        except BaseException:
-            self._slots.release()
-            raise
-        future.add_done_callback(lambda _: self._slots.release())
+            future = self.pool.submit((source,), work)
+        except ShareFull as full:
+            seconds = TooManyImageFetches.default_retry_after
+            raise TooManyImageFetches(count=full.held, limit=full.limit, seconds=seconds) from None
+        except PoolFull:
+            raise IntakeBusy(seconds=IntakeBusy.default_retry_after) from None
         return future.result()
-
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self._workers, "horde-fetch")
-            return self._executor
 
 
 FETCHES = FetchPool()

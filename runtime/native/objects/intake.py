@@ -101,8 +101,14 @@ def referenced_key(url: str) -> str | None:
 
 
 def take_in_images(
-    messages: list[dict[str, Any]], store: ObjectStore, policy: IntakePolicy | None = None
+    messages: list[dict[str, Any]],
+    store: ObjectStore,
+    policy: IntakePolicy | None = None,
+    *,
+    source: str = "",
 ) -> IntakeResult:
+    """``messages`` with their images taken in; ``source`` names the requester whose share
+    of the fetch pool the remote images use."""
     policy = policy or IntakePolicy()
     located = _located_parts(messages)
     if len(located) > policy.max_images:
@@ -113,7 +119,7 @@ def take_in_images(
     out = copy.deepcopy(messages)
     holders = [out[i]["content"][j][PART_IMAGE] for i, j in located]
     wheres = [f"messages[{i}].content[{j}]" for i, j in located]
-    raws = _raw_images([holder[IMAGE_URL_KEY] for holder in holders], wheres, policy)
+    raws = _raw_images([holder[IMAGE_URL_KEY] for holder in holders], wheres, policy, source)
     _check_request_pixels(raws, wheres, policy)
     stored: list[StoredImage] = []
     try:
@@ -132,9 +138,11 @@ def take_in_images(
     return IntakeResult(out, stored)
 
 
-def _raw_images(urls: list[str], wheres: list[str], policy: IntakePolicy) -> list[bytes]:
+def _raw_images(
+    urls: list[str], wheres: list[str], policy: IntakePolicy, source: str
+) -> list[bytes]:
     """Every image's bytes, in order: the data URLs decoded, the rest fetched."""
-    fetched = iter(_fetch_remote(urls, policy))
+    fetched = iter(_fetch_remote(urls, policy, source))
     raws: list[bytes] = []
     for url, where in zip(urls, wheres, strict=True):
         try:
@@ -200,10 +208,11 @@ def _is_data(url: str) -> bool:
     return url.startswith(DATA_PREFIX)
 
 
-def _fetch_remote(urls: list[str], policy: IntakePolicy) -> Iterator[bytes]:
-    """The bodies of the remote URLs, in order, fetched on the bounded pool
-    (``fetch.FETCHES``: IntakeBusy at once when it is full) within one deadline for them
-    all; the first refused one raises BadImage where its part is reached."""
+def _fetch_remote(urls: list[str], policy: IntakePolicy, source: str) -> Iterator[bytes]:
+    """The bodies of the remote URLs, in order, fetched on the bounded pool within
+    ``source``'s share (``fetch.FETCHES``: TooManyImageFetches or IntakeBusy at once) within
+    one deadline for them all; the first refused one raises BadImage where its part is
+    reached."""
     remote = [url for url in urls if not _is_data(url)]
     if not remote:
         return iter(())
@@ -219,7 +228,7 @@ def _fetch_remote(urls: list[str], policy: IntakePolicy) -> Iterator[bytes]:
                 break  # its part is refused: the rest are not fetched
         return bodies
 
-    return _raising(FETCHES.run(fetch_all))
+    return _raising(FETCHES.run(source, fetch_all))
 
 
 def _raising(bodies: list[bytes | FetchRefused]) -> Iterator[bytes]:

@@ -86,11 +86,17 @@ class ChatObjects:
 
 
 def take_in(
-    request: dict[str, Any], store: ObjectStore, settings: Settings, offload_threshold: int
+    request: dict[str, Any],
+    store: ObjectStore,
+    settings: Settings,
+    offload_threshold: int,
+    *,
+    source: str,
 ) -> tuple[dict[str, Any], ChatObjects]:
-    """The request with its image URLs replaced by references, and its objects; raises
-    ImageValidationFailed (nothing left stored) on a bad image."""
-    intake = take_in_images(request[PARAM_MESSAGES], store, intake_policy(settings))
+    """The request with its image URLs replaced by references, and its objects, its images
+    fetched within ``source``'s share of the fetch pool; raises ImageValidationFailed
+    (nothing left stored) on a bad image."""
+    intake = take_in_images(request[PARAM_MESSAGES], store, intake_policy(settings), source=source)
     stored_request = {**request, PARAM_MESSAGES: intake.messages}
     return stored_request, ChatObjects(store, intake, offload_threshold)
 

@@ -1,34 +1,35 @@
 """A request's webhook: each landed generation POSTed to the client's URL, as upstream does.
 
-Upstream (``ProcessingGeneration.send_webhook``) POSTs, after the submit's commit, the
-generation's details as its status shows them (for text: text, seed, worker_id,
-worker_name, model, id, state, gen_metadata; for chat: the chat status's generation) with
-``request`` (the request id) and ``kudos`` (the worker's reward). A chat request has one
-generation, so its webhook is called once, when it is done.
-
-``generation_delivery`` builds that body inside the submit's transaction (it reads rows);
-the route hands it to ``SENDER`` after the commit. The sender is one daemon thread behind a
-bounded queue (``QUEUE_SIZE``; a delivery past it is dropped and logged), so a slow
-receiver never holds a submit open: up to ``ATTEMPTS`` POSTs of at most
-``ATTEMPT_TIMEOUT_SECONDS`` each, each through the address guards of the image fetch
-(``runtime.native.objects.fetch.post_public``: https, public addresses only). A refused URL
-is not retried; delivery is best effort, as upstream's.
+Upstream (``ProcessingGeneration.send_webhook``) POSTs after the submit's commit the
+generation as its status shows it, with ``request`` (the id) and ``kudos`` (the reward); a
+chat request's once, when done. ``generation_delivery`` builds it in the submit's
+transaction; ``SENDER`` sends it after the commit on a few threads shared fairly
+(``runtime.fair_shares``) by each destination host and requester, so hanging receivers delay
+only their own; past a share, dropped and logged. Up to ``ATTEMPTS`` POSTs each, through the
+image fetch's guards (``post_public``); best effort, as upstream's.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import queue
-import threading
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from generated.defences import (
+    WEBHOOK_QUEUE,
+    WEBHOOK_QUEUED_PER_SOURCE,
+    WEBHOOK_RUNNING_PER_SOURCE,
+    WEBHOOK_SENDERS,
+)
+from runtime.fair_shares import FairPool, PoolFull, ShareFull
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID
 from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.objects.fetch import FetchPolicy, FetchRefused, Unreachable, post_public
 from runtime.native.requests.chat_status import generation_json
@@ -36,7 +37,6 @@ from runtime.native.requests.text import text_generation_json
 
 log = logging.getLogger(__name__)
 
-QUEUE_SIZE = 256
 ATTEMPTS = 3
 ATTEMPT_TIMEOUT_SECONDS = 3.0
 
@@ -45,6 +45,20 @@ ATTEMPT_TIMEOUT_SECONDS = 3.0
 class Delivery:
     url: str
     body: dict[str, Any]
+    requester: str = ""
+    """Whose share of the sender the delivery uses besides its host's (``requester_of``)."""
+
+    def sources(self) -> tuple[str, ...]:
+        host = (urlsplit(self.url).hostname or "").lower()
+        return (f"host:{host}", f"requester:{self.requester}")
+
+
+def requester_of(wp: WaitingPrompt) -> str:
+    """A request's requester for the webhook shares: its user, or its address when the
+    user is the anonymous one every keyless client shares."""
+    if wp.user_id == ANONYMOUS_USER_ID:
+        return f"address:{wp.ipaddr}"
+    return f"user:{wp.user_id}"
 
 
 def generation_delivery(
@@ -62,47 +76,54 @@ def generation_delivery(
         generation_json(gen, name) if wp.is_chat else text_generation_json(gen, name)
     )
     body = {**details, "request": str(wp.id), "id": str(gen.id), "kudos": float(reward)}
-    return Delivery(url=wp.webhook, body=body)
+    return Delivery(url=wp.webhook, body=body, requester=requester_of(wp))
 
 
 class WebhookSender:
-    """One daemon thread delivering queued webhooks; started on first use."""
+    """The sender threads (started on first use), shared fairly between hosts and
+    requesters."""
 
-    def __init__(self, size: int = QUEUE_SIZE) -> None:
-        self._queue: queue.Queue[tuple[Delivery, FetchPolicy]] = queue.Queue(maxsize=size)
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+    def __init__(
+        self,
+        *,
+        senders: int = WEBHOOK_SENDERS,
+        size: int = WEBHOOK_QUEUE,
+        running_per_source: int = WEBHOOK_RUNNING_PER_SOURCE,
+        queued_per_source: int = WEBHOOK_QUEUED_PER_SOURCE,
+    ) -> None:
+        self.pool = FairPool(
+            "horde-webhooks",
+            workers=senders,
+            queued=size,
+            running_per_source=running_per_source,
+            queued_per_source=queued_per_source,
+        )
 
     def send(self, delivery: Delivery, *, allow_loopback: bool = False) -> None:
-        """Queue ``delivery``; never blocks (dropped, and logged, when the queue is full)."""
+        """Queue ``delivery``; never blocks (dropped, and logged, past a share or the queue)."""
         policy = FetchPolicy(timeout_seconds=ATTEMPT_TIMEOUT_SECONDS, allow_loopback=allow_loopback)
-        self._ensure_thread()
         try:
-            self._queue.put_nowait((delivery, policy))
-        except queue.Full:
+            self.pool.submit(delivery.sources(), lambda: _logged(delivery, policy))
+        except ShareFull as full:
+            log.warning(
+                "webhook share of %s full (%d); dropped the delivery for %s",
+                full.source,
+                full.held,
+                delivery.body["id"],
+            )
+        except PoolFull:
             log.warning("webhook queue full; dropped the delivery for %s", delivery.body["id"])
 
     def drain(self) -> None:
         """Wait until every queued delivery was tried (tests)."""
-        self._queue.join()
+        self.pool.join()
 
-    def _ensure_thread(self) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._run, name="horde-webhooks", daemon=True
-                )
-                self._thread.start()
 
-    def _run(self) -> None:
-        while True:
-            delivery, policy = self._queue.get()
-            try:
-                deliver(delivery, policy)
-            except Exception:  # keep the thread alive for the next delivery
-                log.exception("webhook delivery for %s failed", delivery.body.get("id"))
-            finally:
-                self._queue.task_done()
+def _logged(delivery: Delivery, policy: FetchPolicy) -> None:
+    try:
+        deliver(delivery, policy)
+    except Exception:  # a thread of the pool: log it, the next delivery goes on
+        log.exception("webhook delivery for %s failed", delivery.body.get("id"))
 
 
 def deliver(delivery: Delivery, policy: FetchPolicy) -> bool:
