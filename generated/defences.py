@@ -38,3 +38,7 @@ WEBHOOK_RUNNING_PER_SOURCE = 2
 """Deliveries one destination host, or one requester, may have POSTed at once."""
 WEBHOOK_QUEUED_PER_SOURCE = 32
 """Deliveries one destination host, or one requester, may have waiting (dropped beyond)."""
+WEBHOOK_ATTEMPTS = 3
+"""POSTs of one delivery in all, until a 2xx answer."""
+WEBHOOK_ATTEMPT_SECONDS = 3
+"""Seconds one POST of a delivery may take."""

@@ -36,11 +36,12 @@ from generated.defences import (
     FETCH_RUNNING_PER_SOURCE,
     FETCH_WORKERS,
 )
+from generated.defences import WEBHOOK_ATTEMPTS as ATTEMPTS
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
 from generated.storage import TRANSPORT_BASE64
 from generated.wire import ANONYMOUS_API_KEY, HEADER_FORWARDED_FOR
 from runtime.native.objects.fetch import FETCHES
-from runtime.native.queue.webhooks import ATTEMPTS, SENDER
+from runtime.native.queue.webhooks import SENDER
 from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.conftest import SERVICE_PASSKEY

@@ -10,8 +10,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from generated.defences import WEBHOOK_ATTEMPTS as ATTEMPTS
 from runtime.native.objects.fetch import FetchPolicy, FetchRefused, post_public
-from runtime.native.queue.webhooks import ATTEMPTS, Delivery, WebhookSender, deliver
+from runtime.native.queue.webhooks import Delivery, WebhookSender, deliver
 
 LOOPBACK = FetchPolicy(timeout_seconds=3, allow_loopback=True)
 

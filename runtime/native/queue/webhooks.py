@@ -5,8 +5,9 @@ generation as its status shows it, with ``request`` (the id) and ``kudos`` (the 
 chat request's once, when done. ``generation_delivery`` builds it in the submit's
 transaction; ``SENDER`` sends it after the commit on a few threads shared fairly
 (``runtime.fair_shares``) by each destination host and requester, so hanging receivers delay
-only their own; past a share, dropped and logged. Up to ``ATTEMPTS`` POSTs each, through the
-image fetch's guards (``post_public``); best effort, as upstream's.
+only their own; past a share, dropped and logged. Up to ``WEBHOOK_ATTEMPTS`` POSTs each
+(spec/defences.yaml), through the image fetch's guards (``post_public``); best effort, as
+upstream's.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from generated.defences import (
+    WEBHOOK_ATTEMPT_SECONDS,
+    WEBHOOK_ATTEMPTS,
     WEBHOOK_QUEUE,
     WEBHOOK_QUEUED_PER_SOURCE,
     WEBHOOK_RUNNING_PER_SOURCE,
@@ -36,9 +39,6 @@ from runtime.native.requests.chat_status import generation_json
 from runtime.native.requests.text import text_generation_json
 
 log = logging.getLogger(__name__)
-
-ATTEMPTS = 3
-ATTEMPT_TIMEOUT_SECONDS = 3.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,9 @@ class WebhookSender:
 
     def send(self, delivery: Delivery, *, allow_loopback: bool = False) -> None:
         """Queue ``delivery``; never blocks (dropped, and logged, past a share or the queue)."""
-        policy = FetchPolicy(timeout_seconds=ATTEMPT_TIMEOUT_SECONDS, allow_loopback=allow_loopback)
+        policy = FetchPolicy(
+            timeout_seconds=float(WEBHOOK_ATTEMPT_SECONDS), allow_loopback=allow_loopback
+        )
         try:
             self.pool.submit(delivery.sources(), lambda: _logged(delivery, policy))
         except ShareFull as full:
@@ -127,9 +129,9 @@ def _logged(delivery: Delivery, policy: FetchPolicy) -> None:
 
 
 def deliver(delivery: Delivery, policy: FetchPolicy) -> bool:
-    """POST once, retrying a failed attempt up to ``ATTEMPTS`` in all; True when a 2xx came."""
+    """POST, retrying a failed attempt up to ``WEBHOOK_ATTEMPTS`` in all; True on a 2xx."""
     body = json.dumps(delivery.body).encode()
-    for attempt in range(1, ATTEMPTS + 1):
+    for attempt in range(1, WEBHOOK_ATTEMPTS + 1):
         try:
             status = post_public(delivery.url, body, policy)
         except Unreachable as failed:
