@@ -12,7 +12,8 @@ parsed declaration; ``operation_keys`` makes a chat submit idempotent per user. 
 request's webhook; 0005 the request id of the call that submitted a request; 0006 lets an
 operation key be retired with no request (wp_id NULL); 0008 shared keys (and the request's
 key), kudos transfers; 0009 the text statistics (``text_gen_stats``, written by a trigger
-when a job ends, and the archive its old rows are folded into).
+when a job ends, and the archive its old rows are folded into); 0010 an index of the
+anonymous user's charges by time (its kudos an hour are bounded).
 """
 
 from __future__ import annotations
@@ -344,6 +345,13 @@ class KudosLedger(Base):
     """Every kudos change; a user's balance is the sum of their rows."""
 
     __tablename__ = "kudos_ledger"
+    __table_args__ = (
+        Index(
+            "ix_kudos_ledger_anonymous_charges",
+            "created",
+            postgresql_where=text("user_id = 0 AND reason = 'charge'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)

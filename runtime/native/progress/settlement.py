@@ -3,10 +3,11 @@ and "Streaming").
 
 When a request is cancelled, each of its generations still in flight that posted progress
 is settled on the content (and reasoning) posted before the cancel, which the Horde
-measured: the worker is paid for it and the requester charged for it through the same
-output estimate as a submitted reply, and the job is not counted as dropped (no abort, no
-fault). The posted content becomes the generation's text (the reasoning its reasoning), so
-the status shows what was charged.
+measured: the worker is paid for it (``kudos.earned``, as for a submitted reply; the cancel
+does not know the worker's address, so only its owner's own request is self-serving) and the
+requester charged for it through the same output estimate as a submitted reply, and the job
+is not counted as dropped (no abort, no fault). The posted content becomes the generation's
+text (the reasoning its reasoning), so the status shows what was charged.
 
 Call ``settle_cancelled_streams`` inside the cancel's transaction, before the generations
 still in flight are marked cancelled unpaid (``cancel_text_request`` does that for the
@@ -73,9 +74,12 @@ def settle_generation(
     if sent.reasoning:  # reasoning is generated output, priced with the content
         reply[STREAMED_REASONING_PART] = sent.reasoning
     tokens = output_estimate(reply, wp.max_length)
-    reward = kudos.request_reward(
-        wp, tokens, gen.model, trusted=owner.trusted, bridge_agent=worker.bridge_agent
-    )
+    serving = kudos.Serving(
+        requester_id=wp.user_id, owner_id=owner.id, trusted=owner.trusted,
+        request_address=wp.ipaddr, worker_address=None,
+        seconds=(now - gen.start_time).total_seconds(),
+    )  # fmt: skip
+    reward = kudos.earned(wp, tokens, gen.model, bridge_agent=worker.bridge_agent, serving=serving)
     values: dict[str, Any] = {
         "generation": text,
         "state": SETTLED_STATE,
