@@ -2,9 +2,10 @@
 
 The formula is upstream's, on spec/pricing.yaml's numbers, applied by
 ``runtime.contract.pricing`` (``job_quote``, ``job_reward``); this module turns its results
-into cents. A model's size comes from the text model reference only. The requester is
-charged what the worker earns (nothing for a censored generation) plus the horde tax once,
-when the request is queued.
+into cents. A model's size comes from the text model reference only. What a worker earns
+is ``earned``: that reward under the rules no worker can farm (spec/pricing.yaml economy).
+The requester is charged what the worker earns (nothing for a censored generation) plus the
+horde tax once, when the request is queued.
 """
 
 from __future__ import annotations
