@@ -42,6 +42,13 @@ CENSORED_UNTRUSTED_CAP = 1
 """The most an untrusted worker's censored reply earns."""
 ANONYMOUS_CHARGE_PER_HOUR = 100000
 """Kudos the anonymous user may be charged in an hour; past it, anonymous requests wait."""
+SUSPICION_THRESHOLD = 5
+"""Suspicions that put an untrusted owner's worker in maintenance (upstream's pause)."""
+SUSPICION_MAINTENANCE_REASON = "Suspicious ({count} suspicions; the last: {reason}): in maintenance until the operator clears it."
+SUSPICION_UNREASONABLY_FAST = (
+    "Generation unreasonably fast ({speed} tokens/s for a {billions}B model)"
+)
+SUSPICION_TOO_MANY_JOBS_ABORTED = "Too many jobs aborted in a short amount of time"
 
 HORDE_TAX = 1
 """Kudos a request pays once, when queued."""

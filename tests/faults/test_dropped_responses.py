@@ -47,7 +47,7 @@ WORKER_SUBMIT = b"POST /api/v2/generate/text/submit"
 
 @pytest.fixture
 def users(fault_user: Callable[..., MadeUser]) -> tuple[MadeUser, MadeUser]:
-    return fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    return fault_user("requester", kudos=10_000), fault_user("worker-owner", trusted=True)
 
 
 @pytest.fixture

@@ -43,7 +43,8 @@ def test_requests_of_a_killed_front_are_served_and_charged_once(
     fault_native: NativeService,
     fault_user: Callable[..., MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester = fault_user("requester", kudos=10_000)
+    owner = fault_user("worker-owner", trusted=True)
     native_url = f"{fault_native.url}/api/v2"
     sessions = fault_native.context.sessions
     outcomes: list[object] = []

@@ -199,7 +199,8 @@ def test_hostile_bodies_are_refused_in_bounds_while_others_are_served(
     fault_native: NativeService,
     fault_user: Callable[..., MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester = fault_user("requester", kudos=10_000)
+    owner = fault_user("worker-owner", trusted=True)
     files = [tmp_path / f"hostile-{i}" for i in range(len(HOSTILE))]
     for file, (_, body, *_) in zip(files, HOSTILE, strict=True):
         file.write_bytes(body)

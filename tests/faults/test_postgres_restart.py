@@ -37,7 +37,8 @@ def test_a_postgres_restart_under_load_loses_no_reply_and_leaves_no_5xx(
     fault_native: NativeService,
     fault_user: Callable[..., MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester = fault_user("requester", kudos=10_000)
+    owner = fault_user("worker-owner", trusted=True)
     native_url = f"{fault_native.url}/api/v2"
     horde = HordeClient(fault_native.url, owner.api_key)
 

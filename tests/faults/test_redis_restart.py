@@ -69,7 +69,8 @@ def test_waits_and_streams_outlive_a_redis_restart_and_nothing_is_charged_twice(
     front_url: str,
     fault_user: Callable[..., MadeUser],
 ) -> None:
-    requester, owner = fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    requester = fault_user("requester", kudos=10_000)
+    owner = fault_user("worker-owner", trusted=True)
     native_url = f"{fault_native.url}/api/v2"
     answers: list[tuple[int, Any]] = []
     streams: list[Streamed] = []

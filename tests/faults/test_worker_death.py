@@ -50,7 +50,7 @@ def front_url(fault_stores: EmbeddedStores, fault_native: NativeService) -> Iter
 
 @pytest.fixture
 def users(fault_user: Callable[..., MadeUser]) -> tuple[MadeUser, MadeUser]:
-    return fault_user("requester", kudos=10_000), fault_user("worker-owner")
+    return fault_user("requester", kudos=10_000), fault_user("worker-owner", trusted=True)
 
 
 def abort_stale_jobs(native: NativeService) -> None:

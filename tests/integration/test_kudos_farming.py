@@ -5,8 +5,9 @@ reward.
 The loop is the probe's: a new user's worker claims anthracite-org/magnum-v4-123b with the
 bridge agent ``horde-chat-worker:1.0``, anonymous requests for that model are sent from the
 worker's own address, and the worker serves them at once with a short reply, or submits
-``state: censored``. Then the same worker served from another address (an accomplice, or a
-second address of its own), its owner's own requests, and the anonymous key's hourly charge.
+``state: censored``: it earns nothing, and its speed makes it suspicious until it is paused.
+Then the same worker served from another address (an accomplice, or a second address of its
+own), its owner's own requests, and the anonymous key's hourly charge.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from generated.pricing import (
     CENSORED_UNTRUSTED_CAP,
     HORDE_TAX,
     SELF_SERVING_REWARD,
+    SUSPICION_THRESHOLD,
 )
 from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
 from generated.wire import ANONYMOUS_API_KEY
 from runtime.contract import pricing
 from runtime.native.accounts import kudos
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID
-from runtime.native.db.tables import Generation, KudosLedger, User, WaitingPrompt
+from runtime.native.db.tables import Generation, KudosLedger, User, WaitingPrompt, Worker
 from runtime.stores.database import transaction
 from tests.conftest import SERVICE_PASSKEY, MadeUser
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop, submit_reply
@@ -51,7 +53,8 @@ pytestmark = [
 MAGNUM = "anthracite-org/magnum-v4-123b"
 MAGNUM_BILLIONS = 123  # its size in spec/models/text.yaml
 BRIDGE = "horde-chat-worker:1.0"  # the probe's: no URL part, so not a validated backend
-ROUNDS = 6
+ROUNDS = SUSPICION_THRESHOLD
+"""The farm's rounds: each instant reply is a suspicion, so after these it is paused."""
 SHORT = "ok"
 ELSEWHERE = "203.0.113.50"
 """Another client's address: a request sent through the front (its passkey) from there."""
@@ -93,6 +96,15 @@ def serve(
     response = submit(client, api_key, job["id"], reply, **fields)
     assert response.status_code == 200, response.text
     return str(job["id"]), Decimal(str(response.json()["reward"]))
+
+
+def suspicions(sessions: sessionmaker[Session], user_id: int) -> tuple[int, int, bool]:
+    """The user's suspicion count, its one worker's, and whether that is in maintenance."""
+    with sessions() as session:
+        user = session.get(User, user_id)
+        assert user is not None
+        worker = session.scalars(select(Worker).where(Worker.user_id == user_id)).one()
+        return user.suspicion, worker.suspicion, worker.maintenance
 
 
 def balance(sessions: sessionmaker[Session], user_id: int) -> Decimal:
@@ -141,7 +153,9 @@ def speed_capped_reward(sessions: sessionmaker[Session], job_id: str, tokens: in
 def test_the_probes_loop_creates_no_kudos(native_client, native_db, make_user):
     """Anonymous requests from the worker's own address, served with a short reply or
     censored: the owner earns SELF_SERVING_REWARD a job and the anonymous user is charged
-    nothing but the tax, where the probe found 1,306.58 kudos a job."""
+    nothing but the tax, where the probe found 1,306.58 kudos a job. Each instant reply is
+    upstream's unreasonably fast suspicion for a 123B model, on the worker and its owner:
+    at SUSPICION_THRESHOLD the worker is paused (maintenance) and pops no more."""
     farmer = make_user("farmer")
     assert farm_pop(native_client, farmer.api_key)["id"] is None  # online first
     rewards = []
@@ -155,6 +169,14 @@ def test_the_probes_loop_creates_no_kudos(native_client, native_db, make_user):
     assert anonymous_charges(native_db) == 0
     taxes = [d for r, d in ledger(native_db, ANONYMOUS_USER_ID) if r == "horde_tax"]
     assert taxes == [-Decimal(HORDE_TAX)] * ROUNDS
+    assert suspicions(native_db, farmer.id) == (ROUNDS, ROUNDS, True)
+    paused = native_client.post(
+        "/generate/text/pop",
+        headers={"apikey": farmer.api_key},
+        json={"name": "farm", "models": [MAGNUM], "max_length": 512},
+    )
+    assert paused.status_code == 403, paused.text
+    assert paused.json()["rc"] == "WorkerMaintenance"
 
 
 def test_a_chat_request_from_the_workers_own_address_earns_nothing(
@@ -214,6 +236,7 @@ def test_instant_replies_are_paid_as_the_model_their_speed_allows_beside_an_hone
     paid = Decimal(str(response.json()["reward"]))
     assert paid == upstream_reward(native_db, job["id"], 250)
     assert ledger(native_db, honest.id) == [("reward", paid)]
+    assert suspicions(native_db, honest.id) == (0, 0, False)
 
 
 def test_a_censored_reply_pays_an_untrusted_worker_no_more_than_the_tax(

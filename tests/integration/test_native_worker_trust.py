@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from generated.rate_limits import RATE_LIMITS
 from runtime.config import Settings
-from runtime.native.db.tables import Generation, KudosHold, Worker
+from runtime.native.db.tables import Generation, KudosHold, User, Worker
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.webhooks import SENDER
 from runtime.native.server import NativeService
@@ -133,6 +133,10 @@ def test_every_worker_fault_counts_toward_the_abort_limit_and_another_worker_ser
     listed = {w["name"]: w for w in client.get("/workers").json()}
     assert listed["faulty"]["maintenance_mode"] is True
     assert listed["faulty"]["maintenance_reason"] == reason
+    # upstream's too-many-jobs-aborted suspicion, on the worker and its owner (flagged)
+    assert _worker(native_db, "faulty").suspicion == 1
+    with native_db() as session:
+        assert session.get(User, faulty.id).suspicion == 1
 
     job = chat_pop(client, healthy.api_key, name="healthy")
     assert job["id"]

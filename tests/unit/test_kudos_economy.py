@@ -109,3 +109,11 @@ def test_a_censored_reply_pays_an_untrusted_worker_the_tax_at_most() -> None:
     censored = replace(HONEST, censored=True)
     assert earned(250, censored) == CENSORED_UNTRUSTED_CAP
     assert earned(250, replace(censored, trusted=True)) == upstream(250, True)
+
+
+def test_a_generation_faster_than_its_claimed_model_is_a_suspicion() -> None:
+    assert kudos.unreasonably_fast(250, MAGNUM, HONEST) is None
+    reason = kudos.unreasonably_fast(20, MAGNUM, replace(HONEST, seconds=0.01))
+    assert reason == "Generation unreasonably fast (2000.0 tokens/s for a 123B model)"
+    assert kudos.unreasonably_fast(20, MAGNUM, replace(HONEST, trusted=True, seconds=0)) is None
+    assert kudos.unreasonably_fast(20, "mint-99999999B", replace(HONEST, seconds=0)) is None

@@ -23,7 +23,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
-from generated.pricing import CENSORED_UNTRUSTED_CAP, HORDE_TAX, SELF_SERVING_REWARD
+from generated.pricing import (
+    CENSORED_UNTRUSTED_CAP,
+    HORDE_TAX,
+    SELF_SERVING_REWARD,
+    SUSPICION_UNREASONABLY_FAST,
+)
 from runtime.contract import pricing
 from runtime.contract.pricing import context_multiplier, model_billions, token_count
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID
@@ -139,6 +144,18 @@ def earned(wp: Priced, tokens: int, model: str, *, bridge_agent: str, serving: S
     if serving.censored and not serving.trusted:
         reward = min(reward, money(CENSORED_UNTRUSTED_CAP))
     return reward
+
+
+def unreasonably_fast(tokens: int, model: str, serving: Serving) -> str | None:
+    """Upstream's UNREASONABLY_FAST suspicion, judged by the claimed model's size: the
+    reason when an untrusted worker's generation is faster than its (known) model allows
+    (``pricing.speed_billions``), else None."""
+    billions = pricing.model_billions(model)
+    allowed = pricing.speed_billions(tokens, serving.seconds)
+    if serving.trusted or billions is None or allowed is None or allowed >= billions:
+        return None
+    speed = "inf" if serving.seconds <= 0 else f"{tokens / serving.seconds:.1f}"
+    return SUSPICION_UNREASONABLY_FAST.format(speed=speed, billions=f"{billions:g}")
 
 
 def quote(

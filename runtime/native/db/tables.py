@@ -13,7 +13,8 @@ request's webhook; 0005 the request id of the call that submitted a request; 000
 operation key be retired with no request (wp_id NULL); 0008 shared keys (and the request's
 key), kudos transfers; 0009 the text statistics (``text_gen_stats``, written by a trigger
 when a job ends, and the archive its old rows are folded into); 0010 an index of the
-anonymous user's charges by time (its kudos an hour are bounded).
+anonymous user's charges by time (its kudos an hour are bounded); 0011 the workers' and
+users' suspicion counts.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class User(Base):
     concurrency: Mapped[int] = mapped_column(Integer, server_default=text("30"), nullable=False)
     trusted: Mapped[bool] = _false()
     created: Mapped[datetime] = _now()
+    suspicion: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    """Suspicions its workers earned (``accounts.suspicion``): the owner flagged."""
 
 
 class SharedKey(Base):
@@ -147,6 +150,8 @@ class Worker(Base):
     """Declared on pop: serves only requests that accept extra slow workers."""
     last_check_in: Mapped[datetime] = _now()
     created: Mapped[datetime] = _now()
+    suspicion: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    """Its suspicions (``accounts.suspicion``); at the threshold, maintenance."""
 
 
 class WorkerRow(NamedTuple):
@@ -177,6 +182,7 @@ class WorkerRow(NamedTuple):
     extra_slow_worker: bool
     last_check_in: datetime
     created: datetime
+    suspicion: int
 
 
 AnyWorker: TypeAlias = Worker | WorkerRow

@@ -36,7 +36,7 @@ from sqlalchemy.orm.util import identity_key
 
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
 from generated.wire import STATE_FAULTED, STATE_OK
-from runtime.native.accounts import kudos
+from runtime.native.accounts import kudos, suspicion
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.queue.jobs import raw_cursor
 from runtime.native.queue.policy import Policy
@@ -343,7 +343,8 @@ def pay(
     ``trusted``: the worker owner's. ``charged_tokens``: the requester is charged for no
     more than these (what its client received of a stream that diverged). ``info``: where
     the kudos moved are noted (``note_kudos``). The reward is ``kudos.earned``: upstream's
-    under the rules no worker can farm (``worker_address``: where the result came from).
+    under the rules no worker can farm (``worker_address``: where the result came from);
+    a generation faster than its claimed model allows counts a suspicion (``suspicion``).
 
     One statement: the database function ``horde_pay`` (migration 0007), run on the
     driver connection of ``db`` (a session's transaction, or a connection in autocommit,
@@ -397,6 +398,9 @@ def pay(
      balances) = row  # fmt: skip
     if not landed:
         refuse_claim(db, job.gen_id)
+    fast = kudos.unreasonably_fast(tokens, job.model, serving)
+    if fast is not None:
+        suspicion.report(db, job.worker_id, job.worker_user_id, trusted, fast)
     note_kudos(info, "reward", reward)  # /metrics counts them once committed
     if charge:
         note_kudos(info, "charge", -charge)
