@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from generated.chat.tables import FEATURES, GUARANTEES
 from generated.pricing import (
     ANONYMOUS_CHARGE_PER_HOUR,
     CENSORED_UNTRUSTED_CAP,
@@ -193,6 +194,41 @@ def test_a_chat_request_from_the_workers_own_address_earns_nothing(
     assert Decimal(str(submitted.json()["reward"])) == SELF_SERVING_REWARD
     assert balance(native_db, farmer.id) == 0
     assert anonymous_charges(native_db) == 0
+
+
+@pytest.mark.raised_limits(
+    "chat_async", why="two streamed requests from one address; the settlement is under test"
+)
+@pytest.mark.parametrize(("address", "paid"), [(None, False), (ELSEWHERE, True)])
+def test_a_cancelled_stream_of_an_anonymous_request_from_the_workers_address_pays_nothing(
+    native_client, native_db, make_user, address, paid
+):
+    """A streamed job settled on its posted text when its request is cancelled: nothing for
+    an anonymous request from the address the job was popped from (its lease keeps it), the
+    posted text's reward for one from elsewhere. An unknown model: its reward does not
+    depend on the speed."""
+    farmer = make_user("farmer")
+    everything = [*FEATURES, *GUARANTEES]
+    chat_pop(native_client, farmer.api_key, features=everything)  # online first
+    headers = {}
+    if address is not None:
+        headers = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, "X-Forwarded-For": address}
+    body = chat_body(max_tokens=300, stream=True)
+    queued = chat_async(native_client, ANONYMOUS_API_KEY, body, **headers)
+    assert queued.status_code == 202, queued.text
+    request_id = queued.json()["id"]
+    job = chat_pop(native_client, farmer.api_key, features=everything)
+    assert job["stream"] is True
+    progress = {"id": job["id"], "seq": 0, "delta": "Once upon a time, " * 8}
+    posted = native_client.post(
+        "/generate/text/progress", headers={"apikey": farmer.api_key}, json=progress
+    )
+    assert posted.status_code == 200, posted.text
+    cancelled = native_client.delete(f"/generate/chat/status/{request_id}")
+    assert cancelled.status_code == 200, cancelled.text
+    rewards = [delta for reason, delta in ledger(native_db, farmer.id) if reason == "reward"]
+    assert (sum(rewards, Decimal(0)) > 0) is paid
+    assert (anonymous_charges(native_db) > 0) is paid
 
 
 def test_a_request_of_the_workers_own_owner_earns_nothing(native_client, native_db, make_user):

@@ -248,7 +248,8 @@ def _send_chat_job(req: LaneRequest, job: ChatJob, declaration: dict[str, Any]) 
         return _no_job(req, {})
     if job.stream:
         owner = hash_key(req.header(HEADER_APIKEY) or "")
-        write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl)
+        popped_from = source_of(req.remote_addr, req.header, ctx.settings)  # kudos.Serving
+        write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl, popped_from)
     req.pop_kind = POP_CHAT
     return Reply(
         dict(
