@@ -727,6 +727,21 @@ class KudosUpfront(HordeError):
     native_routes = ("text", "chat")
 
 
+class AnonymousKudosExhausted(HordeError):
+    """A request with the anonymous key while the anonymous user's charges of the last hour reach
+    spec/pricing.yaml's economy.anonymous_charge_per_hour: the kudos anonymous requests can
+    pay workers in an hour are bounded, so no worker farms them."""
+
+    code = "AnonymousKudosExhausted"
+    template = "The anonymous key was charged {charged} kudos in the last hour, its hourly limit ({limit}). Please try again later, or use an API key of your own."
+    native_status = 429
+    front_status = 429
+    openai_type = "rate_limit_error"
+    sends_retry_after = True
+    front_when = ("submission",)
+    native_routes = ("text", "chat")
+
+
 class TooManyPrompts(HordeError):
     """The user's queued requests plus this one exceed the user's concurrency."""
 
@@ -1213,6 +1228,7 @@ ERRORS: dict[str, type[HordeError]] = {
     "TooManyImageFetches": TooManyImageFetches,
     "KudosCapExceeded": KudosCapExceeded,
     "KudosUpfront": KudosUpfront,
+    "AnonymousKudosExhausted": AnonymousKudosExhausted,
     "TooManyPrompts": TooManyPrompts,
     "TooManyAnonymousPrompts": TooManyAnonymousPrompts,
     "RequestNotFound": RequestNotFound,

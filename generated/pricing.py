@@ -33,6 +33,23 @@ QUOTE_NO_MODEL_BILLIONS = 13
 QUOTE_UNKNOWN_MODEL_BILLIONS = 2.7
 QUOTE_SEVERAL_MODELS = "dearest"
 
+# What no worker can farm (spec/pricing.yaml economy).
+SELF_SERVING_REWARD = 0
+"""A worker's reward for its own owner's request, or an anonymous one from its address."""
+UNTRUSTED_BILLION_TOKENS_PER_SECOND = 4000
+"""An untrusted worker is paid as at most this / its measured tokens per second billions."""
+CENSORED_UNTRUSTED_CAP = 1
+"""The most an untrusted worker's censored reply earns."""
+ANONYMOUS_CHARGE_PER_HOUR = 100000
+"""Kudos the anonymous user may be charged in an hour; past it, anonymous requests wait."""
+SUSPICION_THRESHOLD = 5
+"""Suspicions that put an untrusted owner's worker in maintenance (upstream's pause)."""
+SUSPICION_MAINTENANCE_REASON = "Suspicious ({count} suspicions; the last: {reason}): in maintenance until the operator clears it."
+SUSPICION_UNREASONABLY_FAST = (
+    "Generation unreasonably fast ({speed} tokens/s for a {billions}B model)"
+)
+SUSPICION_TOO_MANY_JOBS_ABORTED = "Too many jobs aborted in a short amount of time"
+
 HORDE_TAX = 1
 """Kudos a request pays once, when queued."""
 UPFRONT_MAX_LENGTH = 512

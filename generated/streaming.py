@@ -70,6 +70,8 @@ LEASE_CANCELLED = "cancelled"
 """1 once the client or the front cancelled; every later post is acknowledged with cancelled: true."""
 LEASE_STOPPED = "stopped"
 """1 once the progress cap was reached; every later post gets 413."""
+LEASE_WORKER_ADDRESS = "worker_address"
+"""The address the job was popped from: a cancel's settlement of an anonymous request sent from it pays nothing (spec/pricing.yaml economy, self-serving)."""
 
 # ---- stream entry fields
 ENTRY_KIND = "kind"

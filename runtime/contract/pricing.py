@@ -39,6 +39,7 @@ from generated.pricing import (
     TEXT_MODELS,
     UNKNOWN_TRUSTED_BILLIONS,
     UNKNOWN_TRUSTED_DIVISOR,
+    UNTRUSTED_BILLION_TOKENS_PER_SECOND,
     UNVALIDATED_BACKEND_SHARE,
     USER_SEPARATOR,
     VALIDATED_BACKENDS,
@@ -143,12 +144,23 @@ def reward_context(prompt: str, max_length: int, max_context_length: int) -> int
     return max_context_length
 
 
-def job_reward(tokens: int, model: str, context: int, *, trusted: bool, validated: bool) -> float:
+def job_reward(
+    tokens: int,
+    model: str,
+    context: int,
+    *,
+    trusted: bool,
+    validated: bool,
+    billions_cap: float | None = None,
+) -> float:
     """What a worker earns for one generation of ``tokens`` (upstream's get_gen_kudos). An
     unknown model earns an untrusted worker the context multiplier alone; a backend whose
-    bridge agent is not validated earns a share of a known model's reward."""
+    bridge agent is not validated earns a share of a known model's reward. ``billions_cap``:
+    a known model is paid as at most this size (``speed_billions``)."""
     multiplier = context_multiplier(context)
     billions = model_billions(model)
+    if billions is not None and billions_cap is not None:
+        billions = min(billions, billions_cap)
     if billions is None:
         if not trusted:
             reward = multiplier
@@ -160,6 +172,14 @@ def job_reward(tokens: int, model: str, context: int, *, trusted: bool, validate
             kudos *= UNVALIDATED_BACKEND_SHARE
         reward = kudos * multiplier
     return min(reward, float(PER_JOB_REWARD_CAP))
+
+
+def speed_billions(tokens: int, seconds: float) -> float | None:
+    """The largest model an untrusted worker is paid as for ``tokens`` in ``seconds``
+    (spec/pricing.yaml economy.untrusted_speed; None: no bound, no time measured)."""
+    if seconds <= 0:
+        return 0.0 if tokens > 0 else None
+    return float(UNTRUSTED_BILLION_TOKENS_PER_SECOND) * seconds / max(tokens, 1)
 
 
 def _model_quote(max_length: int, multiplier: float, model: str | None) -> float:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from runtime.native.db.tables import KudosLedger
+from runtime.native.db.tables import Generation, KudosLedger
+from runtime.stores.database import transaction
 
 
 def submit_text(
@@ -52,3 +55,15 @@ def ledger(sessions: sessionmaker[Session], user_id: int) -> list[tuple[str, Dec
             .order_by(KudosLedger.id)
         ).all()
     return [(reason, delta) for reason, delta in rows]
+
+
+def worked_for(sessions: sessionmaker[Session], job_id: str, seconds: float) -> None:
+    """Move a running job's pop ``seconds`` into the past: its worker took that long, as a
+    real backend does (an untrusted worker faster than its model allows is paid as a smaller
+    one, spec/pricing.yaml economy; the test doubles answer at once)."""
+    with transaction(sessions) as session:
+        session.execute(
+            update(Generation)
+            .where(Generation.id == uuid.UUID(job_id))
+            .values(start_time=Generation.start_time - timedelta(seconds=seconds))
+        )

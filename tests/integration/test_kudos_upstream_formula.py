@@ -16,10 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from generated.routes import HEADER_X_HORDE_SERVICE_PASSKEY
 from generated.wire import ANONYMOUS_API_KEY
 from runtime.native.db.tables import WaitingPrompt
+from tests.conftest import SERVICE_PASSKEY
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop, submit_reply
-from tests.integration.native_flow import ledger, pop, submit
+from tests.integration.native_flow import ledger, pop, submit, worked_for
 
 pytestmark = pytest.mark.integration
 
@@ -82,8 +84,19 @@ def text_request(client: httpx.Client, api_key: str, prompt: str, **fields: Any)
     return client.post("/generate/text/async", headers={"apikey": api_key}, json=body)
 
 
+SECONDS = 10.0
+"""How long each worker here takes for its reply (``worked_for``): 250 tokens in 10 s is
+25 tokens/s, what a 70B model allows an untrusted worker (57 tokens/s), so upstream's
+reward is paid; the test doubles answer at once."""
+
+
 def serve(
-    client: httpx.Client, worker_key: str, model: str, reply: str, bridge_agent: str
+    client: httpx.Client,
+    sessions: Any,
+    worker_key: str,
+    model: str,
+    reply: str,
+    bridge_agent: str,
 ) -> Decimal:
     job = pop(
         client,
@@ -94,6 +107,7 @@ def serve(
         bridge_agent=bridge_agent,
     )
     assert job["id"], job
+    worked_for(sessions, job["id"], SECONDS)
     response = submit(client, worker_key, job["id"], reply)
     assert response.status_code == 200, response.text
     return Decimal(str(response.json()["reward"]))
@@ -113,7 +127,7 @@ def test_a_known_models_reward_is_upstreams_at_three_context_lengths(
     requester, owner = make_user("req", kudos=10_000), make_user("owner")
     prompt = "p" * prompt_chars
     assert text_request(native_client, requester.api_key, prompt, models=[KNOWN]).status_code == 202
-    reward = serve(native_client, owner.api_key, KNOWN, REPLY, VALIDATED)
+    reward = serve(native_client, native_db, owner.api_key, KNOWN, REPLY, VALIDATED)
     assert upstream_things(prompt, 512) == context
     expected = cents(upstream_reward(250, KNOWN_BILLIONS, context, trusted=False, validated=True))
     assert reward == expected
@@ -141,12 +155,12 @@ def test_a_known_models_reward_is_upstreams_at_three_context_lengths(
     ],
 )
 def test_rewards_for_unknown_models_and_unvalidated_backends_are_upstreams(
-    native_client, make_user, model, billions, trusted, bridge_agent, validated
+    native_client, native_db, make_user, model, billions, trusted, bridge_agent, validated
 ):
     requester, owner = make_user("req", kudos=10_000), make_user("owner", trusted=trusted)
     prompt = "p" * 1200
     assert text_request(native_client, requester.api_key, prompt, models=[model]).status_code == 202
-    reward = serve(native_client, owner.api_key, model, REPLY, bridge_agent)
+    reward = serve(native_client, native_db, owner.api_key, model, REPLY, bridge_agent)
     expected = upstream_reward(250, billions, 300, trusted=trusted, validated=validated)
     assert reward == cents(expected)
 
@@ -154,13 +168,20 @@ def test_rewards_for_unknown_models_and_unvalidated_backends_are_upstreams(
 def test_minting_by_naming_a_huge_model_earns_at_most_an_unknown_models_reward(
     native_client, native_db, make_user
 ):
-    """A worker declaring ``mint-99999999B`` serving its owner's own anonymous request."""
+    """A worker declaring ``mint-99999999B`` serving an anonymous request. The request comes
+    through the front from another address: one from the worker's own address earns it
+    nothing at all (tests/integration/test_kudos_farming.py)."""
     owner = make_user("minter")
     prompt = "p" * 4000
     body = {"max_length": 512, "max_context_length": 4096}
-    response = text_request(native_client, ANONYMOUS_API_KEY, prompt, params=body, models=[MINT])
+    elsewhere = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, "X-Forwarded-For": "203.0.113.9"}
+    response = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": ANONYMOUS_API_KEY, **elsewhere},
+        json={"prompt": prompt, "params": body, "models": [MINT]},
+    )
     assert response.status_code == 202, response.text
-    reward = serve(native_client, owner.api_key, MINT, "m" * 2048, VALIDATED)
+    reward = serve(native_client, native_db, owner.api_key, MINT, "m" * 2048, VALIDATED)
     # an unknown model earns an untrusted worker the context multiplier alone
     assert reward == cents(upstream_multiplier(512))
     assert reward <= 30  # the multiplier's clamp: the most an unknown model ever earns it
@@ -203,6 +224,7 @@ def test_a_chat_generation_is_rewarded_by_the_same_formula(native_client, native
     response = chat_async(native_client, requester.api_key, body)
     assert response.status_code == 202, response.text
     job = chat_pop(native_client, owner.api_key, model=KNOWN, bridge_agent=UNVALIDATED)
+    worked_for(native_db, job["id"], SECONDS)
     submitted = submit_reply(native_client, owner.api_key, job["id"], "z" * 600)
     assert submitted.status_code == 200, submitted.text
     with native_db() as session:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from generated.pricing import HORDE_TAX, SELF_SERVING_REWARD
 from runtime.native.accounts.keys import ledger_balance
 from runtime.native.db.tables import Worker, WorkerPerformance
 from tests.conftest import MadeUser
@@ -46,20 +47,22 @@ def test_the_hold_is_released_when_the_last_job_lands(native_client, native_db, 
     assert Decimal(str(user["kudos"])) == sum(delta for _, delta in ledger(native_db, rich.id))
 
 
-def test_a_worker_serving_its_owner_s_request_is_paid_then_charged(
+def test_a_worker_serving_its_owner_s_request_earns_and_costs_nothing(
     native_client, native_db, make_user
 ):
+    # Upstream pays the owner and charges it the same; here a self-serving job moves no
+    # kudos at all (spec/pricing.yaml economy, tests/integration/test_kudos_farming.py).
     both = make_user("both", kudos=100)
     submit_text(native_client, both.api_key)
+    before = ledger(native_db, both.id)
     job = pop(native_client, both.api_key)
     paid = submit(native_client, both.api_key, job["id"], "x" * 200)
     assert paid.status_code == 200, paid.text
-    reward = Decimal(str(paid.json()["reward"]))
-    assert reward > 0
+    assert Decimal(str(paid.json()["reward"])) == SELF_SERVING_REWARD
     rows = ledger(native_db, both.id)
-    assert rows[-2:] == [("reward", reward), ("charge", -reward)]
+    assert sum(delta for _, delta in rows[len(before) :]) == 0
     user = native_client.get(f"/users/{both.id}").json()
-    assert Decimal(str(user["kudos"])) == sum(delta for _, delta in rows)
+    assert Decimal(str(user["kudos"])) == sum(delta for _, delta in rows) == 100 - HORDE_TAX
     again = submit(native_client, both.api_key, job["id"], "x" * 200)
     assert again.status_code == 400
     assert again.json()["rc"] == "DuplicateGen"

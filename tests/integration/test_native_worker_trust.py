@@ -25,7 +25,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from generated.rate_limits import RATE_LIMITS
-from runtime.native.db.tables import Generation, KudosHold, Worker
+from runtime.native.db.tables import Generation, KudosHold, User, Worker
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.webhooks import SENDER
 from runtime.native.server import NativeService
@@ -117,6 +117,10 @@ def test_every_worker_fault_counts_toward_the_abort_limit_and_another_worker_ser
     listed = {w["name"]: w for w in client.get("/workers").json()}
     assert listed["faulty"]["maintenance_mode"] is True
     assert listed["faulty"]["maintenance_reason"] == reason
+    # upstream's too-many-jobs-aborted suspicion, on the worker and its owner (flagged)
+    assert _worker(native_db, "faulty").suspicion == 1
+    with native_db() as session:
+        assert session.get(User, faulty.id).suspicion == 1
 
     job = chat_pop(client, healthy.api_key, name="healthy")
     assert job["id"]
@@ -125,6 +129,26 @@ def test_every_worker_fault_counts_toward_the_abort_limit_and_another_worker_ser
     assert done["done"] is True
     assert done["faulted"] is False
     assert [g["worker_name"] for g in done["generations"]] == ["healthy"]
+
+
+def test_a_trusted_owners_worker_past_the_abort_limit_is_paused_but_not_suspected(
+    client, native_db, make_user
+):
+    """Upstream: a trusted user's worker is never suspicious; the abort limit still holds."""
+    requester = make_user("requester", kudos=1000)
+    trusted = make_user("trusted-owner", trusted=True)
+    assert chat_pop(client, trusted.api_key, name="trusted")["id"] is None  # online first
+    submit_chat(client, requester.api_key)
+    for _ in range(ABORT_LIMIT + 1):
+        job = chat_pop(client, trusted.api_key, name="trusted")
+        assert job["id"]
+        faulted = submit_reply(client, trusted.api_key, job["id"], None, state="faulted")
+        assert faulted.status_code == 200, faulted.text
+    worker = _worker(native_db, "trusted")
+    assert worker.maintenance is True
+    assert worker.suspicion == 0
+    with native_db() as session:
+        assert session.get(User, trusted.id).suspicion == 0
 
 
 def test_faults_under_the_limit_leave_the_worker_online(client, native_db, make_user):

@@ -238,8 +238,10 @@ def test_a_reply_that_breaks_its_own_stream_is_paid_and_charged_what_was_streame
 ) -> None:
     # The worker streams 40 characters, then submits another 2,000: its client gets the 40
     # and stream_diverged. Charged and paid for the 40 (as a cancel's settlement), not the
-    # 2,000, and the job counts as the worker's fault.
-    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    # 2,000, and the job counts as the worker's fault. Its owner is trusted: the double
+    # answers at once, which an untrusted worker is paid for as a smaller model than it
+    # claims (kudos.earned), and this test is about what the reward counts, not its speed.
+    requester, worker = make_user("req", kudos=1000), make_user("wk", trusted=True)
     request_id, job = streamed_job(native_client, requester, worker, KNOWN_MODEL, stream=True)
     streamed, submitted = "A" * 40, "B" * 2000
     post(native_client, worker.api_key, job["id"], 0, streamed)
@@ -263,7 +265,8 @@ def test_a_reply_extending_its_stream_is_paid_whole(
     redis: Redis,
     make_user: Callable[..., MadeUser],
 ) -> None:
-    requester, worker = make_user("req", kudos=1000), make_user("wk")
+    # A trusted owner, as above: the double's instant reply is paid as the model it claims.
+    requester, worker = make_user("req", kudos=1000), make_user("wk", trusted=True)
     request_id, job = streamed_job(native_client, requester, worker, KNOWN_MODEL, stream=True)
     post(native_client, worker.api_key, job["id"], 0, "A" * 40)
     reply = "A" * 40 + "B" * 1960

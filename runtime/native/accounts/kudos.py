@@ -2,9 +2,10 @@
 
 The formula is upstream's, on spec/pricing.yaml's numbers, applied by
 ``runtime.contract.pricing`` (``job_quote``, ``job_reward``); this module turns its results
-into cents. A model's size comes from the text model reference only. The requester is
-charged what the worker earns (nothing for a censored generation) plus the horde tax once,
-when the request is queued.
+into cents. A model's size comes from the text model reference only. What a worker earns
+is ``earned``: that reward under the rules no worker can farm (spec/pricing.yaml economy).
+The requester is charged what the worker earns (nothing for a censored generation) plus the
+horde tax once, when the request is queued.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
 
@@ -21,10 +23,17 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
-from generated.pricing import HORDE_TAX
+from generated.pricing import (
+    CENSORED_UNTRUSTED_CAP,
+    HORDE_TAX,
+    SELF_SERVING_REWARD,
+    SUSPICION_UNREASONABLY_FAST,
+)
 from runtime.contract import pricing
 from runtime.contract.pricing import context_multiplier, model_billions, token_count
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID
 from runtime.native.db.tables import KudosHold, KudosLedger, User
+from runtime.native.requests.rows import SOURCE_CHARS
 from runtime.observability.context import note_kudos
 
 __all__ = ["context_multiplier", "model_billions", "token_count"]
@@ -53,11 +62,21 @@ def money(value: float | Decimal) -> Decimal:
 
 
 def generation_kudos(
-    tokens: int, model: str, context: int, trusted: bool, validated: bool = True
+    tokens: int,
+    model: str,
+    context: int,
+    trusted: bool,
+    validated: bool = True,
+    billions_cap: float | None = None,
 ) -> Decimal:
     """A worker's reward for one generation, in cents (``context``: what
-    ``pricing.reward_context`` measured)."""
-    return money(pricing.job_reward(tokens, model, context, trusted=trusted, validated=validated))
+    ``pricing.reward_context`` measured; ``billions_cap``: ``pricing.job_reward``'s)."""
+    return money(
+        pricing.job_reward(
+            tokens, model, context, trusted=trusted, validated=validated,
+            billions_cap=billions_cap,
+        )
+    )  # fmt: skip
 
 
 class Priced(Protocol):
@@ -79,6 +98,64 @@ def request_reward(
     context = pricing.reward_context(wp.prompt, wp.max_length, wp.max_context_length)
     validated = pricing.is_validated_backend(bridge_agent)
     return generation_kudos(tokens, model, context, trusted, validated)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Who served whom, and how fast: what the rules no worker can farm read
+    (spec/pricing.yaml economy; docs/design.md, "Kudos a worker cannot farm")."""
+
+    requester_id: int
+    owner_id: int
+    """The worker's owner."""
+    trusted: bool
+    """The owner's trust."""
+    request_address: str
+    """The request's source address (its row's ``ipaddr``)."""
+    worker_address: str | None
+    """Where the worker's result (or progress) arrived from; None: not known."""
+    seconds: float
+    """The job's time from pop to result."""
+    censored: bool = False
+
+
+def self_serving(serving: Serving) -> bool:
+    """The worker's own owner's request, or an anonymous one from the worker's address."""
+    if serving.requester_id == serving.owner_id:
+        return True
+    return (
+        serving.requester_id == ANONYMOUS_USER_ID
+        and serving.worker_address is not None
+        and serving.worker_address[:SOURCE_CHARS] == serving.request_address
+    )
+
+
+def earned(wp: Priced, tokens: int, model: str, *, bridge_agent: str, serving: Serving) -> Decimal:
+    """What a worker is paid for one generation: upstream's reward (``request_reward``)
+    under the rules no worker can farm. A self-serving job earns SELF_SERVING_REWARD; an
+    untrusted worker is paid as a model no larger than its speed allows, and at most
+    CENSORED_UNTRUSTED_CAP for a censored reply."""
+    if self_serving(serving):
+        return money(SELF_SERVING_REWARD)
+    context = pricing.reward_context(wp.prompt, wp.max_length, wp.max_context_length)
+    validated = pricing.is_validated_backend(bridge_agent)
+    cap = None if serving.trusted else pricing.speed_billions(tokens, serving.seconds)
+    reward = generation_kudos(tokens, model, context, serving.trusted, validated, cap)
+    if serving.censored and not serving.trusted:
+        reward = min(reward, money(CENSORED_UNTRUSTED_CAP))
+    return reward
+
+
+def unreasonably_fast(tokens: int, model: str, serving: Serving) -> str | None:
+    """Upstream's UNREASONABLY_FAST suspicion, judged by the claimed model's size: the
+    reason when an untrusted worker's generation is faster than its (known) model allows
+    (``pricing.speed_billions``), else None."""
+    billions = pricing.model_billions(model)
+    allowed = pricing.speed_billions(tokens, serving.seconds)
+    if serving.trusted or billions is None or allowed is None or allowed >= billions:
+        return None
+    speed = "inf" if serving.seconds <= 0 else f"{tokens / serving.seconds:.1f}"
+    return SUSPICION_UNREASONABLY_FAST.format(speed=speed, billions=f"{billions:g}")
 
 
 def quote(

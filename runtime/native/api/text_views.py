@@ -57,7 +57,7 @@ def text_async() -> tuple[Response, int]:
             admission.user,
             body,
             client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
-            ipaddr=request.remote_addr or "",
+            ipaddr=source.address,  # the forwarded one behind a trusted front, as chat
             now=now,
             counted=admission.queued,
             moderation=Screen.of(ctx.settings),

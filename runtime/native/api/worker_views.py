@@ -37,6 +37,7 @@ from runtime.native.api.body import check_headers, int64, parsed_body
 from runtime.native.api.context import NativeContext
 from runtime.native.api.lane import LaneRequest, Reply
 from runtime.native.api.observe import POP_CHAT, POP_TEXT, count_committed
+from runtime.native.api.service_passkey import source_of
 from runtime.native.objects.lifecycle import dispatch_messages, release_ended
 from runtime.native.progress.protocol import (
     Relayed,
@@ -230,7 +231,8 @@ def _send_chat_job(req: LaneRequest, job: ChatJob, declaration: dict[str, Any]) 
         return _no_job(req, {})
     if job.stream:
         owner = hash_key(req.header(HEADER_APIKEY) or "")
-        write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl)
+        popped_from = source_of(req.remote_addr, req.header, ctx.settings)  # kudos.Serving
+        write_lease(ctx.redis, str(job.generation_id), str(job.wp_id), owner, job.ttl, popped_from)
     req.pop_kind = POP_CHAT
     return Reply(
         dict(
@@ -344,6 +346,8 @@ def text_submit(req: LaneRequest) -> Reply:
     # change while the job runs, and the claim is the payment's compare-and-set. The
     # payload is checked before the key, as ever.
     key_hash = key_hash_of(api_key)
+    # where the result came from: a self-serving job earns nothing (kudos.earned)
+    source = source_of(req.remote_addr, req.header, ctx.settings)
     with ctx.autocommit.connect() as connection, connection.begin():
         chat = None
         if _chat_reply(body):  # else (or a text job's id) the find tells the job's kind
@@ -359,7 +363,7 @@ def text_submit(req: LaneRequest) -> Reply:
                     request_context.set_user(found.owner.id)  # the access log's user id
                     moved: dict[str, Any] = {}
                     reward, webhook = submit_text_job(
-                        connection, ctx.policy, found, submission, utcnow(), moved
+                        connection, ctx.policy, found, submission, utcnow(), moved, source
                     )
                     count_committed(moved)  # committed with the statement that paid
                     _send_webhook(ctx, webhook)
@@ -369,7 +373,7 @@ def text_submit(req: LaneRequest) -> Reply:
             # Its payment on the find's connection (in autocommit), a fault in a transaction
             # of its own.
             with Session(connection, expire_on_commit=False) as session:
-                owner = Owner(_registered(session, chat.owner_id, api_key), chat.trusted)
+                owner = Owner(_registered(session, chat.owner_id, api_key), chat.trusted, source)
                 outcome = submit_chat_job(
                     session, ctx.policy, owner, reply, utcnow(), ctx.sessions, chat
                 )
@@ -379,7 +383,7 @@ def text_submit(req: LaneRequest) -> Reply:
     with transaction(ctx.sessions) as session:
         _registered(session, found.owner_id, api_key)
         reward, webhook = submit_text_job(
-            session, ctx.policy, found, submission, utcnow(), session.info
+            session, ctx.policy, found, submission, utcnow(), session.info, source
         )
     if submission.state == STATE_FAULTED:
         wake_workers(ctx.redis)  # the request got its slot back (unless past its fault limit)

@@ -63,6 +63,8 @@ class User(Base):
     concurrency: Mapped[int] = mapped_column(Integer, server_default=text("30"), nullable=False)
     trusted: Mapped[bool] = _false()
     created: Mapped[datetime] = _now()
+    suspicion: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    """Suspicions its workers earned (``accounts.suspicion``): the owner flagged."""
 
 
 class SharedKey(Base):
@@ -142,6 +144,8 @@ class Worker(Base):
     uptime: Mapped[float] = mapped_column(Float, server_default=text("0"), nullable=False)
     """Seconds online: each pop adds the time since the last one when the worker was online
     then and is not in maintenance (``queue.jobs.checked_in``, upstream's check_in)."""
+    suspicion: Mapped[int] = mapped_column(Integer, server_default=text("0"), nullable=False)
+    """Its suspicions (``accounts.suspicion``); at the threshold, maintenance."""
 
 
 class WorkerRow(NamedTuple):
@@ -173,6 +177,7 @@ class WorkerRow(NamedTuple):
     last_check_in: datetime
     created: datetime
     uptime: float
+    suspicion: int
 
 
 AnyWorker: TypeAlias = Worker | WorkerRow
@@ -341,6 +346,13 @@ class KudosLedger(Base):
     """Every kudos change; a user's balance is the sum of their rows."""
 
     __tablename__ = "kudos_ledger"
+    __table_args__ = (
+        Index(
+            "ix_kudos_ledger_anonymous_charges",
+            "created",
+            postgresql_where=text("user_id = 0 AND reason = 'charge'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)

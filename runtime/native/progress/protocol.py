@@ -44,6 +44,8 @@ class Lease:
     cancelled: bool
     stopped: bool
     reasoning_chars: int = 0
+    worker_address: str | None = None
+    """Where the job was popped from (None: a lease written without it)."""
 
 
 # KEYS: lease. ARGV: owner, seq, delta, delta chars, cap, maxlen, stream ttl, gen id, stream
@@ -125,9 +127,15 @@ def _run(redis: Redis, script: str, keys: list[str], *args: Any) -> Any:
 
 
 def write_lease(
-    redis: Redis, generation_id: str, request_id: str, worker_owner: str, ttl: int
+    redis: Redis,
+    generation_id: str,
+    request_id: str,
+    worker_owner: str,
+    ttl: int,
+    worker_address: str = "",
 ) -> None:
-    """The lease of a streamed generation, popped by the key whose digest is ``worker_owner``.
+    """The lease of a streamed generation, popped by the key whose digest is ``worker_owner``
+    from ``worker_address`` ("": not known).
 
     It expires ``ttl`` (the generation's ttl) plus the grace after now.
     """
@@ -146,6 +154,7 @@ def write_lease(
             S.LEASE_REASONING_CHARS: 0,
             S.LEASE_CANCELLED: 0,
             S.LEASE_STOPPED: 0,
+            S.LEASE_WORKER_ADDRESS: worker_address,
         },
     )
     pipe.expire(key, lifetime)
@@ -166,6 +175,7 @@ def read_lease(redis: Redis, generation_id: str) -> Lease | None:
         cancelled=raw[S.LEASE_CANCELLED] == "1",
         stopped=raw[S.LEASE_STOPPED] == "1",
         reasoning_chars=int(raw.get(S.LEASE_REASONING_CHARS) or 0),
+        worker_address=raw.get(S.LEASE_WORKER_ADDRESS) or None,
     )
 
 

@@ -3,10 +3,11 @@ and "Streaming").
 
 When a request is cancelled, each of its generations still in flight that posted progress
 is settled on the content (and reasoning) posted before the cancel, which the Horde
-measured: the worker is paid for it and the requester charged for it through the same
-output estimate as a submitted reply, and the job is not counted as dropped (no abort, no
-fault). The posted content becomes the generation's text (the reasoning its reasoning), so
-the status shows what was charged.
+measured: the worker is paid for it (``kudos.earned``, as for a submitted reply; the
+worker's address is the one its lease keeps from the pop) and the requester charged for it
+through the same output estimate as a submitted reply, and the job is not counted as
+dropped (no abort, no fault). The posted content becomes the generation's
+text (the reasoning its reasoning), so the status shows what was charged.
 
 Call ``settle_cancelled_streams`` inside the cancel's transaction, before the generations
 still in flight are marked cancelled unpaid (``cancel_text_request`` does that for the
@@ -36,7 +37,7 @@ from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos, shared_keys
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
-from runtime.native.progress.protocol import mark_cancelled, posted
+from runtime.native.progress.protocol import mark_cancelled, posted, read_lease
 from runtime.native.requests.rows import unfinished
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def settle_generation(
     """Cancel one streamed generation and settle it on its posted text (None: nothing posted)."""
     generation_id = str(gen.id)
     try:
+        lease = read_lease(redis, generation_id)
         mark_cancelled(redis, generation_id)
         sent = posted(redis, str(wp.id), generation_id)
     except (RedisError, OSError) as exc:  # the cancel does not need Redis to succeed
@@ -73,9 +75,12 @@ def settle_generation(
     if sent.reasoning:  # reasoning is generated output, priced with the content
         reply[STREAMED_REASONING_PART] = sent.reasoning
     tokens = output_estimate(reply, wp.max_length)
-    reward = kudos.request_reward(
-        wp, tokens, gen.model, trusted=owner.trusted, bridge_agent=worker.bridge_agent
-    )
+    serving = kudos.Serving(
+        requester_id=wp.user_id, owner_id=owner.id, trusted=owner.trusted,
+        request_address=wp.ipaddr, worker_address=lease.worker_address if lease else None,
+        seconds=(now - gen.start_time).total_seconds(),
+    )  # fmt: skip
+    reward = kudos.earned(wp, tokens, gen.model, bridge_agent=worker.bridge_agent, serving=serving)
     values: dict[str, Any] = {
         "generation": text,
         "state": SETTLED_STATE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from generated.pricing import HORDE_TAX, UPFRONT_MAX_LENGTH
+from generated.pricing import ANONYMOUS_CHARGE_PER_HOUR, HORDE_TAX, UPFRONT_MAX_LENGTH
 from generated.rate_limits import RATE_LIMITS
 from runtime.tables.rate_limits import RateLimit
 
@@ -31,6 +31,9 @@ class Policy:
     """Requests above this max_length * n need their kudos upfront."""
     horde_tax: int = HORDE_TAX
     """Kudos a text request pays when it is queued."""
+    anonymous_charge_per_hour: float = ANONYMOUS_CHARGE_PER_HOUR
+    """Kudos the anonymous user may be charged in an hour (spec/pricing.yaml economy): past
+    it, anonymous requests are refused (AnonymousKudosExhausted)."""
     anonymous_priority: int = -(10**12)
     """Queue priority of the anonymous user: below any real balance."""
     default_concurrency: int = 30

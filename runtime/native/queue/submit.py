@@ -27,7 +27,7 @@ from sqlalchemy.orm.util import identity_key
 
 from generated.errors import AbortedGen, DuplicateGen, InvalidJobID, WrongCredentials
 from generated.wire import STATE_FAULTED, STATE_OK
-from runtime.native.accounts import kudos
+from runtime.native.accounts import kudos, suspicion
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.queue.jobs import raw_cursor
 from runtime.native.queue.policy import Policy
@@ -76,14 +76,18 @@ class Job:
     max_length: int
     max_context_length: int
     requester_id: int
+    request_address: str
+    """The request's source address (``kudos.Serving``)."""
 
 
 @dataclass(frozen=True)
 class Owner:
-    """A worker's owner as its payment needs it: its id and its trust (a ``User`` serves)."""
+    """A worker's owner as its payment needs it: its id and its trust (a ``User`` serves),
+    and the address its worker's result arrived from (None: not known)."""
 
     id: int
     trusted: bool
+    address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,7 @@ _FIND = key_and_job("""
     SELECT waiting_prompts.is_chat, processing_gens.id, processing_gens.model,
         processing_gens.start_time, workers.id, workers.user_id, workers.bridge_agent,
         waiting_prompts.id, waiting_prompts.prompt, waiting_prompts.max_length,
-        waiting_prompts.max_context_length, waiting_prompts.user_id
+        waiting_prompts.max_context_length, waiting_prompts.user_id, waiting_prompts.ipaddr
     FROM processing_gens
     JOIN workers ON workers.id = processing_gens.worker_id
     JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
@@ -160,13 +164,15 @@ def submit_text_job(
     sub: Submission,
     now: datetime,
     info: dict[str, Any],
+    source: str | None,
 ) -> tuple[Decimal, Delivery | None]:
     """Store a worker's result once and pay for it; returns the worker's reward and the
     webhook call to make after the commit. ``found``: the key's user (a registered one) and
     the job, from ``find_text_submit``. ``db``: a session's transaction, or a connection in
     autocommit (the payment is one statement, ``pay``: committed when it returns), then not
     for a fault (``fault_job`` is ORM work). ``info``: where the kudos it moved are noted
-    (``note_kudos``: a session's ``info``, counted at its commit)."""
+    (``note_kudos``: a session's ``info``, counted at its commit). ``source``: the address
+    the result arrived from (``kudos.Serving``)."""
     job = found.job
     if job is None:
         raise InvalidJobID(id=sub.generation_id)
@@ -178,7 +184,9 @@ def submit_text_job(
         return Decimal(0), None
     tokens = kudos.token_count(sub.text, job.max_length)
     stored = {"generation": sub.text, "seed": sub.seed, "gen_metadata": sub.gen_metadata}
-    paid = pay(db, policy, job, found.trusted, tokens, sub.state, now, stored, info)
+    paid = pay(
+        db, policy, job, found.trusted, tokens, sub.state, now, stored, info, worker_address=source
+    )
     webhook = None
     if paid.webhook:
         with _session_on(db) as session:
@@ -270,10 +278,11 @@ def land_job(
         worker_user_id=user.id, bridge_agent=worker.bridge_agent,
         wp_id=wp.id, prompt=wp.prompt, max_length=wp.max_length,
         max_context_length=wp.max_context_length, requester_id=wp.user_id,
+        request_address=wp.ipaddr,
     )  # fmt: skip
     paid = pay(
         session, policy, job, user.trusted, tokens, state, now, stored, session.info,
-        charged_tokens,
+        charged_tokens, worker_address=user.address if isinstance(user, Owner) else None,
     )  # fmt: skip
     for name in ("n", "active", "faulted", "cancelled"):
         set_committed_value(wp, name, getattr(paid, name))
@@ -316,13 +325,17 @@ def pay(
     stored: dict[str, Any],
     info: dict[str, Any],
     charged_tokens: int | None = None,
+    *,
+    worker_address: str | None,
 ) -> Paid:
     """Claim a finished job with ``stored`` (its result), pay for ``tokens`` through the
     text formula (the worker is paid and nothing charged when censored, as upstream),
     record the worker's speed sample, and finish the request if nothing is left.
     ``trusted``: the worker owner's. ``charged_tokens``: the requester is charged for no
     more than these (what its client received of a stream that diverged). ``info``: where
-    the kudos moved are noted (``note_kudos``).
+    the kudos moved are noted (``note_kudos``). The reward is ``kudos.earned``: upstream's
+    under the rules no worker can farm (``worker_address``: where the result came from);
+    a generation faster than its claimed model allows counts a suspicion (``suspicion``).
 
     One statement: the database function ``horde_pay`` (migration 0007), run on the
     driver connection of ``db`` (a session's transaction, or a connection in autocommit,
@@ -338,14 +351,18 @@ def pay(
       or no job left to hand out and none running, counted in a snapshot taken after that
       lock), its deactivation and its unreleased holds' release and credit.
     """
-    reward = kudos.request_reward(
-        job, tokens, job.model, trusted=trusted, bridge_agent=job.bridge_agent
-    )
     censored = state != STATE_OK
+    seconds = (now - job.start_time).total_seconds()
+    serving = kudos.Serving(
+        requester_id=job.requester_id, owner_id=job.worker_user_id, trusted=trusted,
+        request_address=job.request_address, worker_address=worker_address, seconds=seconds,
+        censored=censored,
+    )  # fmt: skip
+    reward = kudos.earned(job, tokens, job.model, bridge_agent=job.bridge_agent, serving=serving)
     charge = Decimal(0) if censored else reward
     if charged_tokens is not None and charged_tokens < tokens:
-        received = kudos.request_reward(
-            job, charged_tokens, job.model, trusted=trusted, bridge_agent=job.bridge_agent
+        received = kudos.earned(
+            job, charged_tokens, job.model, bridge_agent=job.bridge_agent, serving=serving
         )
         charge = min(charge, received)
     claimed = {
@@ -361,7 +378,7 @@ def pay(
         "gen_id": job.gen_id, "worker_id": job.worker_id, "owner_id": job.worker_user_id,
         "wp_id": job.wp_id, "requester_id": job.requester_id, "tokens": tokens,
         "keep": policy.speed_samples,
-        "sample": speed_sample(tokens, (now - job.start_time).total_seconds()),
+        "sample": speed_sample(tokens, seconds),
     }  # fmt: skip
     with raw_cursor(db) as cursor:
         cursor.execute(_PAY.sql, _PAY.values(params))
@@ -372,6 +389,9 @@ def pay(
      balances) = row  # fmt: skip
     if not landed:
         refuse_claim(db, job.gen_id)
+    fast = kudos.unreasonably_fast(tokens, job.model, serving)
+    if fast is not None:
+        suspicion.report(db, job.worker_id, job.worker_user_id, trusted, fast)
     note_kudos(info, "reward", reward)  # /metrics counts them once committed
     if charge:
         note_kudos(info, "charge", -charge)

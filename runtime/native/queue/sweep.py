@@ -19,9 +19,10 @@ from redis import Redis
 from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from generated.pricing import SUSPICION_TOO_MANY_JOBS_ABORTED
 from generated.signals import CHAT_EVENT_EXPIRED, CHAT_EVENT_FAULTED
-from runtime.native.accounts import kudos
-from runtime.native.db.tables import Generation, OperationKey, WaitingPrompt, Worker
+from runtime.native.accounts import kudos, suspicion
+from runtime.native.db.tables import Generation, OperationKey, User, WaitingPrompt, Worker
 from runtime.native.objects.lifecycle import delete_objects, ended_with_objects, release_ended
 from runtime.native.progress.protocol import mark_ended
 from runtime.native.queue.policy import Policy
@@ -107,12 +108,20 @@ def _count_abort(session: Session, policy: Policy, worker_id: uuid.UUID, now: da
         )
     ).scalar_one()
     values: dict[str, object] = {"aborted_jobs": Worker.aborted_jobs + 1}
-    if recent > policy.abort_limit_per_hour:
+    too_many = recent > policy.abort_limit_per_hour
+    if too_many:
         values |= {
             "maintenance": True,
             "maintenance_reason": maintenance_reason(recent, policy.abort_limit_per_hour),
         }
     session.execute(update(Worker).where(Worker.id == worker_id).values(**values))
+    if too_many:  # upstream's TOO_MANY_JOBS_ABORTED suspicion, on the worker and its owner
+        owner_id, trusted = session.execute(
+            select(User.id, User.trusted)
+            .join(Worker, Worker.user_id == User.id)
+            .where(Worker.id == worker_id)
+        ).one()
+        suspicion.report(session, worker_id, owner_id, trusted, SUSPICION_TOO_MANY_JOBS_ABORTED)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """What text and chat requests share as rows of ``waiting_prompts``: finding one by id (a
 text id is not found on the chat routes, and the reverse), the user's concurrency count,
-admission of new jobs (concurrency, the anonymous key's share per address, upfront kudos)
+admission of new jobs (concurrency, the anonymous key's share per address and its kudos an
+hour, upfront kudos)
 and what queuing one charges.
 
 ``text_requests`` and ``chat_requests`` call these; each keeps the checks of its own kind.
@@ -8,7 +9,9 @@ and what queuing one charges.
 
 from __future__ import annotations
 
+import math
 import uuid
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -26,13 +29,15 @@ from sqlalchemy.orm import Session
 
 from generated.defences import ANONYMOUS_QUEUED_PER_SOURCE
 from generated.errors import (
+    AnonymousKudosExhausted,
     KudosUpfront,
     RequestNotFound,
     TooManyAnonymousPrompts,
     TooManyPrompts,
 )
+from generated.pricing import ANONYMOUS_CHARGE_PER_HOUR
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID
-from runtime.native.db.tables import Generation, User, WaitingPrompt
+from runtime.native.db.tables import Generation, KudosLedger, User, WaitingPrompt
 from runtime.native.queue.policy import Policy
 
 CONCURRENCY_RETRY_AFTER = 5
@@ -166,6 +171,39 @@ def anonymous_share(session: Session, jobs: int, source: str) -> None:
         )
 
 
+CHARGE_REASON = "charge"
+"""The ledger's reason for what a request is charged for a generation (``horde_pay``)."""
+HOUR_SECONDS = 3600
+"""The window ``anonymous_charges`` sums (the spec's limit is per hour)."""
+_ANONYMOUS_CHARGES = select(
+    -func.coalesce(func.sum(KudosLedger.delta), 0),
+    func.min(KudosLedger.created),
+    func.now(),
+).where(
+    # literals, so the planner matches the partial index's predicate
+    KudosLedger.user_id == literal_column(str(ANONYMOUS_USER_ID)),
+    KudosLedger.reason == literal_column(f"'{CHARGE_REASON}'"),
+    KudosLedger.created > func.now() - literal_column(f"interval '{HOUR_SECONDS} seconds'"),
+)
+"""The anonymous user's charges of the last hour, its oldest one's time, and now (the
+partial index ix_kudos_ledger_anonymous_charges serves it)."""
+
+
+def anonymous_budget(session: Session, limit: float = ANONYMOUS_CHARGE_PER_HOUR) -> None:
+    """Refuse an anonymous request while the anonymous user's charges of the last hour reach
+    ``limit``: the kudos anonymous requests pay workers in an hour are bounded, so no worker
+    farms them. It asks to retry when the oldest of those charges leaves the hour."""
+    row: Any = session.execute(_ANONYMOUS_CHARGES).one()
+    charged, now = row[0], row[2]
+    oldest: datetime | None = row[1]  # None: no charge in the hour
+    if Decimal(charged) < Decimal(str(limit)):
+        return
+    left = 1.0 if oldest is None else HOUR_SECONDS - (now - oldest).total_seconds()
+    raise AnonymousKudosExhausted(
+        charged=float(charged), limit=limit, retry_after=max(1, math.ceil(left))
+    )
+
+
 def admit_jobs(
     session: Session,
     policy: Policy,
@@ -190,6 +228,7 @@ def admit_jobs(
         )
     if user.id == ANONYMOUS_USER_ID:
         anonymous_share(session, jobs, source)
+        anonymous_budget(session, policy.anonymous_charge_per_hour)
     needs_upfront = max_length > policy.upfront_max_length or not slow_workers
     if needs_upfront and user.kudos < cost:
         raise KudosUpfront(kudos=float(cost), balance=float(user.kudos))
