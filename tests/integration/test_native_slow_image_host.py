@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from runtime.native.server import NativeService
 from runtime.stores.embedded import EmbeddedStores
 from tests.integration.chat_flow import BASIC, MODEL, chat_pop
 from tests.support.native import raised_limits, running_native_with_objects
+from tests.support.socket_server import SocketServer
 from tests.support.vision_stack import image_part, text_part, user_turn
 
 pytestmark = pytest.mark.integration
@@ -51,30 +51,17 @@ def _png() -> bytes:
     return out.getvalue()
 
 
-class DripHost:
+class DripHost(SocketServer):
     """An HTTP host on 127.0.0.1: ``/drip`` sends its status line one byte a second for as
     long as the client listens; ``/good.png`` answers a small PNG at once. It counts the
     requests it got and the drips still open."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        super().__init__()
         self.requests: list[str] = []
         self.open_drips = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn:
             head = b""
             while b"\r\n\r\n" not in head:
@@ -83,7 +70,7 @@ class DripHost:
                     return
                 head += chunk
             path = head.split(b" ", 2)[1].decode()
-            with self._lock:
+            with self.lock:
                 self.requests.append(path)
             if path == "/good.png":
                 body = _png()
@@ -93,22 +80,18 @@ class DripHost:
                     + body
                 )
                 return
-            with self._lock:
+            with self.lock:
                 self.open_drips += 1
             try:
                 for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
-                    if self._stop.wait(1):
+                    if self.stopping.wait(1):
                         return
                     conn.sendall(bytes([byte]))
             except OSError:
                 return  # the horde hung up: what this test waits for
             finally:
-                with self._lock:
+                with self.lock:
                     self.open_drips -= 1
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")

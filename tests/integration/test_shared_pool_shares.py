@@ -48,6 +48,7 @@ from tests.conftest import SERVICE_PASSKEY
 from tests.integration.chat_flow import BASIC, MODEL, chat_pop
 from tests.integration.native_flow import pop, submit
 from tests.support.native import raised_limits, running_native_with_objects
+from tests.support.socket_server import SocketServer
 from tests.support.vision_stack import image_part, text_part, user_turn
 from tests.support.waiting import until
 
@@ -80,39 +81,26 @@ def _png() -> bytes:
     return out.getvalue()
 
 
-class ImageHost:
+class ImageHost(SocketServer):
     """An HTTP host on 127.0.0.1: ``/drip`` sends its status line a byte a second while the
     client listens; ``/good.png`` answers a small PNG at once. When it serves a good image it
     records in ``at_good`` how many drips were open and how many of them the horde had
     already hung up on (their peer closed: a fetch given up at its deadline)."""
 
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        super().__init__()
         self.at_good: list[tuple[int, int]] = []
         self._drips: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
 
     @property
     def open_drips(self) -> int:
-        with self._lock:
+        with self.lock:
             return len(self._drips)
-
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _hung_up(self) -> tuple[int, int]:
         """Drips open, and how many of them the horde closed (EOF waiting to be read: the
         request was read whole, so anything readable is the close)."""
-        with self._lock:
+        with self.lock:
             drips = list(self._drips)
         closed = 0
         for conn in drips:
@@ -123,7 +111,7 @@ class ImageHost:
                 closed += 1
         return len(drips), closed
 
-    def _serve(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn:
             head = b""
             while b"\r\n\r\n" not in head:
@@ -140,22 +128,18 @@ class ImageHost:
                     + body
                 )
                 return
-            with self._lock:
+            with self.lock:
                 self._drips.add(conn)
             try:
                 for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
-                    if self._stop.wait(1):
+                    if self.stopping.wait(1):
                         return
                     conn.sendall(bytes([byte]))
             except OSError:
                 return  # the horde hung up at its fetch deadline
             finally:
-                with self._lock:
+                with self.lock:
                     self._drips.discard(conn)
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
 
 
 @pytest.fixture
@@ -276,41 +260,24 @@ def test_keyless_clients_have_a_share_each_by_address(service, make_user, image_
     assert sorted(a.status_code for a in first) == [400] * share + [429] * (slow - share)
 
 
-class HangingReceiver:
+class HangingReceiver(SocketServer):
     """A webhook receiver on ``address`` that reads each POST and never answers (the horde
     hangs up at its attempt's deadline), counting the POSTs it got."""
 
     def __init__(self, address: str = "127.0.0.1") -> None:
-        self.sock = socket.create_server((address, 0))
-        self.sock.listen(64)
-        self.url = f"http://{address}:{self.sock.getsockname()[1]}/hook"
+        super().__init__(address, backlog=64)
         self.posts = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
-
-    def _hold(self, conn: socket.socket) -> None:
+    def serve(self, conn: socket.socket) -> None:
         with conn:
-            with self._lock:
+            with self.lock:
                 self.posts += 1
-            while not self._stop.is_set():
+            while not self.stopping.is_set():
                 try:
                     if not conn.recv(4096):
                         return  # the horde hung up
                 except OSError:
                     return
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
 
 
 class _Answering(BaseHTTPRequestHandler):
