@@ -1,12 +1,5 @@
 """Kudos transfers (upstream's transfer_kudos_from_apikey_to_username), with its checks in
-its order, and its reverse wait kept in Redis.
-
-The debit, the credit, their ledger rows and the transfer's row are one transaction, which
-locks both users' rows first, in the order of their ids: the balance it checks is the one
-it debits, so concurrent transfers never overdraw it, and two transfers between the same
-users in opposite directions cannot deadlock. The reverse wait is read before and marked
-after the commit, best effort as upstream's (a Redis outage neither blocks a transfer nor
-undoes one that committed).
+its order, and its reverse wait kept in Redis (best effort, as upstream's).
 """
 
 from __future__ import annotations
@@ -128,7 +121,13 @@ def transfer(
     now: datetime,
 ) -> Transferred:
     """Move ``amount`` kudos from ``api_key``'s user to ``username`` in the session's
-    transaction (the caller commits, then calls ``mark_sent``)."""
+    transaction (the caller commits, then calls ``mark_sent``).
+
+    The debit, the credit, their ledger rows and the transfer's row are one transaction,
+    which locks both users' rows first, in the order of their ids: the balance checked is
+    the one debited, so concurrent transfers never overdraw it, and two transfers between
+    the same users in opposite directions cannot deadlock. The reverse wait is read before
+    and marked after the commit: a Redis outage neither blocks a transfer nor undoes one."""
     source = user_for_key(session, api_key)  # a shared key is not a user's key: refused
     if source.id == ANONYMOUS_USER_ID:
         raise KudosTransferFromAnon()

@@ -1,15 +1,9 @@
 """Image intake at submit (docs/design.md, "Images").
 
-``take_in_images(messages, store, policy)`` fetches every image part (https URL or data
-URL; the remote ones on the bounded fetch pool, within one deadline for them all), checks
-each is a real image within the count, byte and pixel caps and all of them within the
-request's pixel budget, from their headers before any is decoded (a decode costs about 3
-bytes a pixel, and a small PNG can hold 25 megapixels); then decodes them one at a time, on
-one of the process's few decode slots (``DECODES``: 503 IntakeBusy when none comes free in
-time), normalises each to JPEG, stores it and puts a reference
-(``generated.storage.REFERENCE_PREFIX`` + key) where its URL was. A bad image raises
-ImageValidationFailed (400) naming the message and part; images stored before it are
-deleted, so the caller, which queues nothing, leaves nothing.
+Every image part of a request (an https URL or a data URL) is fetched, checked against the
+caps from its header before any decode, decoded on one of a few slots, normalised to JPEG
+and stored; its reference replaces its URL. A bad image is ImageValidationFailed (400)
+naming the message and part, and nothing stored for the request is left behind.
 """
 
 from __future__ import annotations
@@ -108,7 +102,15 @@ def take_in_images(
     source: str = "",
 ) -> IntakeResult:
     """``messages`` with their images taken in; ``source`` names the requester whose share
-    of the fetch pool the remote images use."""
+    of the fetch pool the remote images use.
+
+    Remote images are fetched on the bounded pool within one deadline for them all. Each is
+    checked as a real image within the count, byte and pixel caps, and all of them within
+    the request's pixel budget, from their headers before any is decoded (a decode costs
+    about 3 bytes a pixel, and a small PNG can hold 25 megapixels). Decodes run one at a
+    time on the process's ``DECODES`` slots (503 IntakeBusy when none comes free in time).
+    Images stored before a bad one are deleted, so the caller, which queues nothing, leaves
+    nothing."""
     policy = policy or IntakePolicy()
     located = _located_parts(messages)
     if len(located) > policy.max_images:

@@ -1,21 +1,9 @@
-"""The cancel settlement of streamed generations (docs/design.md, "Pricing"
-and "Streaming").
+"""The cancel settlement of streamed generations (docs/design.md, "Pricing" and "Streaming").
 
-When a request is cancelled, each of its generations still in flight that posted progress
-is settled on the content (and reasoning) posted before the cancel, which the Horde
-measured: the worker is paid for it (``kudos.earned``, as for a submitted reply; the
-worker's address is the one its lease keeps from the pop) and the requester charged for it
-through the same output estimate as a submitted reply, and the job is not counted as
-dropped (no abort, no fault). The posted content becomes the generation's
-text (the reasoning its reasoning), so the status shows what was charged.
-
-Call ``settle_cancelled_streams`` inside the cancel's transaction, before the generations
-still in flight are marked cancelled unpaid (``cancel_text_request`` does that for the
-rest). It first sets the lease's cancel flag, so nothing more is appended and the worker's
-next acknowledgement says ``cancelled: true``; a retried cancel settles the same text once,
-since the settlement claims the generation with a compare-and-set. With Redis unreachable
-the cancel still succeeds: nothing posted can be read, so the generation is cancelled unpaid
-(its posted text could not have been relayed to the client either).
+A cancelled request's generations still in flight that posted progress are settled on the
+text posted before the cancel, which the Horde measured: the worker paid for it and the
+requester charged for it as for a submitted reply, the job not counted as dropped, and the
+posted text kept as the generation's, so the status shows what was charged.
 """
 
 from __future__ import annotations
@@ -115,7 +103,15 @@ def settle_generation(
 def settle_cancelled_streams(
     session: Session, redis: Redis, wp: WaitingPrompt, now: datetime
 ) -> list[Settled]:
-    """Settle every generation of ``wp`` still in flight on what it posted."""
+    """Settle every generation of ``wp`` still in flight on what it posted.
+
+    Call it inside the cancel's transaction, before the generations still in flight are
+    marked cancelled unpaid (``cancel_text_request`` does that for the rest). It first sets
+    each lease's cancel flag, so nothing more is appended and the worker's next
+    acknowledgement says ``cancelled: true``; a retried cancel settles the same text once
+    (the settlement claims the generation with a compare-and-set). The worker is paid by
+    ``kudos.earned`` with the address its lease kept from the pop. With Redis unreachable
+    nothing posted can be read (nor was it relayed), so the generation is cancelled unpaid."""
     gens = session.scalars(
         select(Generation)
         .where(Generation.wp_id == wp.id, *unfinished())

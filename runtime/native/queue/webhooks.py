@@ -1,13 +1,10 @@
 """A request's webhook: each landed generation POSTed to the client's URL, as upstream does.
 
-Upstream (``ProcessingGeneration.send_webhook``) POSTs after the submit's commit the
+Upstream (``ProcessingGeneration.send_webhook``) POSTs, after the submit's commit, the
 generation as its status shows it, with ``request`` (the id) and ``kudos`` (the reward); a
-chat request's once, when done. ``generation_delivery`` builds it in the submit's
-transaction; ``SENDER`` sends it after the commit on a few threads shared fairly
-(``runtime.fair_shares``) by each destination host and requester, so hanging receivers delay
-only their own; past a share, dropped and logged. Up to ``WEBHOOK_ATTEMPTS`` POSTs each
-(spec/defences.yaml), through the image fetch's guards (``post_public``); best effort, as
-upstream's.
+chat request's once, when done. ``SENDER`` sends on a few threads shared fairly by each
+destination host and requester (spec/defences.yaml ``webhooks``), so hanging receivers delay
+only their own; best effort, as upstream's.
 """
 
 from __future__ import annotations
