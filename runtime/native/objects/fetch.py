@@ -1,12 +1,10 @@
 """Fetching an image URL at submit without reaching inside the deployment's network.
 
 Every hop (the URL, each redirect) is resolved here and refused unless every address is
-public, and the connection goes to the checked address (name kept for Host and TLS), so a
-second DNS answer cannot swap in an inside one; ``allow_loopback`` is test-only.
-``post_public`` sends webhooks through the same guards (https, no redirect). One deadline
-covers connect to body, and image fetches run on ``FETCHES``, a small bounded pool shared
-fairly between sources (``runtime.fair_shares``; past a source's share TooManyImageFetches,
-full IntakeBusy), so slow hosts never hold the API's request threads, nor others' fetches.
+public, and the connection goes to the checked address, so a second DNS answer cannot swap
+in an inside one; ``post_public`` sends webhooks through the same guards. One deadline
+covers connect to body, and fetches run on ``FETCHES``, a small pool shared fairly between
+sources (``runtime.fair_shares``), so slow hosts hold neither request threads nor others'.
 """
 
 from __future__ import annotations

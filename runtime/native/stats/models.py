@@ -1,12 +1,9 @@
 """The active models (/status/models and /status/models/{name}), as upstream's ActiveModel:
-per model, the threads of the online workers serving it (``count``), their average speed
-(``performance``, tokens per second), the work queued for it (``queued`` tokens, ``jobs``)
-and the seconds to clear it (``eta``); plus ``oldest_wait``, the seconds its oldest queued
-request has waited, and ``chat_count``, the online workers serving it that take chat jobs
-(the front's /v1/models reads it).
-
-Workers in maintenance are left out, as upstream's. A request that names no model counts
-toward every model.
+per model, the online workers' threads (``count``), their average speed (``performance``),
+the work queued (``queued`` tokens, ``jobs``) and the seconds to clear it (``eta``); ours,
+``oldest_wait`` (seconds its oldest queued request has waited) and ``chat_count`` (workers
+taking chat jobs, for the front's /v1/models). Workers in maintenance are left out, as
+upstream's; a request that names no model counts toward every model.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""Upstream's text statistics (/stats/text/totals and /stats/text/models) from
-``text_gen_stats``: requests (jobs that ended) and tokens (their requests' max_length) in
-the past minute, hour, day and 30 days (upstream's month), and ever; and ours,
-/stats/text/history, the past hour minute by minute (the dashboard's charts).
+"""Upstream's text statistics (/stats/text/totals and /stats/text/models) and ours
+(/stats/text/history, the past hour minute by minute) from ``text_gen_stats``: jobs that
+ended and their tokens (their requests' max_length).
 
 Upstream compiles snapshot tables; here the sweep folds rows older than ``ARCHIVE_AFTER``
 into ``text_gen_stats_archive`` (``fold_old_stats``), so a read is one statement over about
-a month of rows plus the archive, kept for ``Policy.public_stats_seconds``
-(bench/public_stats.py prints the cost).
+a month of rows plus the archive, kept for ``Policy.public_stats_seconds``.
 """
 
 from __future__ import annotations
