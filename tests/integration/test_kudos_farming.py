@@ -343,3 +343,41 @@ def test_a_registered_user_is_not_held_by_the_anonymous_keys_limit(
     _charged_anonymously(native_db, ANONYMOUS_CHARGE_PER_HOUR, 1)
     assert anonymous_request(native_client, address=ELSEWHERE).status_code == 429
     registered_request(native_client, make_user("requester", kudos=10).api_key)
+
+
+# Suspicion, shown to its owner
+
+
+def test_suspicion_is_shown_to_its_owners_own_key_only(native_client, native_db, make_user):
+    """``suspicious`` (upstream's privileged count): its owner's own key reads its workers'
+    and its own on every worker and user route; no key, another user's key, the anonymous
+    key and the owner's shared key read none."""
+    farmer, other = make_user("farmer"), make_user("other")
+    assert farm_pop(native_client, farmer.api_key)["id"] is None
+    assert farm_pop(native_client, other.api_key, "other")["id"] is None
+    with transaction(native_db) as session:
+        session.execute(update(Worker).where(Worker.user_id == farmer.id).values(suspicion=2))
+        session.execute(update(User).where(User.id == farmer.id).values(suspicion=3))
+    shared = native_client.put("/sharedkeys", headers={"apikey": farmer.api_key}, json={})
+    assert shared.status_code == 200, shared.text
+    worker_id = native_client.get("/workers/name/farm").json()["id"]
+    own = {"apikey": farmer.api_key}
+    for path in (f"/workers/{worker_id}", "/workers/name/farm"):
+        assert native_client.get(path, headers=own).json()["suspicious"] == 2
+    listed = {w["name"]: w for w in native_client.get("/workers", headers=own).json()}
+    assert listed["farm"]["suspicious"] == 2
+    assert "suspicious" not in listed["other"]  # not the key's worker
+    assert native_client.get(f"/users/{farmer.id}", headers=own).json()["suspicious"] == 3
+    assert native_client.get("/find_user", headers=own).json()["suspicious"] == 3
+    unprivileged = [{}, {"apikey": other.api_key}, {"apikey": "no-such-key"}]
+    unprivileged.append({"apikey": shared.json()["id"]})
+    for headers in unprivileged:
+        for path in (f"/workers/{worker_id}", "/workers/name/farm", f"/users/{farmer.id}"):
+            assert "suspicious" not in native_client.get(path, headers=headers).json(), path
+        listed = {w["name"]: w for w in native_client.get("/workers", headers=headers).json()}
+        assert "suspicious" not in listed["farm"]
+    assert "suspicious" not in native_client.get("/find_user", headers=unprivileged[-1]).json()
+    assert "suspicious" not in native_client.get("/users").json()[0]
+    anonymous = {"apikey": ANONYMOUS_API_KEY}  # a key everyone holds
+    for path in (f"/users/{ANONYMOUS_USER_ID}", "/find_user"):
+        assert "suspicious" not in native_client.get(path, headers=anonymous).json(), path
