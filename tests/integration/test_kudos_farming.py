@@ -345,7 +345,36 @@ def test_a_registered_user_is_not_held_by_the_anonymous_keys_limit(
     registered_request(native_client, make_user("requester", kudos=10).api_key)
 
 
-# Suspicion, shown to its owner
+# Suspicion: counted on a cancelled stream, shown to its owner
+
+
+@pytest.mark.raised_limits("chat_async", why="one streamed request; the settlement is under test")
+def test_a_cancelled_streams_instant_text_counts_a_suspicion_as_a_submit_does(
+    native_client, native_db, make_user
+):
+    """From another address (so it is paid), a streamed MAGNUM job whose posted text came a
+    blink after its pop, settled by a cancel: upstream's unreasonably fast suspicion on the
+    worker and its owner, as its submit would have counted."""
+    farmer = make_user("farmer")
+    everything = [*FEATURES, *GUARANTEES]
+    chat_pop(native_client, farmer.api_key, model=MAGNUM, bridge_agent=BRIDGE, features=everything)
+    headers = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, "X-Forwarded-For": ELSEWHERE}
+    body = chat_body(model=MAGNUM, max_tokens=300, stream=True)
+    queued = chat_async(native_client, ANONYMOUS_API_KEY, body, **headers)
+    assert queued.status_code == 202, queued.text
+    job = chat_pop(
+        native_client, farmer.api_key, model=MAGNUM, bridge_agent=BRIDGE, features=everything
+    )
+    assert job["stream"] is True
+    progress = {"id": job["id"], "seq": 0, "delta": "Once upon a time, " * 8}
+    posted = native_client.post(
+        "/generate/text/progress", headers={"apikey": farmer.api_key}, json=progress
+    )
+    assert posted.status_code == 200, posted.text
+    cancelled = native_client.delete(f"/generate/chat/status/{queued.json()['id']}")
+    assert cancelled.status_code == 200, cancelled.text
+    assert [r for r, d in ledger(native_db, farmer.id) if r == "reward" and d > 0]
+    assert suspicions(native_db, farmer.id) == (1, 1, False)
 
 
 def test_suspicion_is_shown_to_its_owners_own_key_only(native_client, native_db, make_user):

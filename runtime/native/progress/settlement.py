@@ -5,7 +5,8 @@ When a request is cancelled, each of its generations still in flight that posted
 is settled on the content (and reasoning) posted before the cancel, which the Horde
 measured: the worker is paid for it (``kudos.earned``, as for a submitted reply; the
 worker's address is the one its lease keeps from the pop) and the requester charged for it
-through the same output estimate as a submitted reply, and the job is not counted as
+through the same output estimate as a submitted reply; a posted text faster than its
+claimed model allows counts a suspicion, as a submit does. The job is not counted as
 dropped (no abort, no fault). The posted content becomes the generation's
 text (the reasoning its reasoning), so the status shows what was charged.
 
@@ -35,7 +36,7 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate
-from runtime.native.accounts import kudos, shared_keys
+from runtime.native.accounts import kudos, shared_keys, suspicion
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import mark_cancelled, posted, read_lease
 from runtime.native.requests.rows import unfinished
@@ -109,6 +110,9 @@ def settle_generation(
         .where(Worker.id == worker.id)
         .values(kudos=Worker.kudos + reward, contributions=Worker.contributions + tokens)
     )
+    fast = kudos.unreasonably_fast(tokens, gen.model, serving)
+    if fast is not None:
+        suspicion.report(session, worker.id, owner.id, owner.trusted, fast)
     return Settled(generation_id, text, tokens, reward)
 
 
