@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 import httpx
@@ -410,3 +410,39 @@ def test_suspicion_is_shown_to_its_owners_own_key_only(native_client, native_db,
     anonymous = {"apikey": ANONYMOUS_API_KEY}  # a key everyone holds
     for path in (f"/users/{ANONYMOUS_USER_ID}", "/find_user"):
         assert "suspicious" not in native_client.get(path, headers=anonymous).json(), path
+
+
+# A censored request's cap is the request's
+
+
+def test_an_n_job_request_censored_pays_an_untrusted_worker_no_more_than_one_tax(
+    native_client, native_db, make_user
+):
+    """Each of a 3-job request's censored replies, slow enough to be paid as claimed, earns
+    an untrusted worker a third of CENSORED_UNTRUSTED_CAP (rounded down): the three
+    together no more than the one tax the requester paid."""
+    jobs = 3
+    worker, requester = make_user("untrusted"), make_user("requester", kudos=10_000)
+    assert farm_pop(native_client, worker.api_key)["id"] is None
+    body = {
+        "prompt": "p" * 1200,
+        "params": {"n": jobs, "max_length": 512, "max_context_length": 4096},
+    }
+    queued = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": requester.api_key},
+        json={**body, "models": [MAGNUM]},
+    )
+    assert queued.status_code == 202, queued.text
+    paid = []
+    for _ in range(jobs):
+        job = farm_pop(native_client, worker.api_key)
+        assert job["id"], job
+        worked_for(native_db, job["id"], 60)
+        response = submit(native_client, worker.api_key, job["id"], "y" * 1000, state="censored")
+        assert response.status_code == 200, response.text
+        paid.append(Decimal(str(response.json()["reward"])))
+    share = (Decimal(str(CENSORED_UNTRUSTED_CAP)) / jobs).quantize(Decimal("0.01"), ROUND_DOWN)
+    assert paid == [share] * jobs
+    assert sum(paid) <= CENSORED_UNTRUSTED_CAP <= HORDE_TAX
+    assert balance(native_db, worker.id) == sum(paid)
