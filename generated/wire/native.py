@@ -499,6 +499,10 @@ class Worker(TypedDict):
     Tokens it was credited for.
     """
     chat_jobs: NotRequired[bool]
+    suspicious: NotRequired[int]
+    """
+    (Privileged) How much suspicion the worker has accumulated (spec/pricing.yaml economy.suspicion): shown only to its owner's own API key (upstream: to moderators; this horde has no moderator role).
+    """
 
 
 class KudosTransferInput(TypedDict):
@@ -668,6 +672,10 @@ class User(TypedDict):
     account_age: NotRequired[int]
     """
     Seconds since the account was created.
+    """
+    suspicious: NotRequired[int]
+    """
+    (Privileged) How much suspicion the user's workers have accumulated: shown only to the user's own API key (upstream: to moderators; this horde has no moderator role).
     """
 
 

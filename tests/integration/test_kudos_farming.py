@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 from typing import Any
 
 import httpx
@@ -343,3 +343,106 @@ def test_a_registered_user_is_not_held_by_the_anonymous_keys_limit(
     _charged_anonymously(native_db, ANONYMOUS_CHARGE_PER_HOUR, 1)
     assert anonymous_request(native_client, address=ELSEWHERE).status_code == 429
     registered_request(native_client, make_user("requester", kudos=10).api_key)
+
+
+# Suspicion: counted on a cancelled stream, shown to its owner
+
+
+@pytest.mark.raised_limits("chat_async", why="one streamed request; the settlement is under test")
+def test_a_cancelled_streams_instant_text_counts_a_suspicion_as_a_submit_does(
+    native_client, native_db, make_user
+):
+    """From another address (so it is paid), a streamed MAGNUM job whose posted text came a
+    blink after its pop, settled by a cancel: upstream's unreasonably fast suspicion on the
+    worker and its owner, as its submit would have counted."""
+    farmer = make_user("farmer")
+    everything = [*FEATURES, *GUARANTEES]
+    chat_pop(native_client, farmer.api_key, model=MAGNUM, bridge_agent=BRIDGE, features=everything)
+    headers = {HEADER_X_HORDE_SERVICE_PASSKEY: SERVICE_PASSKEY, "X-Forwarded-For": ELSEWHERE}
+    body = chat_body(model=MAGNUM, max_tokens=300, stream=True)
+    queued = chat_async(native_client, ANONYMOUS_API_KEY, body, **headers)
+    assert queued.status_code == 202, queued.text
+    job = chat_pop(
+        native_client, farmer.api_key, model=MAGNUM, bridge_agent=BRIDGE, features=everything
+    )
+    assert job["stream"] is True
+    progress = {"id": job["id"], "seq": 0, "delta": "Once upon a time, " * 8}
+    posted = native_client.post(
+        "/generate/text/progress", headers={"apikey": farmer.api_key}, json=progress
+    )
+    assert posted.status_code == 200, posted.text
+    cancelled = native_client.delete(f"/generate/chat/status/{queued.json()['id']}")
+    assert cancelled.status_code == 200, cancelled.text
+    assert [r for r, d in ledger(native_db, farmer.id) if r == "reward" and d > 0]
+    assert suspicions(native_db, farmer.id) == (1, 1, False)
+
+
+def test_suspicion_is_shown_to_its_owners_own_key_only(native_client, native_db, make_user):
+    """``suspicious`` (upstream's privileged count): its owner's own key reads its workers'
+    and its own on every worker and user route; no key, another user's key, the anonymous
+    key and the owner's shared key read none."""
+    farmer, other = make_user("farmer"), make_user("other")
+    assert farm_pop(native_client, farmer.api_key)["id"] is None
+    assert farm_pop(native_client, other.api_key, "other")["id"] is None
+    with transaction(native_db) as session:
+        session.execute(update(Worker).where(Worker.user_id == farmer.id).values(suspicion=2))
+        session.execute(update(User).where(User.id == farmer.id).values(suspicion=3))
+    shared = native_client.put("/sharedkeys", headers={"apikey": farmer.api_key}, json={})
+    assert shared.status_code == 200, shared.text
+    worker_id = native_client.get("/workers/name/farm").json()["id"]
+    own = {"apikey": farmer.api_key}
+    for path in (f"/workers/{worker_id}", "/workers/name/farm"):
+        assert native_client.get(path, headers=own).json()["suspicious"] == 2
+    listed = {w["name"]: w for w in native_client.get("/workers", headers=own).json()}
+    assert listed["farm"]["suspicious"] == 2
+    assert "suspicious" not in listed["other"]  # not the key's worker
+    assert native_client.get(f"/users/{farmer.id}", headers=own).json()["suspicious"] == 3
+    assert native_client.get("/find_user", headers=own).json()["suspicious"] == 3
+    unprivileged = [{}, {"apikey": other.api_key}, {"apikey": "no-such-key"}]
+    unprivileged.append({"apikey": shared.json()["id"]})
+    for headers in unprivileged:
+        for path in (f"/workers/{worker_id}", "/workers/name/farm", f"/users/{farmer.id}"):
+            assert "suspicious" not in native_client.get(path, headers=headers).json(), path
+        listed = {w["name"]: w for w in native_client.get("/workers", headers=headers).json()}
+        assert "suspicious" not in listed["farm"]
+    assert "suspicious" not in native_client.get("/find_user", headers=unprivileged[-1]).json()
+    assert "suspicious" not in native_client.get("/users").json()[0]
+    anonymous = {"apikey": ANONYMOUS_API_KEY}  # a key everyone holds
+    for path in (f"/users/{ANONYMOUS_USER_ID}", "/find_user"):
+        assert "suspicious" not in native_client.get(path, headers=anonymous).json(), path
+
+
+# A censored request's cap is the request's
+
+
+def test_an_n_job_request_censored_pays_an_untrusted_worker_no_more_than_one_tax(
+    native_client, native_db, make_user
+):
+    """Each of a 3-job request's censored replies, slow enough to be paid as claimed, earns
+    an untrusted worker a third of CENSORED_UNTRUSTED_CAP (rounded down): the three
+    together no more than the one tax the requester paid."""
+    jobs = 3
+    worker, requester = make_user("untrusted"), make_user("requester", kudos=10_000)
+    assert farm_pop(native_client, worker.api_key)["id"] is None
+    body = {
+        "prompt": "p" * 1200,
+        "params": {"n": jobs, "max_length": 512, "max_context_length": 4096},
+    }
+    queued = native_client.post(
+        "/generate/text/async",
+        headers={"apikey": requester.api_key},
+        json={**body, "models": [MAGNUM]},
+    )
+    assert queued.status_code == 202, queued.text
+    paid = []
+    for _ in range(jobs):
+        job = farm_pop(native_client, worker.api_key)
+        assert job["id"], job
+        worked_for(native_db, job["id"], 60)
+        response = submit(native_client, worker.api_key, job["id"], "y" * 1000, state="censored")
+        assert response.status_code == 200, response.text
+        paid.append(Decimal(str(response.json()["reward"])))
+    share = (Decimal(str(CENSORED_UNTRUSTED_CAP)) / jobs).quantize(Decimal("0.01"), ROUND_DOWN)
+    assert paid == [share] * jobs
+    assert sum(paid) <= CENSORED_UNTRUSTED_CAP <= HORDE_TAX
+    assert balance(native_db, worker.id) == sum(paid)

@@ -111,6 +111,13 @@ def test_a_censored_reply_pays_an_untrusted_worker_the_tax_at_most() -> None:
     assert earned(250, replace(censored, trusted=True)) == upstream(250, True)
 
 
+@pytest.mark.parametrize("jobs", range(1, 21))  # a text request's n: 1 to 20
+def test_an_n_job_requests_censored_replies_together_earn_the_cap_at_most(jobs: int) -> None:
+    each = earned(250, replace(HONEST, censored=True, jobs=jobs))
+    assert 0 < each * jobs <= CENSORED_UNTRUSTED_CAP
+    assert each == kudos.censored_cap(jobs)
+
+
 def test_a_generation_faster_than_its_claimed_model_is_a_suspicion() -> None:
     assert kudos.unreasonably_fast(250, MAGNUM, HONEST) is None
     reason = kudos.unreasonably_fast(20, MAGNUM, replace(HONEST, seconds=0.01))

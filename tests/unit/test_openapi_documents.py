@@ -71,7 +71,9 @@ def test_front_streams_event_stream_and_answers_x_horde() -> None:
 
 def test_a_misspelt_error_on_a_route_is_refused_with_a_suggestion(spec_copy: Path) -> None:
     replace_once(
-        spec_copy / "api" / "native.yaml", "errors: [WorkerNotFound]", "errors: [WorkerNotFund]"
+        spec_copy / "api" / "native.yaml",
+        "errors: [WorkerNotFound, InvalidPayload]\n  worker_by_name:",  # the worker route's
+        "errors: [WorkerNotFund, InvalidPayload]\n  worker_by_name:",
     )
     with pytest.raises(SpecErrors) as info:
         load_spec(spec_copy)

@@ -14,7 +14,7 @@ import math
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from typing import Any, Protocol
 
 from sqlalchemy import Table, bindparam, func, select, update
@@ -117,6 +117,8 @@ class Serving:
     seconds: float
     """The job's time from pop to result."""
     censored: bool = False
+    jobs: int = 1
+    """The request's jobs: a censored reply's cap is the request's, shared among them."""
 
 
 def self_serving(serving: Serving) -> bool:
@@ -134,7 +136,7 @@ def earned(wp: Priced, tokens: int, model: str, *, bridge_agent: str, serving: S
     """What a worker is paid for one generation: upstream's reward (``request_reward``)
     under the rules no worker can farm. A self-serving job earns SELF_SERVING_REWARD; an
     untrusted worker is paid as a model no larger than its speed allows, and at most
-    CENSORED_UNTRUSTED_CAP for a censored reply."""
+    ``censored_cap`` for a censored reply."""
     if self_serving(serving):
         return money(SELF_SERVING_REWARD)
     context = pricing.reward_context(wp.prompt, wp.max_length, wp.max_context_length)
@@ -142,8 +144,16 @@ def earned(wp: Priced, tokens: int, model: str, *, bridge_agent: str, serving: S
     cap = None if serving.trusted else pricing.speed_billions(tokens, serving.seconds)
     reward = generation_kudos(tokens, model, context, serving.trusted, validated, cap)
     if serving.censored and not serving.trusted:
-        reward = min(reward, money(CENSORED_UNTRUSTED_CAP))
+        reward = min(reward, censored_cap(serving.jobs))
     return reward
+
+
+def censored_cap(jobs: int) -> Decimal:
+    """What one censored reply of an untrusted worker earns at most: CENSORED_UNTRUSTED_CAP
+    is the request's (its tax, paid once), so each of its ``jobs`` earns that share of it,
+    rounded down to the cent, and all of them together no more than the cap."""
+    share = Decimal(str(CENSORED_UNTRUSTED_CAP)) / max(jobs, 1)
+    return share.quantize(CENT, rounding=ROUND_DOWN)
 
 
 def unreasonably_fast(tokens: int, model: str, serving: Serving) -> str | None:

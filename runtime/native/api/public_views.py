@@ -1,5 +1,7 @@
 """Public reads: heartbeat, workers (all, filtered, by id, by name), users (all, by id, by
-API key), in upstream's WorkerDetails and UserDetails shapes."""
+API key), in upstream's WorkerDetails and UserDetails shapes. ``suspicious`` is privileged:
+upstream shows it to moderators; with no moderator role here, a user's own API key (the
+apikey header) sees its own and its workers', any other read none."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from generated.chat.names import DECL_CHAT_JOBS
 from generated.errors import InvalidAPIKey, UserNotFound, WorkerNotFound
 from generated.routes import HEADER_APIKEY
 from runtime.native.accounts import shared_keys
-from runtime.native.accounts.keys import KEY_OWNER, key_hash_of, unique_alias
+from runtime.native.accounts.keys import ANONYMOUS_USER_ID, KEY_OWNER, key_hash_of, unique_alias
 from runtime.native.accounts.kudos import GRANT_REASON as GRANT
 from runtime.native.accounts.shared_keys import shared_key_id
 from runtime.native.accounts.transfers import RECEIVED, SENT
@@ -38,8 +40,10 @@ def heartbeat(_req: LaneRequest) -> Reply:
     return Reply(dict(message="OK", version=VERSION))
 
 
-def _worker_json(worker: Worker, trusted: bool, online_since: datetime) -> dict[str, Any]:
-    return {
+def _worker_json(
+    worker: Worker, trusted: bool, online_since: datetime, viewer: int | None = None
+) -> dict[str, Any]:
+    shown = {
         "id": str(worker.id),
         "name": worker.name,
         "type": WORKER_TYPE,
@@ -68,6 +72,23 @@ def _worker_json(worker: Worker, trusted: bool, online_since: datetime) -> dict[
         "tokens_generated": worker.contributions,
         DECL_CHAT_JOBS: serves_chat(worker),
     }
+    if viewer == worker.user_id:
+        shown[SUSPICIOUS] = worker.suspicion
+    return shown
+
+
+SUSPICIOUS = "suspicious"
+
+
+def _viewer(session: Session) -> int | None:
+    """The id of the user whose own key the apikey header holds, who sees its privileged
+    fields; None without one, for the anonymous key, or a key no user owns (a shared key
+    is none: an unprivileged read, as upstream's)."""
+    api_key = request.headers.get(HEADER_APIKEY)
+    if not api_key:
+        return None
+    found = session.scalar(select(KEY_OWNER), {"key_hash": key_hash_of(api_key)})
+    return None if found == ANONYMOUS_USER_ID else found
 
 
 _WORKERS = select(Worker, User.trusted).join(User, User.id == Worker.user_id)
@@ -81,6 +102,7 @@ def workers() -> Response:
     """Every worker; ``name`` keeps the one of that name (case-insensitive) and wins over
     ``type``, which keeps them all (text) or none (another type), as upstream."""
     args = query_values("workers", request.args)
+    checked_headers("workers")
     name, kind = args.get("name"), args.get("type")
     query = _WORKERS.order_by(Worker.name)
     if name:
@@ -89,16 +111,19 @@ def workers() -> Response:
         return jsonify([])
     since = _online_since()
     with transaction(native().sessions) as session:
-        return jsonify([_worker_json(w, t, since) for w, t in session.execute(query).all()])
+        viewer = _viewer(session)
+        rows = session.execute(query).all()
+        return jsonify([_worker_json(w, t, since, viewer) for w, t in rows])
 
 
-def _one_worker(where: Any, shown_as: str) -> Response:
+def _one_worker(operation: str, where: Any, shown_as: str) -> Response:
+    checked_headers(operation)
     since = _online_since()
     with transaction(native().sessions) as session:
         row = session.execute(_WORKERS.where(where)).first()
         if row is None:
             raise WorkerNotFound(id=shown_as)
-        return jsonify(_worker_json(row[0], row[1], since))
+        return jsonify(_worker_json(row[0], row[1], since, _viewer(session)))
 
 
 def worker(id: str) -> Response:
@@ -106,11 +131,13 @@ def worker(id: str) -> Response:
         worker_id = uuid.UUID(id)
     except ValueError:
         raise WorkerNotFound(id=id) from None
-    return _one_worker(Worker.id == worker_id, id)
+    return _one_worker("worker", Worker.id == worker_id, id)
 
 
 def worker_by_name(name: str) -> Response:
-    return _one_worker(Worker.name == path_value("worker_by_name", "name", name), name)
+    return _one_worker(
+        "worker_by_name", Worker.name == path_value("worker_by_name", "name", name), name
+    )
 
 
 def _user_json(user: User, worker_count: int) -> dict[str, Any]:
@@ -143,8 +170,11 @@ gift is negative, as upstream records it); every other reason is ``accumulated``
 ACCUMULATED = "accumulated"
 
 
-def _user_details(session: Session, user: User, worker_count: int) -> dict[str, Any]:
-    """One user as a single read shows it: with the kudos by origin and the records."""
+def _user_details(
+    session: Session, user: User, worker_count: int, own: bool = False
+) -> dict[str, Any]:
+    """One user as a single read shows it: with the kudos by origin and the records, and
+    its suspicion when ``own`` (read with the user's own key)."""
     details = {ACCUMULATED: 0.0, **{name: 0.0 for name in KUDOS_DETAILS.values()}}
     by_reason = session.execute(
         select(KudosLedger.reason, func.sum(KudosLedger.delta))
@@ -159,21 +189,26 @@ def _user_details(session: Session, user: User, worker_count: int) -> dict[str, 
             func.coalesce(func.sum(Worker.fulfilments), 0),
         ).where(Worker.user_id == user.id)
     ).one()
-    return {
+    shown = {
         **_user_json(user, worker_count),
         "kudos_details": details,
         "records": {"contribution": {"tokens": int(tokens)}, "fulfillment": {"text": int(jobs)}},
     }
+    if own:
+        shown[SUSPICIOUS] = user.suspicion
+    return shown
 
 
 def user(id: str) -> Response:
+    checked_headers("user")
     if not id.isdigit() or int(id) > INT32:
         raise UserNotFound(id=id)
     with transaction(native().sessions) as session:
         row = session.execute(_users_with_worker_counts().where(User.id == int(id))).first()
         if row is None:
             raise UserNotFound(id=id)
-        return jsonify(_user_details(session, row[0], row[1]))
+        own = _viewer(session) == row[0].id
+        return jsonify(_user_details(session, row[0], row[1], own))
 
 
 def find_user() -> Response:
@@ -192,7 +227,9 @@ def find_user() -> Response:
         ).first()
         if row is None:
             raise UserNotFound("No user holds this API key.", id="")
-        found = _user_details(session, row[0], row[1])
+        found = _user_details(
+            session, row[0], row[1], own=shared is None and row[0].id != ANONYMOUS_USER_ID
+        )
         if shared is not None:
             named = f": {shared[0].name}" if shared[0].name else ""
             return jsonify({**found, "username": f"{found['username']} (Shared Key{named})"})

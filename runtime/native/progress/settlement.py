@@ -3,7 +3,8 @@
 A cancelled request's generations still in flight that posted progress are settled on the
 text posted before the cancel, which the Horde measured: the worker paid for it and the
 requester charged for it as for a submitted reply, the job not counted as dropped, and the
-posted text kept as the generation's, so the status shows what was charged.
+posted text kept as the generation's, so the status shows what was charged. A posted
+text faster than its claimed model allows counts a suspicion, as a submit does.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from generated.chat.tables_reply import CHARGE_BASIS
 from generated.streaming import STREAMED_REASONING_PART, STREAMED_REPLY_PART
 from generated.wire import STATE_OK
 from runtime.contract.pricing import output_estimate
-from runtime.native.accounts import kudos, shared_keys
+from runtime.native.accounts import kudos, shared_keys, suspicion
 from runtime.native.db.tables import Generation, User, WaitingPrompt, Worker
 from runtime.native.progress.protocol import mark_cancelled, posted, read_lease
 from runtime.native.requests.rows import unfinished
@@ -97,6 +98,9 @@ def settle_generation(
         .where(Worker.id == worker.id)
         .values(kudos=Worker.kudos + reward, contributions=Worker.contributions + tokens)
     )
+    fast = kudos.unreasonably_fast(tokens, gen.model, serving)
+    if fast is not None:
+        suspicion.report(session, worker.id, owner.id, owner.trusted, fast)
     return Settled(generation_id, text, tokens, reward)
 
 

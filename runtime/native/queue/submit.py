@@ -78,6 +78,8 @@ class Job:
     requester_id: int
     request_address: str
     """The request's source address (``kudos.Serving``)."""
+    request_jobs: int
+    """The request's jobs, handed out or not (its ``n``; ``kudos.Serving``)."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,8 @@ _FIND = key_and_job("""
     SELECT waiting_prompts.is_chat, processing_gens.id, processing_gens.model,
         processing_gens.start_time, workers.id, workers.user_id, workers.bridge_agent,
         waiting_prompts.id, waiting_prompts.prompt, waiting_prompts.max_length,
-        waiting_prompts.max_context_length, waiting_prompts.user_id, waiting_prompts.ipaddr
+        waiting_prompts.max_context_length, waiting_prompts.user_id, waiting_prompts.ipaddr,
+        waiting_prompts.jobs
     FROM processing_gens
     JOIN workers ON workers.id = processing_gens.worker_id
     JOIN waiting_prompts ON waiting_prompts.id = processing_gens.wp_id
@@ -278,7 +281,7 @@ def land_job(
         worker_user_id=user.id, bridge_agent=worker.bridge_agent,
         wp_id=wp.id, prompt=wp.prompt, max_length=wp.max_length,
         max_context_length=wp.max_context_length, requester_id=wp.user_id,
-        request_address=wp.ipaddr,
+        request_address=wp.ipaddr, request_jobs=wp.jobs,
     )  # fmt: skip
     paid = pay(
         session, policy, job, user.trusted, tokens, state, now, stored, session.info,
@@ -356,7 +359,7 @@ def pay(
     serving = kudos.Serving(
         requester_id=job.requester_id, owner_id=job.worker_user_id, trusted=trusted,
         request_address=job.request_address, worker_address=worker_address, seconds=seconds,
-        censored=censored,
+        censored=censored, jobs=job.request_jobs,
     )  # fmt: skip
     reward = kudos.earned(job, tokens, job.model, bridge_agent=job.bridge_agent, serving=serving)
     charge = Decimal(0) if censored else reward
