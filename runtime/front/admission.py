@@ -274,6 +274,7 @@ class Parser:
                     initializer=_parser_started,
                     initargs=(os.getpid(),),
                 )
+                _start_every_process(self.pool)
             return self.pool
 
     def open(self) -> None:
@@ -322,6 +323,16 @@ class Parser:
             if self.pool is pool:
                 self.pool = None
         pool.shutdown(wait=False)
+
+
+def _start_every_process(pool: ProcessPoolExecutor) -> None:
+    """Start all of ``pool``'s processes now. Outside fork, the pool starts one a submit,
+    unless a process is idle: a submit that finds the first body done already (the
+    submitting thread held up on a busy machine) reuses that process, and the pool can stay
+    one process short for good. The method is CPython's own (3.9+; it starts a fork pool's)."""
+    launch = getattr(pool, "_launch_processes", None)
+    if launch is not None:
+        launch()
 
 
 @contextmanager
