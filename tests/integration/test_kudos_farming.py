@@ -99,6 +99,16 @@ def serve(
     return str(job["id"]), Decimal(str(response.json()["reward"]))
 
 
+def stream_then_cancel(client: httpx.Client, api_key: str, job_id: str, request_id: str) -> None:
+    """The worker posts some streamed text at once, then the request is cancelled: the
+    cancel settles the job on what was posted."""
+    progress = {"id": job_id, "seq": 0, "delta": "Once upon a time, " * 8}
+    posted = client.post("/generate/text/progress", headers={"apikey": api_key}, json=progress)
+    assert posted.status_code == 200, posted.text
+    cancelled = client.delete(f"/generate/chat/status/{request_id}")
+    assert cancelled.status_code == 200, cancelled.text
+
+
 def suspicions(sessions: sessionmaker[Session], user_id: int) -> tuple[int, int, bool]:
     """The user's suspicion count, its one worker's, and whether that is in maintenance."""
     with sessions() as session:
@@ -219,13 +229,7 @@ def test_a_cancelled_stream_of_an_anonymous_request_from_the_workers_address_pay
     request_id = queued.json()["id"]
     job = chat_pop(native_client, farmer.api_key, features=everything)
     assert job["stream"] is True
-    progress = {"id": job["id"], "seq": 0, "delta": "Once upon a time, " * 8}
-    posted = native_client.post(
-        "/generate/text/progress", headers={"apikey": farmer.api_key}, json=progress
-    )
-    assert posted.status_code == 200, posted.text
-    cancelled = native_client.delete(f"/generate/chat/status/{request_id}")
-    assert cancelled.status_code == 200, cancelled.text
+    stream_then_cancel(native_client, farmer.api_key, job["id"], request_id)
     rewards = [delta for reason, delta in ledger(native_db, farmer.id) if reason == "reward"]
     assert (sum(rewards, Decimal(0)) > 0) is paid
     assert (anonymous_charges(native_db) > 0) is paid
@@ -366,13 +370,7 @@ def test_a_cancelled_streams_instant_text_counts_a_suspicion_as_a_submit_does(
         native_client, farmer.api_key, model=MAGNUM, bridge_agent=BRIDGE, features=everything
     )
     assert job["stream"] is True
-    progress = {"id": job["id"], "seq": 0, "delta": "Once upon a time, " * 8}
-    posted = native_client.post(
-        "/generate/text/progress", headers={"apikey": farmer.api_key}, json=progress
-    )
-    assert posted.status_code == 200, posted.text
-    cancelled = native_client.delete(f"/generate/chat/status/{queued.json()['id']}")
-    assert cancelled.status_code == 200, cancelled.text
+    stream_then_cancel(native_client, farmer.api_key, job["id"], queued.json()["id"])
     assert [r for r, d in ledger(native_db, farmer.id) if r == "reward" and d > 0]
     assert suspicions(native_db, farmer.id) == (1, 1, False)
 

@@ -63,12 +63,9 @@ class DripHost(SocketServer):
 
     def serve(self, conn: socket.socket) -> None:
         with conn:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                head += chunk
+            head = self.read_head(conn)
+            if head is None:
+                return
             path = head.split(b" ", 2)[1].decode()
             with self.lock:
                 self.requests.append(path)

@@ -113,12 +113,9 @@ class ImageHost(SocketServer):
 
     def serve(self, conn: socket.socket) -> None:
         with conn:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = conn.recv(4096)
-                if not chunk:
-                    return
-                head += chunk
+            head = self.read_head(conn)
+            if head is None:
+                return
             if head.split(b" ", 2)[1] == b"/good.png":
                 self.at_good.append(self._hung_up())
                 body = _png()

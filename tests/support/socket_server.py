@@ -22,6 +22,17 @@ class SocketServer:
     def serve(self, conn: socket.socket) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def read_head(conn: socket.socket) -> bytes | None:
+        """The request's head (through its blank line); None when the client closed first."""
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(4096)
+            if not chunk:
+                return None
+            head += chunk
+        return head
+
     def _accept(self) -> None:
         while not self.stopping.is_set():
             try:
