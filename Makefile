@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 INSTRUCTOR       := $(VENV)/clients/instructor
 INSTRUCTOR_STAMP := $(INSTRUCTOR)/.installed-stamp
 INSTRUCTOR_REQUIREMENT := instructor>=1.14,<2
-# LiteLLM's proxy, for bench/e2e_overhead.py's LiteLLM leg (issue 14), only for `make bench`:
+# LiteLLM's proxy, for bench/e2e_overhead.py's LiteLLM leg, only for `make bench`:
 # the venv's litellm (>= 1.110, for tests/e2e) cannot have its proxy here (its proxy extra
 # needs a litellm-proxy the package index does not hold), 1.108.7's can. It goes into a
 # folder of its own, which the proxy's process alone puts first on its path

@@ -8,113 +8,24 @@ ways, side by side in one run (printed, never pass/fail):
    requires litellm-proxy==1.110.2, which the package index this machine reaches does not
    hold; 1.108.7's does not, so ``pip install --target DIR 'litellm[proxy]==1.108.7'`` and
    BENCH_LITELLM_PATH=DIR give the figure. ``make bench`` does both (the Makefile's
-   LITELLM_PROXY, .venv/clients/litellm-proxy, ~1 min to install, ~730 MB). Otherwise it is
-   printed unavailable, with the reason;
+   LITELLM_PROXY). Otherwise it is printed unavailable, with the reason;
 3. through the horde: the chat front (its own process), the native API (on the embedded
-   stores), and the project's worker (``horde-chat worker``, its own process, long-polling
+   stores) and the project's worker (``horde-chat worker``, its own process, long-polling
    its pops) on that same llama-cpp-python server.
 
 The client runs in a process of its own (spawned), sequential requests, so no leg shares an
-interpreter with the server it measures. Figures: ``e2e_direct_p50_ms``,
-``e2e_litellm_p50_ms``, ``e2e_horde_p50_ms``, ``e2e_horde_p99_ms`` (and the direct p99 and the
-horde's p50 overhead over the direct call).
+interpreter with the server it measures. A leg's overhead is its percentile minus the direct
+call's; ``e2e_overhead_ratio_vs_litellm`` is the horde's p50 overhead over LiteLLM's (1 or
+less: the horde costs no more than the proxy). Beside the latencies, the CPU each leg's
+servers spent a request (``/proc``): the proxy's, and the horde's front, native API, worker,
+Postgres and Redis.
 
-Those horde figures are taken with the native API's rate limits off, as every bench's
-native API has them (bench/native_stack.py). ``make run`` has them on. So a second horde
-stack runs at the shipped limits, with two legs in turn:
-- one request a second (SHIPPED_PACE), within chat_async's 2 a second and 90 a minute per
-  client: ``e2e_horde_paced_p50_ms`` / ``_p99_ms``, what a person at a chat UI meets;
-- back to back, as a script or an agent loop sends them: ``e2e_horde_back_to_back_p50_ms``,
-  ``_p90_ms`` and ``_rate`` (requests a second).
-
-The back-to-back client is over the per-client submit limit, which follows upstream (2 a
-second). The native API refuses the third submit of a window with retry-after-ms, the time
-left of the window to the millisecond; the front holds the refused submit that long and up
-to a tenth more (a spread, so a burst does not come back at once), then submits it again. It
-lands first in the next window, the next request is the window's second, and the one after is
-refused: every other request waits out the rest of a window, and the client gets close to the
-limit's 2 requests a second.
-
-Until 2026-12-05 the refusal said only Retry-After (whole seconds), and the front waited
-1 s times 1 to 2: every other request waited 1-2 s. The back-to-back leg alone (a temporary
-script, 40 requests, each tree's front, native API and worker; A B A B, 02:00-02:05):
-
-| tree | p50 | p90 | rate |
-| --- | --- | --- | --- |
-| before (f96b02b) | 1079.6 / 1047.7 ms | 1878.4 / 1785.1 ms | 1.26 / 1.36 requests/s |
-| after (7a311f5) | 987.4 / 965.2 ms | 1036.3 / 1044.8 ms | 1.92 / 1.90 requests/s |
-
-The p50 stays near a second because half the requests are the ones the limit holds; their
-wait is now the window's end, not up to a second past it.
-
-LiteLLM's proxy on this machine (2026-12-05 06:27, idle, host_python_ms 25.38, 200 requests
-a leg, the proxy 1.108.7 as ``make bench`` installs it): direct 6.41 / 8.26 ms (p50 / p99),
-through LiteLLM's proxy 23.99 / 32.53, through the horde 31.03 / 45.26. LiteLLM's proxy adds
-17.6 ms p50 here, against the 2 ms of its published figures (issue 14's anchor) on its own
-hardware; the horde, with its queue, three services and the worker's hop, adds 24.6.
-(bench/hop_floor.py: a bare HTTP hop adds 0.41 ms here.)
-
-The whole bench after it (02:14, host_python_ms 25.3): e2e_horde_p50_ms 24.94 (limits off),
-e2e_horde_paced_p50_ms / p99 30.25 / 39.38 ms, back to back p50 / p90 978.64 / 1053.52 ms,
-1.90 requests/s.
-
-First run (2026-12-04 23:29, 50 unlimited samples, 40 at the shipped limits):
-
-| figure | value |
-| --- | --- |
-| e2e_horde_p50_ms (limits off) | 30.06 ms |
-| e2e_horde_paced_p50_ms / p99 | 40.38 / 54.79 ms |
-| e2e_horde_back_to_back_p50_ms / p90 | 1112.95 / 1819.34 ms |
-| e2e_horde_back_to_back_rate | 1.23 requests/s |
-
-A temporary script ran the paced leg (20 samples) with the limits off, on, off, on, in one
-sitting: 27.51 / 28.94 / 28.95 / 35.95 ms. Counting the limits costs no more than the
-noise. The paced leg's extra time in the run above is that sitting's idle gaps between
-requests, not the limiter.
-
-The back-to-back figures are the limit's and the front's retry policy's, not the horde's
-speed (the retry then waited Retry-After's whole second times 1-2; see above for what it
-waits now). The 90-a-minute limit still holds such a client to 1.5 requests a second over a
-minute: past its 90th request the refusal's wait is the minute's end, which the front holds
-only within its submit patience (10 s) and otherwise answers 429 with that retry-after-ms.
-
-Where a horde completion's time goes (2026-12-05, a temporary tree of 1522d03 whose front,
-native API and worker wrote a perf_counter stamp at each step, comparable across processes;
-this bench's horde leg, 300 requests, limits off, p50 of each step): the client's total
-24.78 ms, from the front's handler to its answer 22.99 ms:
-
-| step | p50 ms | p90 ms |
-| --- | --- | --- |
-| front: request read, validated, submit sent | 0.31 | 0.71 |
-| submit sent -> the native chat view starts (uvicorn, a2wsgi's thread, Flask) | 0.96 | 1.46 |
-| chat view -> its commit (validation, admission, enqueue) | 4.16 | 5.77 |
-| the wake -> the woken pop has its job (its statement and the chat job's payload) | 2.84 | 4.08 |
-| pop answered -> the worker has the job | 0.86 | 1.35 |
-| the worker's call to llama-cpp-python | 7.55 | 9.86 |
-| worker's submit sent -> the native lane has it | 0.65 | 0.87 |
-| submit -> its events published (find, payment, final status) | 3.25 | 4.59 |
-| the Redis SET and PUBLISH | 0.52 | 1.13 |
-| published -> the front's answer sent (wake, outcome read, response) | 0.92 | 1.62 |
-
-The native API's part is ~12 ms of the 23, the backend's ~7.5 (5.4 ms p50 called directly
-in the same run: the two cores are shared with what the stack does meanwhile), the front's
-~1.3. Each step is already a few round trips; none is half of the total. Seen on the way:
-the worker pops again as soon as it has submitted, and that pop (3.0 ms p50, it finds
-nothing and then waits) overlaps the next request's chat submit in the same process.
-
-Measured and not kept: a known worker's pop rewrote its row (the declaration and
-last_check_in) on every run of the long poll, a WAL flush each (an UPDATE in autocommit 0.33-
-0.38 ms p50 against a SELECT's 0.15-0.19 alone); rewriting it only when the declaration
-changed or the check-in was 10 s old made those pops write nothing. A B A B in one sitting
-(150 requests each): client p50 26.34 / 28.58 (rewrite) vs 24.96 / 31.53 ms (only when
-stale), the nothing-found pop 3.27 / 3.55 vs 2.48 / 3.39 ms: no difference the noise lets
-through, so the pop keeps upstream's check-in on every pop.
-
-The chat submit's transaction in 3 round trips before its commit, not 9 (2026-12-04, issue
-14: bench/dispatch.py says how), A B A B against d13e805 on this 2-core VM, whose speed
-moves more than the change from one run to the next: e2e_horde_p50_ms 44.91 / 39.31 ->
-25.18 / 33.08 ms (17:17-17:19); a second sitting (17:55-17:58), A B A B A B: 33.07 / 46.92 /
-46.33 -> 36.64 / 36.96 / 32.32 ms, the direct call 8.9-10.3 ms throughout.
+The horde figures are taken with the native API's rate limits off, as every bench's native
+API has them (bench/native_stack.py). A second horde stack runs at the shipped limits: one
+request a second (``e2e_horde_paced_*``, what a person at a chat UI meets), then back to
+back (``e2e_horde_back_to_back_*``, a script's loop: the per-client submit limit, 2 a
+second, holds it near 2 requests a second). docs/performance.md has the figures measured so
+far and where a completion's time goes.
 """
 
 from __future__ import annotations
@@ -126,15 +37,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.front_stack import bench_users, start_front, stop_front
 from bench.native_stack import native_service
+from bench.support.cpu import CpuMeter
 from bench.support.figures import percentile
 from bench.support.host import print_host_figures
 from runtime.worker.llama_server import LlamaServer
@@ -190,17 +104,39 @@ def measure(url: str, headers: dict[str, str], samples: int, pace: float, queue:
 
 
 def run_leg(
-    url: str, headers: dict[str, str] | None = None, samples: int = SAMPLES, pace: float = 0.0
+    url: str,
+    headers: dict[str, str] | None = None,
+    samples: int = SAMPLES,
+    pace: float = 0.0,
+    meter: CpuMeter | None = None,
 ) -> list[float]:
+    """A client process's latencies; ``meter`` counts the CPU of the leg's servers over its
+    requests, the warm-up ones included."""
     spawn = multiprocessing.get_context("spawn")
     queue: Any = spawn.Queue()
     child = spawn.Process(target=measure, args=(url, headers or {}, samples, pace, queue))
+    if meter is not None:
+        meter.start()
     child.start()
     result = queue.get(timeout=(samples + WARMUP) * (30 + pace) + 120)
+    if meter is not None:
+        meter.stop()
     child.join(timeout=30)
     if not isinstance(result, list):
         raise RuntimeError(f"the client failed: {result}")
     return result
+
+
+@dataclass
+class Leg:
+    """One leg's latencies in seconds, and the CPU its servers spent a request, in ms."""
+
+    times: list[float]
+    cpu_ms: dict[str, float]
+
+
+def cpu_per_request(meter: CpuMeter, samples: int) -> dict[str, float]:
+    return {name: spent * 1000 / (samples + WARMUP) for name, spent in meter.spent.items()}
 
 
 def litellm_env() -> dict[str, str]:
@@ -222,8 +158,9 @@ def litellm_installed() -> bool:
     return found.returncode == 0
 
 
-def litellm_leg(backend: str) -> list[float] | None:
-    """Through LiteLLM's proxy (its own process) in front of ``backend``, if it imports."""
+def litellm_leg(backend: str) -> Leg | None:
+    """Through LiteLLM's proxy (its own process) in front of ``backend``, if it imports;
+    the CPU counted is the proxy's."""
     if not litellm_installed():
         return None
     port = _free_port()
@@ -246,7 +183,9 @@ def litellm_leg(backend: str) -> list[float] | None:
             url = f"http://127.0.0.1:{port}"
             _wait_ready(url + "/health/liveliness")
             headers = {"Authorization": f"Bearer {LITELLM_KEY}"}
-            return run_leg(url + "/v1/chat/completions", headers)
+            meter = CpuMeter({"proxy": proxy.pid})
+            times = run_leg(url + "/v1/chat/completions", headers, meter=meter)
+            return Leg(times, cpu_per_request(meter, SAMPLES))
         finally:
             proxy.terminate()
             proxy.wait(timeout=20)
@@ -274,10 +213,11 @@ def _wait_ready(url: str) -> None:
 
 def horde_legs(
     backend: str, model: Path, legs: list[tuple[int, float]], *, rate_limits: bool = False
-) -> list[list[float]]:
+) -> list[Leg]:
     """Through the front, the native API and the project's long-polling worker, a leg for
     each (samples, pace) of ``legs``, in turn (``rate_limits``: the native API's shipped
-    limits on)."""
+    limits on). The CPU counted is the front's, the native API's (this process's), the
+    worker's and the stores' (Postgres and Redis)."""
     with (
         native_service(rate_limits=rate_limits) as service,
         tempfile.TemporaryFile("w+") as output,
@@ -298,11 +238,32 @@ def horde_legs(
             _wait_worker(f"{service.url}/api/v2", worker, output)
             headers = {"Authorization": f"Bearer {requester}"}
             url = f"{front_url}/v1/chat/completions"
-            return [run_leg(url, headers, samples, pace) for samples, pace in legs]
+            pids = {
+                "front": front.pid,
+                "native": os.getpid(),
+                "worker": worker.pid,
+                **_store_pids(service),
+            }
+            done = []
+            for samples, pace in legs:
+                meter = CpuMeter(pids, alone=frozenset({"native"}))
+                times = run_leg(url, headers, samples, pace, meter)
+                done.append(Leg(times, cpu_per_request(meter, samples)))
+            return done
         finally:
             worker.terminate()
             worker.wait(timeout=30)
             stop_front(front)
+
+
+def _store_pids(service: Any) -> dict[str, int]:
+    """The embedded Postgres server's process (its postmaster, the parent of a backend) and
+    Redis's."""
+    with service.context.autocommit.connect() as connection:
+        backend = int(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
+    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    redis_pid = int(service.context.redis.info("server")["process_id"])
+    return {"postgres": postmaster, "redis": redis_pid}
 
 
 def _wait_worker(native: str, worker: subprocess.Popen[bytes], output: Any) -> None:
@@ -334,32 +295,46 @@ def main() -> None:
             paced, back_to_back = horde_legs(backend, model, shipped, rate_limits=True)
     print(f"plain completion of the demo model, {SAMPLES} sequential requests per leg")
     print(f"{'':34} {'p50 ms':>9} {'p99 ms':>9}")
-    legs = [("direct (llama-cpp-python)", direct), ("LiteLLM proxy", litellm), ("horde", horde)]
-    for label, times in legs:
+    rows = [("direct (llama-cpp-python)", direct), ("LiteLLM proxy", litellm), ("horde", horde)]
+    for label, leg in rows:
+        times = leg.times if isinstance(leg, Leg) else leg
         if times is None:
             print(f"{label:34} {'n/a':>9} {'n/a':>9}")
         else:
             print(f"{label:34} {_pct(times, 50):9.2f} {_pct(times, 99):9.2f}")
     print(f"figure: e2e_direct_p50_ms = {_pct(direct, 50):.2f} ms")
     print(f"figure: e2e_direct_p99_ms = {_pct(direct, 99):.2f} ms")
+    horde_over = {p: _pct(horde.times, p) - _pct(direct, p) for p in (50, 99)}
     if litellm is None:
         print(f"figure: e2e_litellm_p50_ms = unavailable ({LITELLM_UNAVAILABLE})")
     else:
-        print(f"figure: e2e_litellm_p50_ms = {_pct(litellm, 50):.2f} ms")
-        print(f"figure: e2e_litellm_p99_ms = {_pct(litellm, 99):.2f} ms")
-    print(f"figure: e2e_horde_p50_ms = {_pct(horde, 50):.2f} ms")
-    print(f"figure: e2e_horde_p99_ms = {_pct(horde, 99):.2f} ms")
-    overhead = _pct(horde, 50) - _pct(direct, 50)
-    print(f"figure: e2e_horde_overhead_p50_ms = {overhead:.2f} ms")
+        print(f"figure: e2e_litellm_p50_ms = {_pct(litellm.times, 50):.2f} ms")
+        print(f"figure: e2e_litellm_p99_ms = {_pct(litellm.times, 99):.2f} ms")
+    print(f"figure: e2e_horde_p50_ms = {_pct(horde.times, 50):.2f} ms")
+    print(f"figure: e2e_horde_p99_ms = {_pct(horde.times, 99):.2f} ms")
+    # the overhead: a leg's percentile over the direct call's same percentile
+    print(f"figure: e2e_horde_overhead_p50_ms = {horde_over[50]:.2f} ms")
+    print(f"figure: e2e_horde_overhead_p99_ms = {horde_over[99]:.2f} ms")
+    if litellm is not None:
+        litellm_over = {p: _pct(litellm.times, p) - _pct(direct, p) for p in (50, 99)}
+        print(f"figure: e2e_litellm_overhead_p50_ms = {litellm_over[50]:.2f} ms")
+        print(f"figure: e2e_litellm_overhead_p99_ms = {litellm_over[99]:.2f} ms")
+        ratio, ratio_p99 = (horde_over[p] / litellm_over[p] for p in (50, 99))
+        print(f"figure: e2e_overhead_ratio_vs_litellm = {ratio:.2f}")
+        print(f"figure: e2e_overhead_p99_ratio_vs_litellm = {ratio_p99:.2f}")
+        print(f"figure: e2e_litellm_cpu_per_request_ms = {litellm.cpu_ms['proxy']:.2f} ms")
+    print(f"figure: e2e_horde_cpu_per_request_ms = {sum(horde.cpu_ms.values()):.2f} ms")
+    for part, spent in horde.cpu_ms.items():
+        print(f"figure: e2e_horde_cpu_{part}_per_request_ms = {spent:.2f} ms")
     print(
         f"through the horde at the shipped rate limits, {SHIPPED_SAMPLES} sequential requests:"
         f" one every {SHIPPED_PACE:.1f} s (within them), then back to back"
     )
-    print(f"figure: e2e_horde_paced_p50_ms = {_pct(paced, 50):.2f} ms")
-    print(f"figure: e2e_horde_paced_p99_ms = {_pct(paced, 99):.2f} ms")
-    print(f"figure: e2e_horde_back_to_back_p50_ms = {_pct(back_to_back, 50):.2f} ms")
-    print(f"figure: e2e_horde_back_to_back_p90_ms = {_pct(back_to_back, 90):.2f} ms")
-    rate = len(back_to_back) / sum(back_to_back)
+    print(f"figure: e2e_horde_paced_p50_ms = {_pct(paced.times, 50):.2f} ms")
+    print(f"figure: e2e_horde_paced_p99_ms = {_pct(paced.times, 99):.2f} ms")
+    print(f"figure: e2e_horde_back_to_back_p50_ms = {_pct(back_to_back.times, 50):.2f} ms")
+    print(f"figure: e2e_horde_back_to_back_p90_ms = {_pct(back_to_back.times, 90):.2f} ms")
+    rate = len(back_to_back.times) / sum(back_to_back.times)
     print(f"figure: e2e_horde_back_to_back_rate = {rate:.2f} requests/s", flush=True)
 
 
