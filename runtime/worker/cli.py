@@ -69,6 +69,9 @@ def run_worker(
 ) -> int:
     """Run in the foreground until SIGINT/SIGTERM (or ``stop_event``)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # httpx logs every request at INFO: three lines a job that drown the worker's own (a
+    # failed call is logged by the worker, with its job)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     with stop_on_signals(stop_event or threading.Event()) as stop:
         try:
             worker = RunningWorker.start(config)

@@ -8,6 +8,9 @@ loop faulting a job through the real native API.
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,6 +59,7 @@ from tests.support.workers import until_listed
 pytestmark = pytest.mark.integration
 
 JSON_REPLY = Reply(content='{"ok": true}')
+ROOT = Path(__file__).resolve().parents[2]
 CONTEXT = 4096
 TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
 
@@ -525,6 +529,40 @@ def test_stopping_faults_the_job_it_holds(
     state = chat_status(native_client, request_id)
     assert state["processing"] == 0
     assert not state["done"]
+
+
+def test_the_worker_command_prints_a_line_per_job_step_not_per_http_call(
+    make_backend: Callable,
+    native_service: Any,
+    native_client: httpx.Client,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    # What an operator reads on `horde-chat worker`'s console while it serves: its own lines
+    # for each job, not httpx's line for each of the job's HTTP calls.
+    from tests.integration.chat_flow import chat_async, chat_status
+
+    requester, owner = make_user("req", kudos=100), make_user("owner")
+    backend = make_backend(default_reply=Reply(content="hello"))
+    command = [
+        sys.executable, "-m", "runtime.cli", "worker", "--horde", native_service.url,
+        "--api-key", owner.api_key, "--backend", backend.openai_base_url,
+        "--context", str(CONTEXT), "--chat-only",
+    ]  # fmt: skip
+    worker = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        until_listed(native_client)
+        body = {"model": "double-model", "messages": [{"role": "user", "content": "hi"}]}
+        response = chat_async(native_client, requester.api_key, body)
+        assert response.status_code == 202, response.text
+        request_id = response.json()["id"]
+        until(lambda: chat_status(native_client, request_id)["done"], "the job was not served")
+    finally:
+        worker.send_signal(signal.SIGINT)
+        printed, _ = worker.communicate(timeout=30)
+    assert [line for line in printed.splitlines() if line.endswith(": submitted")], printed
+    assert "HTTP Request" not in printed, printed
 
 
 def test_a_worker_that_stops_leaves_the_pool_at_once(
