@@ -1,118 +1,17 @@
-"""A new chat request reaching an idle worker: the native API's long-poll pop (issue 14).
+"""A new chat request reaching an idle worker through the native API's long-poll pop.
 
-Prints figures, never passes or fails on time:
-``dispatch_p50_ms`` / ``dispatch_p99_ms``: an idle worker long-polls (its pop asks for
-``wait``, the spec's maximum, as the project's worker does); a requester submits a chat
-request; measured from just before the requester sends ``POST /generate/chat/async`` to
-the moment the worker's waiting pop has answered with that job in its hands. So it covers
-the submit's own work up to its commit and the wake (Redis publish, the native process's
-subscription, the pop run again), not the requester's 202
-(``dispatch_submit_answer_p50_ms``: the submit's own answer, for comparison; the job may
-reach the worker before it). One request at a time: the next
-is sent once the worker submitted the reply and popped again (its pop is waiting).
-``dispatch_poll_p50_ms`` (fewer samples): the same with ``wait`` 0 and a pop every second,
-as upstream's workers and this project's worker before the long poll.
-
-The worker and the requester are two threads of one client process of their own
-(``python bench/dispatch.py --client``: stdlib HTTP, one keep-alive connection each), so
-their clocks agree and the client never shares the server's interpreter. The server is
-``NativeService`` (uvicorn, one process) in this process on embedded stores, rate limits as
-shipped times HORDE_RATE_LIMIT_SCALE=100 (the requester sends more than 2 chat requests a
-second). ``dispatch_server_cpu_ms_per_request``: the server process's CPU over the long-poll
-run per request (the chat submit with its first status read, the woken pop, the worker's
-reply and its next pop), a figure the machine's load moves less than the latencies.
-
-Where the time goes (2026-12-03, 2 cores shared with other work, load 4-5; server-side
-stamps of 100-150 requests, p50 from the requester's send):
-
-- send -> the submit's Flask view: 2-3 ms (uvicorn, a thread of the clients' lane);
-- its checks (passkey, headers, the chat validator, the body's schema): ~1 ms;
-- its transaction up to the commit: 6.5-12 ms (~5 ms of CPU: the key FOR UPDATE, the online
-  workers, the concurrency count, the row, the horde tax, the commit);
-- commit -> publish -> this process's subscription -> the woken pop's view: ~1 ms;
-- the woken pop's view to its answer: 10-15 ms, the submit's first status read running
-  beside it (3-4 ms of CPU, more with a deep queue: bench/native_chat.py) under one GIL.
-
-So half the dispatch is the submit's own work before its commit and half the pop's; the
-wake itself is ~1 ms. Cut this session (issue 14): the submit's key check, a transaction
-of its own before the one that checks the key anyway; the query for a model an online
-worker serves; the concurrency count's second statement; the status read's SQL expressions
-built per worker (now per worker setup, kept). Python function calls per chat submit
-(cProfile, same run): 17,162 -> 10,452 (the first status read 8,773 -> 3,839). The figures
-at load 5-18 were 31-100 ms p50 before and after alike: on this machine the load, not the
-code, decides them; dispatch_server_cpu_ms_per_request 63-66 -> 41-61 ms.
-
-Then (helper C, issue 14; cProfile and thread CPU in process through Flask's test client,
-one worker, this bench's chat; the benches A B A B against the tree without these commits):
-the submit answers with its new request's status as of its commit, computed from what it
-had in hand (the row, no job yet; the online workers it was admitted against), its queue
-position one statement after the commit in autocommit, compiled once per pool (was: a
-transaction of its own reloading the row, its jobs and the workers, 5 statements, the
-wait-time filter built and walked per read); the submit's statements (the key's user FOR
-UPDATE, the online workers, the concurrency count, the kudos move) are built once with
-bound parameters (building them cost ~0.2-0.8 ms of CPU each at load 6); a worker's
-declaration is parsed once and kept (53 -> 9 us a pop). A chat submit with its first status
-12.2-12.7 -> 4.7-5.7 ms of CPU, 10,984 -> 6,008 Python calls (5,818 once the concurrency
-count rides on the online workers' read); 7 database round trips (BEGIN, the key's user
-FOR UPDATE, the online workers with the concurrency count, the row's INSERT, the horde
-tax, COMMIT, the position) instead of 13. This bench at load 3-7:
-dispatch_server_cpu_ms_per_request 34.7/36.4 -> 31.6/31.3 ms; dispatch_p50_ms 27.2/28.4 ->
-28.7/20.5 ms and dispatch_submit_answer_p50_ms 27.9/30.6 -> 23.0/16.6 ms (p99 42-181 ms
-either way: the load decides it); with the concurrency count on the online workers' read,
-at load 1.5-2.8: 38.5/37.8 -> 30.4/28.6 ms of server CPU a request, dispatch_p50_ms
-26.4/27.3 -> 24.1/24.1 ms, dispatch_submit_answer_p50_ms 26.4/28.2 -> 19.7/19.4 ms.
-What is left of the submit is mostly waiting on those round trips; of the server's ~30 ms
-per request the largest shares are now the worker's reply (the chat job's submit and
-payment, ~7-9 ms of CPU in process, 9,185 calls), the HTTP shell and the woken pop; the
-body's JSON Schema check is ~0.2 ms (its messages' oneOf).
-
-Then (helper hP, issue 14: the pop's side, ec355f1 -> this). Traced (server stamps on the
-client's clock, perf_counter: the submit's view, its commit by an after_commit hook, the wake
-call, the hub's wake, the woken pop's lane thread, its statement, its answer sent), 150
-samples at load ~2, p50, before the cuts below: send -> the submit's view 1.1 ms; -> its
-commit 6.4; -> the wake call 0.14; -> the publish back 0.28, the hub woken 0.5 after it
-(Redis's delivery); -> the pop on its lane thread 0.28; its checks and declaration 0.31; its
-statement 1.9 ms of wall for 0.53 of CPU (the submit's first status read and its answer run
-beside it under one GIL); the chat job's payload 0.19; the answer sent 0.2, in the client's
-hands 0.33: ~12 ms, ~7.5 of them the submit's own work up to its commit. The woken chat pop
-was 2.75 ms of its thread's CPU p50 (1.2 after) and 6 round trips.
-
-Cut: the chat pop's one statement returns what the payload reads of its request (its row was
-loaded, then chat_request and messages lazily, in a transaction: 6 round trips -> 1;
-statements per request of this bench, pg_stat_statements, 28.25 -> 21.20); the pop's
-statement converted to $n placeholders once (``runtime/stores/raw_sql.py``: psycopg split the
-~5.4 KiB chat pop on every execute, 74 us); a Core connection, not an ORM Session, under a
-known worker's pop (~60-75 us a pop); the submit wakes its own process's waiting pops
-directly before publishing (the hub wakes ~0.05 ms after the wake call, not ~0.85; the woken
-pop then shares the GIL with the publish and the status read, so the dispatch gains less).
-A B A B against ec355f1 at load 6.6 -> 2.0: dispatch_p50_ms 14.5/14.1 -> 11.1/8.0,
-dispatch_p99_ms 38.2/28.7 -> 16.7/17.7, dispatch_submit_answer_p50_ms 11.9/11.3 -> 11.3/8.5,
-dispatch_server_cpu_ms_per_request 14.1/13.6 -> 13.1/12.1 ms.
-
-Measured and not kept: the server at sys.setswitchinterval(0.001) (the woken pop waits for the
-GIL beside the submit's thread): traced TOTAL p50 14.7/16.9 ms (5 ms, the default) vs
-20.4/17.4 (1 ms), the pop's statement 3.25/3.07 vs 3.73/3.08 ms of wall, at load 7-8: no
-gain. Not done, measured too small: a woken run re-checking its pop's body (headers, parse,
-schema: 12 us of CPU) and building its transient ORM Worker (~10 us).
-
-Then (2026-12-04, the chat submit's transaction, issue 14): its reads before any write were
-BEGIN, the key's user FOR UPDATE, the operation key, the online workers with the concurrency
-count (four round trips), now two statements in one pipeline
-(``runtime/native/requests/admission.py``); its writes were the row (the ORM's flush
-and its unit of work), the horde tax and the operation key's claim (three), now one
-statement (``runtime/native/requests/enqueue.py``). Before the commit: 9 round trips ->
-3 (the reads, the writes, COMMIT). In process (one client, the route through httpx, 600
-submits with an operation key): the route's wall p50 17.0 -> 15.4 (the reads) -> 10.2 ms,
-the process's CPU per submit 14.1 -> 12.5 -> 8.2 ms; py-spy's samples in the view 3,151 ->
-1,743 for the same 600. Server stamps (this bench, in process, p50): the view's entry to
-its commit 5.6 ms, the commit to the woken pop's last run 0.55, that run 3.05, the commit
-to the submit's answer 2.7 (its first status read and the wake's publish). On the server,
-auto_explain's p50: the reads 0.09 + 0.25 ms, the writes 0.47, COMMIT 0.68 (the WAL's
-fdatasync is ~0.32 ms on this disk), the pop's one statement 0.5-0.9. A B A B against
-d13e805 (idle, 17:23-17:27): dispatch_p50_ms 15.3/16.5 -> 13.8/15.7,
-dispatch_submit_answer_p50_ms 16.0/16.6 -> 14.5/15.7, dispatch_server_cpu_ms_per_request
-19.5/20.7 -> 17.9/20.5 ms. Measured and not kept: the first status read before the wake, so
-the woken pop does not share the GIL with it (dispatch_p50_ms 14.3/15.2 -> 13.7/15.6).
+An idle worker long-polls (``wait`` at the spec's maximum, as the project's worker does)
+while a requester submits one chat request at a time, each timed from just before its
+``POST /generate/chat/async`` to the worker's waiting pop answering with that job: the
+submit's work up to its commit and the wake (Redis publish, the subscription, the pop run
+again). Both are threads of one client process of their own (``--client``, stdlib HTTP), so
+their clocks agree; the server is ``NativeService`` in this process on embedded stores, rate
+limits as shipped times HORDE_RATE_LIMIT_SCALE=100 (it sends more than 2 chat requests a
+second). Printed, never pass/fail: ``dispatch_p50_ms``, ``dispatch_p99_ms``,
+``dispatch_max_ms``, ``dispatch_submit_answer_p50_ms`` (the submit's own answer),
+``dispatch_server_cpu_ms_per_request`` (the server's CPU a request, which the load moves
+less) and ``dispatch_poll_p50_ms`` (``wait`` 0 and a pop every second, as upstream's
+workers). Run: ``.venv/bin/python bench/dispatch.py``; docs/performance.md has the figures.
 """
 
 from __future__ import annotations

@@ -1,36 +1,18 @@
-"""Hostile bodies sent to the chat front while other clients' small requests run (issue 13).
+"""Hostile bodies sent to the chat front while other clients' small requests run.
 
-Printed figures, never pass/fail. The real front runs as its own process (``python -m
-runtime.front``, a fresh one per body so each peak RSS is its own) beside the native API on
-the embedded stores (bench/native_stack.py). CLIENTS other clients each send a small request
-(a body the front refuses 400 after reading and validating it: admission, body read, parse
-and validation all run, the native API is not called) each 1 s after its last answer. After two
-baseline seconds, the hostile body is sent on its own connection from a thread; the figures
-per body:
-
-- ``front_stall_ms_<body>``: the slowest of the other clients' requests that overlapped the
-  hostile one, minus their median in the baseline (how long the others were held up): the
-  median over REPEATS sends of the body;
-- ``front_rss_growth_mb_<body>``: the front's peak RSS (VmHWM) after the body minus its RSS
-  before it;
-- the status the hostile body was answered with, and how long that took.
-
-Bodies: ``parts_8mb`` (one user message of ~8.5 MB of one-character text parts, refused for
-``horde.dry_run`` after validation), ``tool_history_2mb`` (an assistant message with many
-tool calls answered in reverse order), ``array_30mb`` (a top-level array of ``{}``),
-``deep_10000`` (10,000 nested arrays), ``schema_900`` (a json_schema 900 levels deep), and
-the largest bodies the allowances let through to the parse (bodies over 16 KiB are parsed in
-the front's parser processes, runtime/front/admission.py; what stall is left for the 24-30 MB
-bodies is reading them: with uvicorn's h11 protocol a 30 MB body cost the loop ~87 ms of CPU
-even when refused from its Content-Length, with httptools, which both servers now use, ~7 ms):
-``array_1mb`` (1 MiB of ``{}``, the text allowance) and ``images_24mb`` (two inline images
-of 12 MiB, the inline-image allowance; refused for ``horde.dry_run`` after validation).
-
-``flood_40kib`` is a flood instead of one body: one address sends 40 KiB bodies back to back
-on FLOOD_CONNECTIONS connections (each parsed in the parser processes, refused for
-``horde.dry_run`` after validation) while another address sends one such body a second;
-``front_parse_wait_ms_<baseline|flooded>`` is the median time the other address's body took
-(alone, then during the flood), ``front_parse_wait_max_ms_flooded`` the slowest.
+The real front runs as its own process (``python -m runtime.front``, a fresh one per body so
+each peak RSS is its own) beside the native API on the embedded stores. CLIENTS other
+clients each send a small request the front reads, validates and refuses 400 (the native API
+is not called), 1 s after its last answer; after two baseline seconds a hostile body
+(``BODIES``) is sent on its own connection, REPEATS times. Printed, never pass/fail. Per body:
+``front_stall_ms_<body>`` (the slowest overlapping request of the others minus their
+baseline median; the median of the sends), ``front_rss_growth_mb_<body>`` (the front's peak
+RSS after it minus its RSS before) and ``front_parsers_peak_rss_mb_<body>``. ``flood_40kib``
+is a flood instead: one address sends 40 KiB bodies back to back on FLOOD_CONNECTIONS
+connections while another sends one a second; ``front_parse_wait_ms_<baseline|flooded>`` is
+the median time the other's body took, ``front_parse_wait_max_ms_flooded`` the slowest.
+Run: ``.venv/bin/python bench/front_hostile.py [NAME ...]`` (default: every body, then the
+flood); docs/performance.md has the figures.
 """
 
 from __future__ import annotations
@@ -121,6 +103,14 @@ def images_body(size: int) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+# The hostile bodies: ``parts_8mb``, one user message of ~8.5 MB of one-character text parts;
+# ``tool_history_2mb``, an assistant message with many tool calls answered in reverse order;
+# ``array_30mb``, a top-level array of ``{}``; ``deep_10000``, 10,000 nested arrays;
+# ``schema_900``, a json_schema 900 levels deep; and the largest bodies the allowances let
+# through to the parse (bodies over 16 KiB are parsed in the front's parser processes,
+# runtime/front/admission.py): ``array_1mb`` (1 MiB of ``{}``, the text allowance) and
+# ``images_24mb`` (two inline images of 12 MiB, the inline-image allowance). The chat bodies
+# ask for ``horde.dry_run``, so the front refuses them after validation.
 BODIES: dict[str, Callable[[], bytes]] = {
     "parts_8mb": lambda: parts_body(int(8.5 * MB)),
     "tool_history_2mb": lambda: tool_history_body(2 * MB),

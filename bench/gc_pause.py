@@ -1,40 +1,18 @@
 """What a full garbage collection stalls in a service process (printed, never pass/fail).
 
-CPython's collector walks every object it tracks in a full (generation 2) collection, and
-the process stops meanwhile: in ``horde-chat up`` every service (the native API, the chat
-front, the demo worker: threads of one process, one GIL), elsewhere each service's own
-process. A service holds ~150,000 tracked objects once its imports and startup are done
-(modules, classes, SQLAlchemy's and pydantic's tables), and a full collection runs whenever
-the objects promoted since the last one pass a quarter of those, which a steady load reaches
-every few thousand requests.
+A full (generation 2) collection walks every object CPython tracks while the process stops:
+in ``horde-chat up`` every service (threads of one process, one GIL), elsewhere each
+service's own process. A started service tracks ~150,000 objects, and a full collection runs
+whenever the objects promoted since the last one pass a quarter of those, every few thousand
+requests under a steady load.
 
-This bench starts what ``horde-chat up`` starts, in this process (the embedded stores, the
-schema, ``runtime.launcher.SERVICE_STARTERS``: the native API, the front, the demo worker
-on the tiny model), sends WARMUP completions through the front, then times a full
-collection REPEATS times (the median), settles the heap as the service commands do once
-started (``runtime.service_process.settle``: one collection, then ``gc.freeze``), sends WARMUP
-completions more and times a full collection again. Figures: ``gc_tracked_objects``
-(before settling), ``gc_full_collection_ms`` and ``gc_full_collection_settled_ms``.
-
-The same pauses seen in the services themselves, by a ``gc.callbacks`` hook in each process
-(a temporary tree, 2026-12-05, bench/e2e_overhead.py's horde leg, 3,000 requests in 99 s): a
-full collection in the front (40.4 ms) and one in the worker (39.8 ms) during the steady
-run, and the native API's 88 and 149 ms at its start and stop; the gen-1 collections took
-0.2-2.4 ms (one 6.7 ms). Two requests in 3,000 met a 40 ms stall. The same run with the
-front (``python -m runtime.front``) and the worker (``horde-chat worker``) settling their
-heaps once started: no full collection in either during the 3,000 requests, and the one each
-made at its stop took 0.72 ms (front) and 0.45 ms (worker), where they had taken 24.5 and
-19.4 ms unsettled. The first run of this bench: 199,744 tracked objects, a full collection
-160.13 ms, settled 0.64 ms.
-
-The native API as deployed (``horde-chat native``, its own process; bench/front.py's stack,
-6,000 sequential chat requests through the front, 2026-12-05 05:18-05:23), read from its
-``horde_gc_pause_seconds{generation="2"}``: unsettled (a temporary tree whose ``settle``
-did nothing), 7 full collections, each 50-100 ms, 531.5 ms in all, one stall every ~1,000
-requests; settled, 27, of which 22 took at most 5 ms, 4 at most 10 ms and one 50-100 ms (the
-settling's own collection, at its start), 180.9 ms in all. A settled heap is walked more
-often, since what the collector counts as long-lived is small, and each walk is short. The
-front made one full collection in either run (25-27 ms; settled: the settling's own).
+This bench starts what ``horde-chat up`` starts, in this process (the embedded stores,
+``runtime.launcher.SERVICE_STARTERS`` with the demo worker on the tiny model), sends WARMUP
+completions through the front and times a full collection (the median of REPEATS); then
+settles the heap as the services do (``runtime.service_process.settle``: one collection,
+then ``gc.freeze``), sends WARMUP more and times one again. Figures: ``gc_tracked_objects``,
+``gc_full_collection_ms``, ``gc_full_collection_settled_ms``. Run:
+``.venv/bin/python bench/gc_pause.py``; docs/performance.md has the pauses measured.
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """The floor under the front's added latency: what one bare HTTP hop costs on this machine,
-with nothing of ours in it (issue 14). Printed, never pass/fail.
+with nothing of ours in it. Printed, never pass/fail.
 
-bench/front.py's ``front_added_p50_ms`` is a request through the front minus the same
-request sent to the native API directly. Besides its own work (validation, the wait, the
-answer), the front puts one hop in the request's path: uvicorn serves the client's request
-and aiohttp sends it on. This bench times that hop alone:
-
-- an upstream: uvicorn (httptools, as both our services run it) serving a bare ASGI app that
-  answers every POST with the same JSON, as large as a chat submit's answer;
-- a proxy: the same server, whose bare ASGI app reads the body, POSTs it to the upstream over
-  one aiohttp session made as the front makes its own
-  (``runtime.front.native_client.native_session``) and answers with the upstream's body: no
-  framework, validation, middleware, log line or metric;
-- each in a process of its own, on sockets bound as the front binds its own
-  (``runtime.listening.bind``: TCP_NODELAY); the client is this process (httpx, keep-alive,
-  as bench/front.py's), sending WARMUP requests uncounted and then SAMPLES to each server in
-  turn, one at a time.
-
-Figures: ``hop_floor_direct_p50_ms`` (client -> upstream), ``hop_floor_added_p50_ms`` and
-``hop_floor_added_p99_ms`` (the proxied percentile minus the direct one: what the hop
-alone adds), ``hop_floor_cpu_per_request_ms`` (the proxy process's CPU, user + system, per
-proxied request; it serves nothing else), beside bench/support/host.py's figures for the
-machine's pace at the time.
-
-Measured (2026-12-05 06:3x-07:05, idle, host_python_ms 25.4-27.2; four runs): the direct
-request 0.63-0.96 ms p50; the hop adds 0.41-0.56 ms p50 and 0.41-0.55 ms p99, for 0.48-0.64
-ms of the proxy's CPU a request. In the same hour bench/front.py's front added 2.5-3.3 ms p50
-for 2.7-3.3 ms of CPU: the rest of the front's work, not its hop (bench/front.py's docstring
-says where it goes).
+bench/front.py's added latency includes one hop: uvicorn serves the client's request and
+aiohttp sends it on. Here an upstream (uvicorn with httptools, a bare ASGI app answering every
+POST with JSON as large as a chat submit's answer) and a proxy (the same, POSTing each body
+to the upstream over an aiohttp session made as the front's, ``native_session``, with no
+framework, validation, log line or metric) run each in a process of its own, on sockets bound
+as the front's (``runtime.listening.bind``). This process's httpx client sends WARMUP
+requests, then SAMPLES to each server in turn, one at a time. Figures:
+``hop_floor_direct_p50_ms``, ``hop_floor_added_p50_ms`` and ``hop_floor_added_p99_ms`` (the
+proxied percentile minus the direct one), ``hop_floor_cpu_per_request_ms`` (the proxy's CPU a
+request), beside bench/support/host.py's. Run: ``.venv/bin/python bench/hop_floor.py``;
+docs/performance.md has what it measured.
 """
 
 from __future__ import annotations

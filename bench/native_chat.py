@@ -1,39 +1,14 @@
 """Chat pop+submit cycles per second with 10,000 chat requests queued, beside text ones.
 
-Prints figures, never passes or fails on time. Half the queue is chat requests (stored
-requirements, messages deferred), half text. Three figures: chat cycles/s for workers whose
-declaration covers the chat requests (8 workers in a process of their own,
-bench/support/cycle_client.py, for SECONDS after a warm-up); the latency of a pop by a
-chat-only worker whose declaration covers none of them (the eligibility filter scans the
-queue without loading messages); and a chat status read (availability and wait-time
-estimate over the queue).
-
-Where a status read's time goes (10,000 queued, 8 covering workers of one setup; issue 14):
-before, ~28 ms of CPU a read (load 7.5), 31,700 Python calls: the wait-time filter (the
-queued work one of the eligible workers could take) was built as SQL expressions worker by
-worker, ~12 ms for 8 workers, then its count. Now the workers of one setup are one branch
-(the worker-list rule tried for any of their ids) and a setup's branch is built once and
-kept: 6.9 ms of CPU, 5,300 calls; chat_status_read_p50_ms 28-52 -> 23-27 ms at load 4-8.
-What is left is the count itself: a scan of the ~10,000 rows ahead evaluating the filter
-(jsonb models, features and limits) on each chat row, 6-16 ms of SQL on this machine as its
-load goes. It grows with the queue; an index serves the position count, not the filtered
-token sum, whose terms are the workers'.
-
-Then (helper C, issue 14): a status read is 4 statements outside any transaction (the
-request with its reader's user id and end-user fields in one, its prompt unread; its jobs;
-the online workers; the position), not 6 and a BEGIN/COMMIT, each statement built once
-with bound parameters, the position's SQL compiled once per pool and run on the driver's
-cursor. ``chat_status_read_cpu_ms`` (this process's CPU per read: the server and the
-httpx client; A B A B at load 5-8) 10.5/10.0 -> 6.7/7.4 ms; chat_status_read_p50_ms
-32.8/32.7 -> 17.0/28.8 ms. In process (Flask's test client, one worker, a short queue)
-6.4-6.7 -> 2.4-2.9 ms of CPU, 5,868 -> 3,712 Python calls.
-
-Then the same statements run in one read-only REPEATABLE READ transaction again (a BEGIN
-and a COMMIT more): statement by statement, a worker's fault committed between the
-request's read and its jobs' was read half, a request back in the queue read as done
-(tests/integration/test_native_status_snapshot.py). A B A B (before, after):
-chat_status_read_p50_ms 21.6/21.6 -> 20.0/25.2 ms, chat_status_read_cpu_ms 7.5/8.2 ->
-7.0/9.4 ms: no change beyond the noise of the position count.
+Half the queue is chat requests (stored requirements, messages deferred), half text.
+Printed, never pass/fail: ``chat_pop_submit_cycles_per_s``, 8 workers whose declaration
+covers the chat requests (a process of their own, bench/support/cycle_client.py, for
+SECONDS after a warm-up); ``chat_pop_uncovered_p50_ms``, a pop by a chat-only worker whose
+declaration covers none of them (the eligibility filter scans the queue without loading
+messages); ``chat_status_read_p50_ms``, a chat status read (availability and wait-time
+estimate over the queue), and ``chat_status_read_cpu_ms``, this process's CPU a read (the
+server and the httpx client). Run: ``.venv/bin/python bench/native_chat.py``;
+docs/performance.md has the figures measured so far.
 """
 
 from __future__ import annotations

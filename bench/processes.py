@@ -1,4 +1,4 @@
-"""Front requests per second for 1 and 2 front processes (issue 16), printed, never pass/fail.
+"""Front requests per second for 1 and 2 front processes, printed, never pass/fail.
 
 The stack: the embedded Postgres and Redis with the native API in this process
 (bench/native_stack.py: rate limits off, since one client address and key would meet the

@@ -1,10 +1,8 @@
 """The machine's own pace when a bench starts, printed as figures beside the bench's.
 
-The 2-core VM these benches run on moves ~2x in speed between sittings (the direct call to
-llama-cpp-python took 7.4 to 14 ms on one day, front CPU per request 2.3 to 4.8 ms), more
-than most changes they measure; only A B pairs from one sitting compare. These two figures
-say how fast the machine was at the time, so runs from different sittings can at least be
-told apart:
+The 2-core VM these benches run on moves in speed between sittings more than most changes
+they measure (docs/performance.md); these two figures say how fast it was at the time, so
+runs from different sittings can at least be told apart:
 
 - ``host_python_ms``: a fixed piece of pure Python (a chat status's JSON encoded and decoded
   ``ROUNDS`` times), the median of ``REPEATS``: what the services' own Python costs.
