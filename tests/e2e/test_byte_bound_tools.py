@@ -1,4 +1,4 @@
-"""A byte-bound worker keeps its tool work (issue 17, item 4; docs/design.md, "Prompt fit on
+"""A byte-bound worker keeps its tool work (docs/design.md, "Prompt fit on
 the worker"): the bound backs prompt_overflow_refused for tool requests only when the operator
 adds the preamble's size with --template-overhead, so without it the worker keeps ``tools``
 declared and withholds only that guarantee for tool requests. The openai SDK calls the live

@@ -1,4 +1,4 @@
-"""Delta streaming end to end (issue 6): the openai SDK streams from the live front, over the
+"""Delta streaming end to end: the openai SDK streams from the live front, over the
 live native API (embedded Postgres and Redis), while the real chat worker serves from the
 OpenAI backend double, whose scripted chunk pauses make the timing. Every chunk and error
 event is checked against OpenAI's schema; the ledger is read from Postgres."""

@@ -112,7 +112,7 @@ def test_a_tool_loops_second_turn_is_answered_not_faulted(demo_stack: DemoStack)
 def test_a_long_conversation_without_max_tokens_gets_as_much_as_fits_not_a_fault(
     demo_stack: DemoStack,
 ) -> None:
-    """Issue 17: an absent max_tokens means as much as fits. The conversation fits the demo
+    """An absent max_tokens means as much as fits. The conversation fits the demo
     worker's context with room for a reply, but not with its whole declared max_length,
     which the worker used to add in its fit check: three prompt_overflow faults, then 502."""
     sdk, worker = demo_stack

@@ -1,4 +1,4 @@
-"""Design-doc rules where an OpenAI client meets them (issue 17): the official openai SDK
+"""Design-doc rules where an OpenAI client meets them: the official openai SDK
 against the live front, the live native API (embedded Postgres and Redis) and a test worker.
 
 * A native refusal that names a parameter names it in OpenAI's envelope too.

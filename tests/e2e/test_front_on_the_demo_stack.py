@@ -1,5 +1,5 @@
 """End to end on the demo model (the openai SDK -> the front -> the native API -> the chat
-worker -> llama-cpp-python), what issue 11 found real clients trip on:
+worker -> llama-cpp-python), what real clients trip on:
 
 * a streamed reply's usage chunk carries the worker's counts, the numbers the same request
   gets unstreamed (LangChain and LiteLLM cost tracking read it). llama-cpp-python sends no

@@ -1,4 +1,4 @@
-"""Issue 11: the clients people point at the horde, each from its own package, against the
+"""The clients people point at the horde, each from its own package, against the
 stack ``horde-chat up`` builds, at its shipped settings: the native API at the shipped rate
 limits, the front with its default budgets, and ``horde-chat up``'s own demo worker (the demo
 model on llama-cpp-python, runtime.worker.demo). One stack for the whole file.

@@ -1,13 +1,13 @@
-"""Concurrency at the shipped rate limits (issue 11): clients of the front wait as long as
+"""Concurrency at the shipped rate limits: clients of the front wait as long as
 their replies take, and the front's reads never spend their budgets.
 
 The live front, the live native API at its shipped limits (spec/rate_limits.yaml) and the
 real chat worker serving from the OpenAI backend double, which holds every reply 3 s. One
 client sends 20 requests 0.6 s apart (under its 2 a second submit limit) while 100 others
 wait, sent at once, two from each of 50 client addresses (127.0.0.2 to 127.0.0.51, each with its
-own key; the front forwards each address to the native API). Before issue 11 the front's
+own key; the front forwards each address to the native API). If the front's
 status reads of every client counted against one 60 a minute budget of the front's own
-address, and a 429 on a read ended the wait. Every request must be answered, none refused
+address, a 429 on a read would end the wait. Every request must be answered, none refused
 after submission (x-should-retry false), and each charged once (the ledger in Postgres).
 A submission's 429 comes before anything is queued, so the SDK retries it (RETRIES): 100
 submissions at once hold the front's native calls long enough to bunch up one client's

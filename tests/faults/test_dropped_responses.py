@@ -2,7 +2,7 @@
 native API, its answer is dropped and the connection reset), between the front and the
 native API and between a worker and the native API.
 
-* Every submit of the front lost (issue 13 item 6): each attempt reached the native API, so
+* Every submit of the front lost: each attempt reached the native API, so
   the Horde holds a queued request the front has no id for. The front cancels it by its
   operation key (DELETE /generate/chat/operation/{key}, as the client's user) before it
   answers: the request ends cancelled and uncharged (the horde tax of its queueing stays).

@@ -1,4 +1,4 @@
-"""A front process SIGKILLed while its clients wait (issue 13): ``horde-chat front`` runs
+"""A front process SIGKILLed while its clients wait: ``horde-chat front`` runs
 as an operator runs it, on the suite's Redis and native API; three requests wait for a
 paused worker, the front is killed, and the worker then serves the queue. Nothing cancels
 the requests (the front is gone), so each is served by the worker and charged once: none

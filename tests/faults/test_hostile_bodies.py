@@ -1,4 +1,4 @@
-"""Hostile bodies sent to a ``horde-chat front`` while 50 other clients use it (issue 13).
+"""Hostile bodies sent to a ``horde-chat front`` while 50 other clients use it.
 
 The front runs as an operator runs it (shipped settings) on the suite's Redis and native
 API. Fifty clients each send a small request again and again on a keep-alive connection (a

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL stopped and started again under load (issue 13): a requester
+"""The embedded PostgreSQL stopped and started again under load: a requester
 submits chat requests to the native API at a steady pace while a worker serves them (its
 submits through the real worker's client, runtime/worker/horde.py, which repeats a submit
 answered 5xx or lost). The native API must come back without a process restart (its pool

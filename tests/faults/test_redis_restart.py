@@ -1,6 +1,6 @@
 """The embedded Redis killed (SIGKILL: everything since its last snapshot is lost) while
-requests wait at the front, plain and streamed, then started again on the same socket
-(issue 13 item 3). The native API, the front and a test worker run in-process on the
+requests wait at the front, plain and streamed, then started again on the same socket.
+The native API, the front and a test worker run in-process on the
 suite's stores; the worker is paused while Redis is down, so every request is still waiting
 when Redis goes and comes back, and it serves them all after.
 

@@ -1,5 +1,5 @@
 """A worker SIGKILLed after it popped a job, and mid-stream after its text reached the
-client (issue 13 item 5). The killed process is tests/faults/doomed_worker.py, a real worker
+client. The killed process is tests/faults/doomed_worker.py, a real worker
 process over HTTP; the lifecycle sweep aborts its job when the generation's ttl has passed
 (called here with that ``now``, as the background sweeper would do then) and the job goes
 back to the queue, where a second worker (tests/faults/support.py's Survivor) serves it.

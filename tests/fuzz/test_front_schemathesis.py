@@ -2,7 +2,7 @@
 
 The front runs over the live native API with an online test worker that answers every job,
 so positive examples travel the whole way (submit, signal, reply) and negative ones are
-refused in OpenAI's envelope. Every phase schemathesis has (issue 13): per operation the
+refused in OpenAI's envelope. Every phase schemathesis has: per operation the
 examples phase (the schemas' defaults filled in, as the document carries no examples), the
 coverage phase and the fuzzing phase (a fixed, derandomized budget); then the stateful phase
 along the document's links (a listed model to its retrieval). No 5xx other than the

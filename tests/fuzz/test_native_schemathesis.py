@@ -1,6 +1,6 @@
 """schemathesis from generated/openapi/native.yaml against the live native API.
 
-Every phase schemathesis has (issue 13): per operation the examples phase (the schemas'
+Every phase schemathesis has: per operation the examples phase (the schemas'
 defaults filled in, as the document carries no examples), the coverage phase (each
 constraint's boundaries and violations) and the fuzzing phase (a fixed, derandomized budget);
 then the stateful phase, which follows the document's links (a submit's id to its status and

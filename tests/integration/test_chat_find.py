@@ -1,5 +1,5 @@
-"""runtime.native.queue.chat_find: a chat submit's key, job and online pool in one round trip
-(issue 14). The job's rows, built without the ORM's loader, hold what the ORM loads, value
+"""runtime.native.queue.chat_find: a chat submit's key, job and online pool in one round trip.
+The job's rows, built without the ORM's loader, hold what the ORM loads, value
 and type, for every column the submit reads (all but the request's conversation); the pool
 is ``online_workers``'; a text job, an unknown id and an unknown key are told apart as the
 submit refuses them."""

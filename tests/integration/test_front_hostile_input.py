@@ -1,4 +1,4 @@
-"""Hostile input on the front (issue 13): the real front as its own process (``python -m
+"""Hostile input on the front: the real front as its own process (``python -m
 runtime.front``, shipped settings) beside the real native API.
 
 - Every malformed body is a 400 in OpenAI's envelope, never a 500: any nesting depth (the

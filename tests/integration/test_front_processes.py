@@ -1,4 +1,4 @@
-"""``horde-chat front --processes N`` (issue 16): several server processes on one port share
+"""``horde-chat front --processes N``: several server processes on one port share
 their metrics (prometheus-client's multiprocess mode), and a stopping front drains.
 
 The front runs as an operator runs it, a process (``horde-chat front --processes 2``) in

@@ -1,4 +1,4 @@
-"""A wait never dies of a transient answer (issue 11): the front against the real native
+"""A wait never dies of a transient answer: the front against the real native
 API at its shipped limits, with the front's service budget on one route lowered to one call
 an hour, so every call after the first is refused with 429 until the test forgets the
 counters (as the window's end would). The front reaches the native API through a recording

@@ -1,6 +1,6 @@
 """What llama-cpp-python's server really does, checked against the real server and demo model.
 
-The chat worker is built on these facts (issue 7): the exact prompt counter, streaming
+The chat worker is built on these facts: the exact prompt counter, streaming
 without usage, grammar-forced tool calls, and which response_format shapes the backend takes.
 Content is asserted only where the demo model or a grammar determines it.
 """

@@ -1,4 +1,4 @@
-"""Two native APIs and two fronts on one Postgres and one Redis (issue 16), as an operator
+"""Two native APIs and two fronts on one Postgres and one Redis, as an operator
 runs them behind a load balancer: every service is its own ``horde-chat`` process on the
 session's embedded stores, each front names both native roots, and test chat workers
 (tests/support/chat_worker.py) serve the jobs through the second native API.

@@ -1,4 +1,4 @@
-"""Design-doc rules on the live native API (issue 17): the developer role as stored, what
+"""Design-doc rules on the live native API: the developer role as stored, what
 strict verification lets through as cut off, and where a request without max_tokens keeps
 room for its reply (routing, truncation, the job)."""
 

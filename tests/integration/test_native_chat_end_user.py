@@ -1,4 +1,4 @@
-"""user and safety_identifier (issue 11): accepted, stored with the request, never sent to
+"""user and safety_identifier: accepted, stored with the request, never sent to
 the worker, and shown on the native chat status only to a read with the apikey of the
 registered user who submitted the request (the horde has no moderator role): not to a read
 without a key (the front's, anyone's holding the id) nor to another user's key."""

@@ -108,7 +108,7 @@ def test_chat_and_text_ids_are_not_found_on_each_others_routes(native_client, ma
 
 
 def test_status_and_cancel_routes_refuse_a_header_over_its_schema(native_client, make_user):
-    """Found by schemathesis's stateful phase (issue 13): a Client-Agent over its maxLength
+    """Found by schemathesis's stateful phase: a Client-Agent over its maxLength
     was refused on the submits but answered 200 on a status read or a cancel of a known id."""
     requester, worker = make_user("req", kudos=1000), make_user("wk")
     chat_pop(native_client, worker.api_key)
@@ -258,8 +258,8 @@ def test_best_effort_does_not_require_guarantees(native_client, make_user):
 
 
 def test_a_chat_pop_reads_its_request_in_its_pick(native_client, make_user, monkeypatch):
-    # The pop's own statement returns what the chat job's payload reads of its request
-    # (issue 14): no session load of the row after the pick, so the pick runs in autocommit
+    # The pop's own statement returns what the chat job's payload reads of its request:
+    # no session load of the row after the pick, so the pick runs in autocommit
     # and no failure after it can leave a job taken but never sent.
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)  # registered: the pop below is a known worker's
@@ -309,7 +309,7 @@ def test_a_chat_pop_that_fails_leaves_the_job_queued(native_client, make_user, m
 
 
 def test_a_chat_jobs_submit_is_refused_as_before(native_client, make_user):
-    """The chat submit runs in the transaction that found the job's kind (issue 14): every
+    """The chat submit runs in the transaction that found the job's kind: every
     refusal keeps its error, the payload's checked before the key."""
     requester, worker, other = make_user("req", 1000), make_user("wk"), make_user("other")
     chat_pop(native_client, worker.api_key)
@@ -348,7 +348,7 @@ def _call(call_id: str) -> dict[str, Any]:
 
 
 def test_a_submit_is_read_by_its_jobs_kind_whatever_its_body_looks_like(native_client, make_user):
-    """A submit carrying a chat reply's fields is read as a chat job's first (issue 14: one
+    """A submit carrying a chat reply's fields is read as a chat job's first (one
     round trip); a text job's id sent so is answered as a text submit without a text, and a
     chat job's fault, which carries no reply, is read as a chat job's."""
     requester, worker = make_user("req", 1000), make_user("wk")
@@ -386,7 +386,7 @@ def test_the_stored_final_status_is_what_the_status_route_answers(
     native_client, native_service, make_user, reply
 ):
     """A request ended by its only job's reply: its final status is built from what the
-    submit holds (issue 14), and must equal the status route's read of the ended request."""
+    submit holds, and must equal the status route's read of the ended request."""
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key, features=EVERYTHING)
     body = chat_body(**{PARAM_TOOLS: [TOOL], PARAM_TOOL_CHOICE: "auto"})
@@ -432,7 +432,7 @@ def test_a_final_status_after_restarts_is_what_the_status_route_answers(
 def test_a_reply_that_ends_its_request_is_read_in_one_round_trip_and_paid_in_one(
     native_client, native_service, make_user, monkeypatch
 ):
-    """A kept reply that ends its request (issue 14): its key, job and the online pool its
+    """A kept reply that ends its request: its key, job and the online pool its
     final status shows are read in one round trip (two statements in one pipeline), it is
     paid by one statement, and nothing else is sent to the database, which the request's
     final status is built without (its rows, and the pool, as the submit read them). Every
@@ -469,7 +469,7 @@ def test_a_submit_of_a_request_that_streams_no_deltas_leaves_the_leases_alone(
     native_client, make_user, monkeypatch
 ):
     """Only a request that streams deltas has a lease (written at its pop): any other's
-    submit neither reads nor ends one (issue 14: two Redis round trips a chat submit). The
+    submit neither reads nor ends one (two Redis round trips that would find nothing). The
     lease calls are counted and run as ever."""
     requester, worker = make_user("req", 1000), make_user("wk")
     chat_pop(native_client, worker.api_key)

@@ -1,4 +1,4 @@
-"""The workers' lane served without Flask (runtime.native.api.lane, issue 14): pop, submit,
+"""The workers' lane served without Flask (runtime.native.api.lane): pop, submit,
 progress and heartbeat answer as the Flask app answers them. On the live service: the
 rate-limit headers and a 429's Retry-After from the lane's own limiter check, an over-cap
 body (declared, and sent) 413, a bad body 400, the request id. Then the same requests sent

@@ -1,4 +1,4 @@
-"""The long-poll pop (issue 14): a pop that asks to ``wait`` is woken through Redis when a
+"""The long-poll pop: a pop that asks to ``wait`` is woken through Redis when a
 request is queued, holds no database connection while it waits, answers the empty pop at
 its deadline, counts once against the pop rate limit, and one process holds 1,000 of them
 on a bounded number of threads. A pop without ``wait`` answers at once, as upstream's.

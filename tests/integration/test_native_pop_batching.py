@@ -1,4 +1,4 @@
-"""What one pop takes and which model it names (the pop is one SQL statement: issue 14)."""
+"""What one pop takes and which model it names (the pop is one SQL statement)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A slow image host cannot hold the native API (issue 13 item 1).
+"""A slow image host cannot hold the native API.
 
 The image host drips its response headers one byte a second. 100 chat requests naming its
 images are sent at once: while they are in flight, /status/heartbeat and a pop answer

@@ -1,4 +1,4 @@
-"""The native API through store outages (issue 13 item 5), on stores of this module's own
+"""The native API through store outages, on stores of this module's own
 (they are stopped and started again; the session's stores are never touched).
 
 Redis stopped: the rate limiter fails open to in-memory counting (one warning for the

@@ -1,4 +1,4 @@
-"""A text submit's payment (one statement, the database function horde_pay, since issue 14):
+"""A text submit's payment (one statement, the database function horde_pay):
 the request finishes with its last job, its upfront hold is released then and not before
 (also when its last two jobs are submitted at once), and a worker serving its own owner's
 request is paid and charged in order."""

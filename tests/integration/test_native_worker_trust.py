@@ -1,5 +1,5 @@
-"""The horde's distrust of workers and its speed samples, through the live native API
-(issue 12): every worker fault counts toward the abort limit, a user's distinct workers
+"""The horde's distrust of workers and its speed samples, through the live native API:
+every worker fault counts toward the abort limit, a user's distinct workers
 are limited, each generation records its worker's speed sample (which slow_workers, the
 wait time and fail_fast read), a censored chat reply is not delivered as an answer, and a
 request's webhook gets each finished generation once, through the image fetch's guards.

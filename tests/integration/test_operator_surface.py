@@ -1,4 +1,4 @@
-"""What an operator sees of the running services (issue 16): /healthz, /readyz, /metrics and
+"""What an operator sees of the running services: /healthz, /readyz, /metrics and
 the access log, on the native API (tests/conftest.py's native_service) and on a front in
 front of it, driven by the official openai SDK with a test chat worker serving the jobs.
 

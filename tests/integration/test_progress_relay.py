@@ -224,7 +224,7 @@ class _FrozenClock:
 def test_pacing_never_delays_the_end_of_a_stream_once_the_whole_reply_is_known(
     redis: Redis, horde_stores: EmbeddedStores
 ) -> None:
-    """Issue 11: once the final reply is known the relay ends and what is left of the last
+    """Once the final reply is known the relay ends and what is left of the last
     post goes out at once, then the finish and usage chunks: on a clock where no time passes
     the stream still ends, every character in order."""
     request_id = str(uuid.uuid4())

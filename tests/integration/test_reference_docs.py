@@ -1,4 +1,4 @@
-"""The browsable reference of both services (issue 16): ``/openapi.json`` is the generated
+"""The browsable reference of both services: ``/openapi.json`` is the generated
 document, ``/docs`` a Swagger UI page whose every asset comes from the same origin, and,
 where Debian's Chromium is installed, the page rendered in headless Chromium shows the
 service's routes while every network request it made went to the service itself.

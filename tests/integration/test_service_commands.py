@@ -1,4 +1,4 @@
-"""One command per service (issue 16): ``horde-chat migrate``, ``horde-chat native`` and
+"""One command per service: ``horde-chat migrate``, ``horde-chat native`` and
 ``horde-chat front`` run as an operator runs them, as processes against HORDE_DATABASE_URL /
 HORDE_REDIS_URL (a database of its own on the test Postgres server, the test Redis). A
 service refuses to start, with one line on stderr, exit code 1 and no traceback, while its

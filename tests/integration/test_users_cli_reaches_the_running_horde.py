@@ -1,4 +1,4 @@
-"""``horde-chat users create`` reaches the stores of the running horde (issue 11): with no
+"""``horde-chat users create`` reaches the stores of the running horde: with no
 HORDE_DATABASE_URL and no embedded server running in HORDE_DATA_DIR it refuses, saying how
 to fix it, and creates no database there; with the horde's data folder it creates the user
 where the native API reads it. Run as a user runs it: the installed command, in a process

@@ -189,8 +189,8 @@ def test_a_backend_refusing_a_tool_result_turn_declares_no_tools(make_backend: C
 def test_byte_bound_without_template_overhead_keeps_tools_and_scopes_the_guarantee(
     make_backend: Callable,
 ) -> None:
-    # Issue 17, item 4: the bound then does not back the guarantee for tool requests only,
-    # so tools stay declared (best_effort tool requests still come) and the guarantee is
+    # Without --template-overhead the byte bound does not back the guarantee for tool requests
+    # only, so tools stay declared (best_effort tool requests still come) and the guarantee is
     # declared with its scope (strict tool requests go to other workers).
     backend = make_backend()
     backend.script(

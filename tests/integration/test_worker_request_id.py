@@ -1,4 +1,4 @@
-"""The request id follows a request to the worker's log (issue 16): the native API keeps the
+"""The request id follows a request to the worker's log: the native API keeps the
 x-request-id of the call that submitted a request (``origin_id``), hands it out in the pop
 payload, and the worker names it in its log lines for that job (taken, and how it ended).
 

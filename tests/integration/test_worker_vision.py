@@ -92,7 +92,7 @@ def test_image_transports_argument_and_body_caps() -> None:
     assert parser.parse_args(required).image_transports == ALL_TRANSPORTS
     with pytest.raises(SystemExit):
         parser.parse_args([*required, "--image-transports", "ftp"])
-    # the body cap is the text allowance plus the inline images' (issue 13), and one image
+    # the body cap is the text allowance plus the inline images', and one image
     # at the largest size the horde takes in fits the inline allowance as a data URL
     assert TEXT_BODY_BYTES + INLINE_IMAGE_BYTES == DEFAULT_MAX_BODY_BYTES
     assert inline_image_bytes(INTAKE_CAPS[LIMIT_MAX_IMAGE_BYTES]) <= INLINE_IMAGE_BYTES

@@ -1,5 +1,5 @@
 """runtime.observability.access_log.AccessLog: a line written straight to the stream of the
-handler it installed (issue 14: no LogRecord per request) is the line logging writes, and
+handler it installed (no LogRecord per request) is the line logging writes, and
 anything an operator changes on the logger (a handler, a filter, a level) takes logging's
 path again."""
 

@@ -164,7 +164,7 @@ def test_visibly_cut_off_content_is_not_held_to_the_json_format(finish: str) -> 
 def test_a_cut_off_claim_that_the_reply_does_not_show_does_not_exempt_it_from_strict_json(
     finish: str,
 ) -> None:
-    """Issue 17: a short non-JSON reply to max_tokens 1000 claiming a cut was accepted."""
+    """A short non-JSON reply to max_tokens 1000 that claims a cut is still refused as not JSON."""
     fmt = {"type": "json_object"}
     short = reply("Sure! Here is", finish=finish)
     assert refused(request(STRICT, response_format=fmt, max_tokens=1000), short) == (

@@ -239,7 +239,7 @@ def test_developer_messages_go_to_the_worker_as_system() -> None:
 
 
 def test_a_scoped_overflow_guarantee_covers_only_requests_without_tools() -> None:
-    # Issue 17, item 4: a byte-bound worker without --template-overhead declares tools and
+    # A byte-bound worker without --template-overhead declares tools and
     # prompt_overflow_refused with its scope prompt_overflow_refused_except_tools.
     scoped = declaration(
         chat_features=["tools", "prompt_overflow_refused", "prompt_overflow_refused_except_tools"]

@@ -110,7 +110,7 @@ def test_unknown_keys_are_refused_where_openai_refuses_them(payload: dict, param
         ("logit_bias", {"1": 5}),
         ("store", True),
         ("service_tier", "flex"),
-        ("prompt_cache_key", "k1"),  # user is accepted since issue 11
+        ("prompt_cache_key", "k1"),  # user is accepted, so it is not among these
         ("audio", {"voice": "x"}),
         ("functions", [{"name": "f"}]),
         ("web_search_options", {}),

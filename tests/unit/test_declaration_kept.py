@@ -1,4 +1,4 @@
-"""A worker's declaration is parsed once and kept (issue 14): every pop gets the same
+"""A worker's declaration is parsed once and kept: every pop gets the same
 answer as a fresh parse, in its own copy, and the pop's own lengths still count."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Both servers read requests with uvicorn's httptools protocol (issue 13): h11 spends ~87 ms
+"""Both servers read requests with uvicorn's httptools protocol: h11 spends ~87 ms
 of the event loop's CPU on a 30 MB body even when it is refused from its Content-Length,
 httptools ~7 ms, so a large body held up the front's other clients (bench/front_hostile.py).
 The choice is explicit (uvicorn's "auto" would fall back to h11 silently without httptools),

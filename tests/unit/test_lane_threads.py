@@ -1,5 +1,5 @@
 """runtime.native.lane_threads: the lane's views run on its threads, their answers (or
-exceptions) reach the awaiting coroutine, and the threads stay within their bound (issue 14)."""
+exceptions) reach the awaiting coroutine, and the threads stay within their bound."""
 
 from __future__ import annotations
 

@@ -207,7 +207,7 @@ def test_pieces_never_come_faster_than_the_chunk_spacing(chunk: float) -> None:
 
 
 def test_pacing_never_delays_the_end_of_a_stream_once_the_whole_reply_is_known() -> None:
-    """Issue 11: the source's end (the relay ends when the final reply is known) sends what
+    """The source's end (the relay ends when the final reply is known) sends what
     is left of the last post at once: no paced sleep runs after it, so the stream ends even
     on a clock where time never passes."""
 

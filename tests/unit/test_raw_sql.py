@@ -1,4 +1,4 @@
-"""runtime.stores.raw_sql: named placeholders to Postgres's own, once (issue 14)."""
+"""runtime.stores.raw_sql: named placeholders to Postgres's own, once."""
 
 from __future__ import annotations
 

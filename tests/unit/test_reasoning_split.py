@@ -1,5 +1,5 @@
-"""Reasoning is split the same way in progress and in the final reply (issue 17, item 2;
-docs/design.md, "Streaming"): the worker's streamed pieces, joined, are exactly
+"""Reasoning is split the same way in progress and in the final reply
+(docs/design.md, "Streaming"): the worker's streamed pieces, joined, are exactly
 the content and reasoning of the reply it submits, however the backend chunks a
 ``<think>`` block, so the front's relay is always extended by the final reply, channel by
 channel; and the front sends reasoning as ``reasoning_content`` deltas, content as

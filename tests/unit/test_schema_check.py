@@ -1,4 +1,4 @@
-"""The compiled fast path of every schema check agrees with jsonschema (issue 14).
+"""The compiled fast path of every schema check agrees with jsonschema.
 
 ``SchemaCheck`` lets a value through when jsonschema-rs passes it and asks jsonschema
 otherwise, so a value jsonschema-rs passes but jsonschema refuses would be accepted where it

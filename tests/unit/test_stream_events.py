@@ -25,7 +25,7 @@ def test_the_queue_note_says_position_and_wait() -> None:
 
 
 def test_keep_alive_comments_say_no_eligible_worker_rather_than_a_queue_position() -> None:
-    """Issue 11: a request no worker can take is not at "position 0, estimated wait 0 s"."""
+    """A request no worker can take is not at "position 0, estimated wait 0 s"."""
     impossible = {"processing": 0, "queue_position": 0, "wait_time": 0, "is_possible": False}
     assert queue_note(impossible) == "queued: no eligible worker is online yet"
     no_threads = {"processing": 0, "queue_position": 0, "is_possible": True, "eligible_threads": 0}

@@ -1,5 +1,5 @@
 """runtime.native.db.tables.WorkerRow: the online pool's rows carry every column of the
-workers table, in its order, under the same names (issue 14), so what the fit rules and the
+workers table, in its order, under the same names, so what the fit rules and the
 pool's readers read of a Worker they read of a row."""
 
 from __future__ import annotations
