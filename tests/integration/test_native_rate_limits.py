@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import flask
@@ -201,6 +202,35 @@ def test_a_refused_submit_waits_its_windows_end_to_the_millisecond(
     assert f"Try again in {wait:.2f} seconds." in response.json()["message"]
     time.sleep(wait)
     assert text_async(native_client, requester.api_key).status_code == 202
+
+
+def test_a_refusal_waits_until_every_full_window_of_the_route_ends(
+    native_service: NativeService,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    make_user: Callable[..., MadeUser],
+) -> None:
+    """A submit refused by one window while another of the route's windows is also full
+    (the per-client and the per-key second, opened at different times) is told the later
+    end: told the first, the client would be refused again by the second. On a busy
+    machine the two windows one submit opens end a few milliseconds apart, and the client
+    that waited out the first was refused."""
+    other = make_user("other", kudos=10_000)
+    first, second = through_front("203.0.113.7"), through_front("203.0.113.8")
+    # the first address's window opens with another key
+    assert text_async(native_client, other.api_key, **first).status_code == 202
+    time.sleep(0.3)  # the gap between the two windows' ends, not a wait for an event
+    key_opened = time.monotonic()
+    # the requester's key fills its window, from the second address and then the first
+    assert text_async(native_client, requester.api_key, **second).status_code == 202
+    assert text_async(native_client, requester.api_key, **first).status_code == 202
+    refused = text_async(native_client, requester.api_key, **first)
+    refused_by = time.monotonic()
+    assert refused.status_code == 429, refused.text
+    wait = int(refused.headers["retry-after-ms"]) / 1000
+    assert wait >= key_opened + 1 - refused_by - 0.002
+    time.sleep(wait)
+    assert text_async(native_client, requester.api_key, **first).status_code == 202
 
 
 def test_retry_after_is_mended_after_flask_limiter_wrote_it(native_service: NativeService) -> None:

@@ -22,7 +22,13 @@ from generated.errors import (
     StoreUnavailable,
 )
 from generated.errors import MethodNotAllowed as MethodNotAllowedError
-from runtime.native.api.rate_limits import LIMITER, rate_limited
+from runtime.native.api.context import native
+from runtime.native.api.rate_limits import (
+    FLASK_CALLER,
+    LIMITER,
+    lane_limit_choices,
+    rate_limited,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +55,13 @@ def _rate_limited(exc: RateLimitExceeded) -> Response:
     keeps the breached limit as the request's ``current_limit``; its window is read from the
     hit's own script answer, which ``limit_storage`` keeps for the request, or from the
     in-memory fallback's counts: no store read that could fail here)."""
-    breached = current_app.extensions[LIMITER].current_limit
+    limiter = current_app.extensions[LIMITER]
+    breached = limiter.current_limit
     reset = breached.window[0] if breached is not None and breached.breached else None
+    if reset is not None and request.endpoint in native().policy.rate_limits:
+        # the route's other windows too: one already full refuses the client past ``reset``
+        choices = lane_limit_choices(str(request.endpoint), FLASK_CALLER, native())
+        reset = limiter.admitted_after(breached.request_args[-1], choices, reset)
     return horde_response(rate_limited(str(exc.limit.limit), reset))
 
 

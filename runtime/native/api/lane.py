@@ -209,7 +209,9 @@ class Lane:
                 choices = lane_limit_choices(req.operation_id, req, self.ctx)
                 hit = self.limiter.lane_hit(req.operation_id, choices)
                 if hit is not None and hit.breached:
-                    raise rate_limited(str(hit.item), self.limiter.lane_window(hit)[1])
+                    reset = self.limiter.lane_window(hit)[1]
+                    reset = self.limiter.admitted_after(req.operation_id, choices, reset)
+                    raise rate_limited(str(hit.item), reset)
             reply = self.views[req.operation_id](req)
             status, payload = reply.status, reply.payload
         except HordeError as error:

@@ -138,7 +138,9 @@ class CountingRedisStorage(RedisStorage):
         return super().get(key)
 
     def get_expiry(self, key: str) -> float:
+        """The window's end to the millisecond (limits' own reads TTL, whole seconds)."""
         seen = _seen()
         if seen is not None and key in seen:
             return seen[key][1]
-        return super().get_expiry(key)
+        pttl = cast(Redis, self.get_connection(True)).pttl(self.prefixed_key(key))
+        return max(int(pttl), 0) / 1000 + time.time()

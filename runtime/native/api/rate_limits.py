@@ -254,6 +254,26 @@ class HordeLimiter(Limiter):
             first = first or hit
         return first
 
+    def admitted_after(self, scope: str, choices: list[tuple[str, str]], reset: float) -> float:
+        """When a refused caller is next admitted: ``reset`` (the breached window's end), or
+        later while another of the route's windows is already full. The limits are counted
+        one after another, so two windows of the same length opened by one request end a
+        little apart; a client told the first end would be refused again by the second. A
+        window that cannot be read is left out (the refusal still has ``reset``). ``scope``:
+        the limits' scope (the lane's operation id; the Flask view's, as flask-limiter keys
+        it), ``choices`` the route's (value, key) pairs."""
+        latest = reset
+        for value, key in choices:
+            for item in _parsed(value):
+                args = (*([self._key_prefix] if self._key_prefix else []), key, scope)
+                try:
+                    end, remaining = self.limiter.get_window_stats(item, *args)
+                except Exception:  # noqa: BLE001  # a store error: this window is left out
+                    continue
+                if remaining <= 0:
+                    latest = max(latest, end)
+        return latest
+
     def lane_window(self, hit: LaneHit) -> tuple[int, float]:
         """(remaining, reset time) of ``hit``'s window."""
         if hit.count is not None:
