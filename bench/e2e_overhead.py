@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.front_stack import bench_users, start_front, stop_front
 from bench.native_stack import native_service
-from bench.support.cpu import CpuMeter
+from bench.support.cpu import CpuMeter, parent_pid
 from bench.support.figures import percentile
 from bench.support.host import print_host_figures
 from runtime.worker.llama_server import LlamaServer
@@ -261,7 +261,7 @@ def _store_pids(service: Any) -> dict[str, int]:
     Redis's."""
     with service.context.autocommit.connect() as connection:
         backend = int(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
-    postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    postmaster = parent_pid(backend)
     redis_pid = int(service.context.redis.info("server")["process_id"])
     return {"postgres": postmaster, "redis": redis_pid}
 

@@ -14,6 +14,11 @@ def _stat(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def parent_pid(pid: int) -> int:
+    """The process that started ``pid`` (a Postgres backend's is the server's postmaster)."""
+    return int(_stat(pid)[1])
+
+
 def _children(pid: int) -> list[int]:
     found: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -51,10 +51,12 @@ def horde_response(error: HordeError) -> Response:
 
 
 def _rate_limited(exc: RateLimitExceeded) -> Response:
-    """The refusal, with the wait until the breached limit's window ends (flask-limiter
-    keeps the breached limit as the request's ``current_limit``; its window is read from the
-    hit's own script answer, which ``limit_storage`` keeps for the request, or from the
-    in-memory fallback's counts: no store read that could fail here)."""
+    """The refusal, with the wait until the client is admitted again: the breached limit's
+    window end (flask-limiter keeps the breached limit as the request's ``current_limit``;
+    its window is read from the hit's own script answer, which ``limit_storage`` keeps for
+    the request, or from the in-memory fallback's counts), or a later end of another full
+    window of the route (``HordeLimiter.admitted_after``, which leaves out a window the store
+    fails to read)."""
     limiter = current_app.extensions[LIMITER]
     breached = limiter.current_limit
     reset = breached.window[0] if breached is not None and breached.breached else None

@@ -240,7 +240,7 @@ class HordeLimiter(Limiter):
             if not key:
                 self.logger.error(f"Skipping limit: {item}. Empty value found in parameters.")
                 continue
-            args = (*([self._key_prefix] if self._key_prefix else []), key, operation_id)
+            args = self._window_args(key, operation_id)
             if self._storage_dead or not isinstance(storage, CountingRedisStorage):
                 hit = LaneHit(item, args, not self.limiter.hit(item, *args))
             else:
@@ -254,6 +254,10 @@ class HordeLimiter(Limiter):
             first = first or hit
         return first
 
+    def _window_args(self, key: str, scope: str) -> tuple[str, ...]:
+        """A limit window's identifiers, as flask-limiter builds them (prefix, key, scope)."""
+        return (*([self._key_prefix] if self._key_prefix else []), key, scope)
+
     def admitted_after(self, scope: str, choices: list[tuple[str, str]], reset: float) -> float:
         """When a refused caller is next admitted: ``reset`` (the breached window's end), or
         later while another of the route's windows is already full. The limits are counted
@@ -265,7 +269,7 @@ class HordeLimiter(Limiter):
         latest = reset
         for value, key in choices:
             for item in _parsed(value):
-                args = (*([self._key_prefix] if self._key_prefix else []), key, scope)
+                args = self._window_args(key, scope)
                 try:
                     end, remaining = self.limiter.get_window_stats(item, *args)
                 except Exception:  # noqa: BLE001  # a store error: this window is left out
