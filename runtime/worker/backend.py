@@ -3,8 +3,9 @@
 A backend error is a :class:`generated.errors.BackendError` (with the status and the
 backend's own message), a timeout a ``BackendTimeout``, a broken connection a
 ``BackendUnreachable`` and a 200 that is not JSON a ``BackendInvalidReply``; the job that
-hit it is faulted with that reason. Streams are read as server-sent events; a stream that
-ends without a finish_reason is a failure, not a short reply.
+hit it is faulted with that reason. A whole answer comes over ``JsonHttp`` (a job's
+completion is on its critical path); a stream over httpx, read as server-sent events, where
+a stream that ends without a finish_reason is a failure, not a short reply.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Self
 import httpx
 
 from generated.errors import BackendError, BackendInvalidReply, BackendTimeout, BackendUnreachable
+from runtime.worker.json_http import Answer, CallFailed, CallTimedOut, JsonHttp
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
@@ -23,11 +25,12 @@ MODELS_PATH = "/v1/models"
 _DETAIL_CHARS = 300
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _error_detail(response: Answer | httpx.Response) -> str:
     try:
         body = response.json()
     except ValueError:
-        return response.text[:_DETAIL_CHARS] or response.reason_phrase
+        reason = response.reason if isinstance(response, Answer) else response.reason_phrase
+        return response.text[:_DETAIL_CHARS] or reason
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and error.get("message"):
         code = error.get("code")
@@ -45,9 +48,11 @@ class BackendClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._calls = JsonHttp(self.base_url, headers=headers, timeout=timeout)
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
 
     def close(self) -> None:
+        self._calls.close()
         self._http.close()
 
     def __enter__(self) -> Self:
@@ -56,22 +61,22 @@ class BackendClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, body: Any, timeout: float | None) -> httpx.Response:
+    def _call(self, method: str, path: str, body: Any, timeout: float | None) -> Answer:
         seconds = self.timeout if timeout is None else timeout
         try:
-            return self._http.request(method, path, json=body, timeout=seconds)
-        except httpx.TimeoutException as exc:
+            return self._calls.request(method, path, body, timeout=seconds)
+        except CallTimedOut as exc:
             raise BackendTimeout(seconds=round(seconds, 1)) from exc
-        except httpx.TransportError as exc:
-            raise BackendUnreachable(detail=f"{type(exc).__name__}: {exc}") from exc
+        except CallFailed as exc:
+            raise BackendUnreachable(detail=str(exc)) from exc
 
     def request_json(
         self, method: str, path: str, body: Any = None, *, timeout: float | None = None
     ) -> Any:
         """The JSON answer of a 2xx, else the fault reason."""
         response = self._call(method, path, body, timeout)
-        if response.status_code >= 400:
-            raise BackendError(status=response.status_code, detail=_error_detail(response))
+        if response.status >= 400:
+            raise BackendError(status=response.status, detail=_error_detail(response))
         try:
             return response.json()
         except ValueError as exc:

@@ -1,19 +1,17 @@
 """The worker's side of the native API: pop, submit, fault, leave; a submit is never lost
 quietly.
 
-Each pop thread pops on a connection of its own, so a stop can cut a pop still waiting
+The pops, submits and leaves go over ``JsonHttp`` (plain keep-alive HTTP/1.1, a third of
+httpx's CPU a call); pops on a client of their own, so a stop can cut a pop still waiting
 (``cut_pops``) before ``leave`` takes the worker out of the pool. A submit or a fault is
 retried on a broken connection, a 5xx or a 429 (the claim is a compare-and-set, so a
 repeat of one that landed answers DuplicateGen, which is final); any other refusal is final
-and logged with the native API's message and rc. ``http`` serves the progress posts.
+and logged with the native API's message and rc. ``http`` (httpx) serves the progress posts.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
-import threading
 import time
 from typing import Any, cast
 
@@ -23,6 +21,7 @@ from generated.errors import HordeError
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, ROUTES
 from generated.wire import STATE_FAULTED
 from generated.wire.native import GenMetadataEntry, LeaveInput, PopOutput, SubmitInput
+from runtime.worker.json_http import CallFailed, JsonHttp
 
 log = logging.getLogger("horde-chat.worker")
 
@@ -30,13 +29,6 @@ SUBMIT_ATTEMPTS = 6
 FIRST_BACKOFF_SECONDS = 0.5
 FAULT_METADATA_TYPE = "generation"
 FAULT_METADATA_VALUE = STATE_FAULTED
-
-
-def _shut(sock: socket.socket) -> None:
-    """Shut a connection both ways (a read waiting on it in another thread ends at once;
-    closing it would not wake that read)."""
-    with contextlib.suppress(OSError):  # closed meanwhile
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _route_path(operation: str) -> str:
@@ -63,18 +55,11 @@ class HordeClient:
         timeout: float = 30.0,
     ) -> None:
         self._timeout = timeout
-        self._settings: dict[str, Any] = {
-            "base_url": horde_root.rstrip("/"),
-            "headers": {HEADER_APIKEY: api_key, HEADER_CLIENT_AGENT: agent},
-            "timeout": timeout,
-        }
-        self._http = httpx.Client(**self._settings)
-        self._pops = threading.local()
-        self._pop_clients: list[httpx.Client] = []
-        self._pop_sockets: dict[int, socket.socket] = {}
-        """Each pop thread's connection's socket (by thread id), as its client connected."""
-        self._pops_cut = False
-        self._pops_lock = threading.Lock()
+        root = horde_root.rstrip("/")
+        headers = {HEADER_APIKEY: api_key, HEADER_CLIENT_AGENT: agent}
+        self._calls = JsonHttp(root, headers=headers, timeout=timeout)
+        self._pops = JsonHttp(root, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=root, headers=headers, timeout=timeout)
 
     @property
     def http(self) -> httpx.Client:
@@ -82,72 +67,33 @@ class HordeClient:
         return self._http
 
     def close(self) -> None:
-        self.cut_pops()
-        with self._pops_lock:
-            clients, self._pop_clients = self._pop_clients, []
-        for client in clients:
-            client.close()
+        self._pops.cut()
+        self._calls.close()
         self._http.close()
 
     def pop(self, body: dict[str, Any]) -> PopOutput:
-        """One pop, on this thread's own connection; raises httpx errors and HTTP errors for
-        the loop to back off on, ``PopsCut`` once ``cut_pops`` was called.
+        """One pop; raises ``CallFailed`` and ``StatusError`` for the loop to back off on,
+        ``PopsCut`` once ``cut_pops`` was called.
 
         ``body`` is PopInput's fields with the worker's chat declaration merged in; with a
         ``wait`` (the long poll) the read timeout covers it."""
         timeout = self._timeout + float(body.get("wait") or 0)
-        client = self._pop_client()
         try:
-            response = client.post(
-                _route_path("text_pop"),
-                json=body,
-                timeout=timeout,
-                extensions={"trace": self._connected},
-            )
-        except httpx.TransportError:
-            if self._pops_cut:
+            answer = self._pops.request("POST", _route_path("text_pop"), body, timeout=timeout)
+        except CallFailed:
+            if self._pops.is_closed():
                 raise PopsCut() from None
             raise
-        response.raise_for_status()
-        answer = response.json()
-        if not isinstance(answer, dict):
+        answer.raise_for_status()
+        payload = answer.json()
+        if not isinstance(payload, dict):
             raise ValueError("the pop answer is not a JSON object")
-        return cast(PopOutput, answer)
-
-    def _pop_client(self) -> httpx.Client:
-        client: httpx.Client | None = getattr(self._pops, "client", None)
-        if client is None:
-            client = httpx.Client(**self._settings)
-            with self._pops_lock:
-                if self._pops_cut:
-                    client.close()
-                    raise PopsCut()
-                self._pop_clients.append(client)
-            self._pops.client = client
-        if self._pops_cut:
-            raise PopsCut()
-        return client
-
-    def _connected(self, event: str, info: dict[str, Any]) -> None:
-        """httpx's trace hook on a pop: keeps the socket each connection (and TLS) made."""
-        if event not in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            return
-        sock = info["return_value"].get_extra_info("socket")
-        if not isinstance(sock, socket.socket):
-            return
-        with self._pops_lock:
-            self._pop_sockets[threading.get_ident()] = sock
-            if self._pops_cut:  # connected while the cut ran: cut this one too
-                _shut(sock)
+        return cast(PopOutput, payload)
 
     def cut_pops(self) -> None:
         """Stopping: end every pop waiting on the native API (its connection shut, both
         ways), and refuse new ones."""
-        with self._pops_lock:
-            self._pops_cut = True
-            sockets = list(self._pop_sockets.values())
-        for sock in sockets:
-            _shut(sock)
+        self._pops.cut()
 
     def leave(self, name: str) -> bool:
         """Take the worker ``name`` out of the pool now, its pops cut first (``cut_pops``: a
@@ -156,12 +102,12 @@ class HordeClient:
         self.cut_pops()
         body: LeaveInput = {"name": name}
         try:
-            response = self._http.post(_route_path("text_leave"), json=body)
-        except httpx.HTTPError as exc:
+            answer = self._calls.request("POST", _route_path("text_leave"), body)
+        except CallFailed as exc:
             log.warning("leaving the pool failed: %s: %s", type(exc).__name__, exc)
             return False
-        if response.status_code >= 400:
-            log.warning("leaving the pool refused: %s %s", response.status_code, response.text)
+        if answer.status >= 400:
+            log.warning("leaving the pool refused: %s %s", answer.status, answer.text)
             return False
         return True
 
@@ -169,23 +115,20 @@ class HordeClient:
         """Deliver a submit (or fault); True when the native API took it."""
         delay = FIRST_BACKOFF_SECONDS
         for attempt in range(1, SUBMIT_ATTEMPTS + 1):
-            if self._http.is_closed:  # stopped: held jobs were already faulted by the stop
+            if self._calls.is_closed():  # stopped: held jobs were already faulted by the stop
                 log.warning("job %s: not delivered, the worker has stopped", body.get("id"))
                 return False
             try:
-                response = self._http.post(_route_path("text_submit"), json=body)
-            except httpx.TransportError as exc:
+                answer = self._calls.request("POST", _route_path("text_submit"), body)
+            except CallFailed as exc:
+                if self._calls.is_closed():  # closed by a stop while it was on its way
+                    return False
                 problem = f"{type(exc).__name__}: {exc}"
-            except RuntimeError:  # closed by a stop between the check and the request
-                if not self._http.is_closed:
-                    raise
-                # mypy keeps is_closed narrowed to False from the check above; a stop flips it
-                return False  # type: ignore[unreachable]
             else:
-                if response.status_code < 400:
+                if answer.status < 400:
                     return True
-                problem = f"{response.status_code} {response.text[:300]}"
-                if response.status_code < 500 and response.status_code != 429:
+                problem = f"{answer.status} {answer.text[:300]}"
+                if answer.status < 500 and answer.status != 429:
                     log.warning("job %s: submit refused: %s", body.get("id"), problem)
                     return False
             log.warning("job %s: submit attempt %d failed: %s", body.get("id"), attempt, problem)
