@@ -1,5 +1,5 @@
-"""The native API as an ASGI app: Flask behind a2wsgi, the workers' lane without Flask, and
-the long-poll pop served asynchronously.
+"""The native API as an ASGI app: Flask behind a2wsgi, the workers' lane and the chat submit
+without Flask, and the long-poll pop served asynchronously.
 
 Requests run on two bounded thread pools, the workers' lane (``WORKER_LANE_THREADS``) and
 the clients' (``THREADS``), so a burst of clients never holds up a worker or the liveness
@@ -61,6 +61,9 @@ burst of client requests (their cheap checks, their image fetches waited on) que
 the clients' threads instead of in front of the workers and the liveness probe."""
 LANE = "horde_lane"
 """The Flask app's extension holding its workers' lane (``runtime.native.api.lane.Lane``)."""
+CLIENT_LANE = "horde_client_lane"
+"""The Flask app's extension holding the clients' routes served without Flask (a ``Lane``
+too, run on the clients' threads): the chat submit."""
 FALLBACK_REPOP_SECONDS = 1.0
 """How often a waiting pop pops again while the wake subscription is down."""
 RESUBSCRIBE_SECONDS = 1.0
@@ -191,12 +194,14 @@ class WakeHub:
 class NativeASGI:
     """The ASGI app: lifespan starts the wake hub; the pop route long-polls.
 
-    The clients' routes run the Flask app through a2wsgi on the body read; the lane's are
-    answered whole by ``Lane`` on a lane thread (``_lane_answer``). A pop that finds no job
-    waits on the loop; a woken pop runs the view again as a retry (neither rate limited nor
-    logged twice, so a waiting pop counts as one), and at the deadline once more
-    (``PopAttempt.last``), whose answer is sent. The client's address is the TCP peer
-    (``proxy_headers=False``): X-Forwarded-For is trusted only from a passkey holder."""
+    The clients' routes run the Flask app through a2wsgi on the body read, but the chat
+    submit, answered whole by the clients' ``Lane`` on a clients' thread (``_client_lane``);
+    the workers' lane's are answered by its ``Lane`` on a lane thread (``_lane_answer``). A
+    pop that finds no job waits on the loop; a woken pop runs the view again as a retry
+    (neither rate limited nor logged twice, so a waiting pop counts as one), and at the
+    deadline once more (``PopAttempt.last``), whose answer is sent. The client's address is
+    the TCP peer (``proxy_headers=False``): X-Forwarded-For is trusted only from a passkey
+    holder."""
 
     def __init__(self, flask_app: Flask, redis_url: str, *, threads: int = THREADS) -> None:
         self.flask_app = flask_app
@@ -204,6 +209,7 @@ class NativeASGI:
         self.body_deadline: float = BODY_DEADLINE_SECONDS
         self.wsgi = WSGIMiddleware(flask_app.wsgi_app, workers=threads)  # type: ignore[arg-type]
         self.lane: Lane = flask_app.extensions[LANE]
+        self.client_lane: Lane = flask_app.extensions[CLIENT_LANE]
         self.lane_threads = LaneThreads(WORKER_LANE_THREADS, "horde-lane")
         self.hub = WakeHub(redis_url)
 
@@ -222,6 +228,8 @@ class NativeASGI:
             await self._pop(scope, receive, send)
         elif (operation_id := self.lane.routes.get((scope["method"], scope["path"]))) is not None:
             await self._lane(operation_id, scope, receive, send)
+        elif operation_id := self.client_lane.routes.get((scope["method"], scope["path"])):
+            await self._client_lane(operation_id, scope, receive, send)
         else:
             await self.wsgi(scope, receive, send)  # type: ignore[arg-type]
 
@@ -293,6 +301,21 @@ class NativeASGI:
         if body is None:
             return
         await _send_answer(send, await self._lane_answer(operation_id, scope, body, None))
+
+    async def _client_lane(
+        self, operation_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A clients' route served without Flask, on the clients' threads (the chat submit:
+        a burst of them queues there, never in front of the workers' lane)."""
+        body = await self._lane_body(scope, receive)
+        if body is None:
+            return
+        request = self.client_lane.request(operation_id, scope, *body, None)
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        respond = self.client_lane.respond_in
+        answer = await loop.run_in_executor(self.wsgi.executor, respond, context, request)
+        await _send_answer(send, answer)
 
     async def _lane_body(self, scope: Scope, receive: Receive) -> tuple[bytes, bool] | None:
         """A workers' lane request's body, read here, and whether it is over the cap (then

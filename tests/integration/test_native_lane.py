@@ -1,9 +1,10 @@
-"""The workers' lane served without Flask (runtime.native.api.lane): pop, submit,
-progress and heartbeat answer as the Flask app answers them. On the live service: the
-rate-limit headers and a 429's Retry-After from the lane's own limiter check, an over-cap
-body (declared, and sent) 413, a bad body 400, the request id. Then the same requests sent
-to the lane and to the Flask app (``create_app``'s test client: the same views, through
-Flask, flask-limiter and its error handlers) get the same status, body and headers.
+"""The routes served without Flask (runtime.native.api.lane): the workers' pop, submit,
+progress and heartbeat, and the clients' chat submit, answer as the Flask app answers
+them. On the live service: the rate-limit headers and a 429's Retry-After from the lane's
+own limiter check, an over-cap body (declared, and sent) 413, a bad body 400, the request
+id. Then the same requests sent to the lane and to the Flask app (``create_app``'s test
+client: the same views, through Flask, flask-limiter and its error handlers) get the same
+status, body and headers.
 
 Each test that looks at counts lowers the one route's limit to N per hour (an hour's window
 cannot end between its calls).
@@ -34,6 +35,7 @@ POP = ROUTES["text_pop"].path
 SUBMIT = ROUTES["text_submit"].path
 PROGRESS = ROUTES["text_progress"].path
 HEARTBEAT = ROUTES["heartbeat"].path
+CHAT = ROUTES["chat_async"].path
 POP_BODY: dict[str, Any] = {"name": "lane-worker", "models": ["test-model-7B"], "max_length": 80}
 LIMIT_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset", "Retry-After")
 
@@ -169,6 +171,7 @@ def _cases(api_key: str, cap: int) -> list[tuple[str, str, dict[str, str], bytes
     json_type = {"content-type": "application/json"}
     key = {"apikey": api_key, **json_type}
     pop = b'{"name": "lane-worker", "models": ["test-model-7B"], "max_length": 80}'
+    chat = b'{"model": "test-model-7B", "messages": [{"role": "user", "content": "Hi"}]}'
     return [
         ("POST", POP, key, pop),  # registers the worker; no job
         ("POST", POP, key, pop),
@@ -184,6 +187,16 @@ def _cases(api_key: str, cap: int) -> list[tuple[str, str, dict[str, str], bytes
         ("POST", SUBMIT, {"apikey": "0000000000", **json_type}, b'{"id": "x"}'),
         ("POST", PROGRESS, key, b'{"id": "x", "seq": 1, "delta": "d"}'),
         ("GET", HEARTBEAT, {}, b""),
+        ("POST", CHAT, key, chat),  # no chat worker serves the model
+        ("POST", CHAT, json_type, chat),  # the anonymous key
+        ("POST", CHAT, {**key, "X-Horde-Service-Passkey": "wrong"}, chat),
+        ("POST", CHAT, {**key, "apikey": "not-a-key-of-anyone"}, chat),
+        ("POST", CHAT, key, b'{"model": "test-model-7B", "messages": []}'),
+        ("POST", CHAT, key, b'{"model": "test-model-7B", "messages": [{"role": "user"}]}'),
+        ("POST", CHAT, key, b'{"model": "test-model-7B", "temperature": NaN}'),
+        ("POST", CHAT, key, b'["not", "an", "object"]'),
+        ("POST", CHAT, key, b'{"model": "' + b"x" * cap + b'"}'),
+        ("GET", CHAT, key, b""),  # Flask's 405 for both
     ]
 
 
@@ -213,21 +226,36 @@ def test_the_lane_answers_as_the_flask_app_does(
             assert served.headers.get(name) == flask.headers.get(name), (where, name)
         if "retry-after" in lane_names:
             assert abs(int(served.headers["retry-after"]) - int(flask.headers["retry-after"])) <= 1
-    # a refusal by the limit: the second pop of a window of one
-    pop = {"apikey": owner.api_key}
-    with route_limits(native_service, "text_pop", RateLimit("1 per hour", KEY_PEER)):
+    # a refusal by the limit: the second pop (or chat submit) of a window of one
+    key = {"apikey": owner.api_key}
+    chat_body = {"model": "test-model-7B", "messages": [{"role": "user", "content": "Hi"}]}
+    for operation_id, body in (("text_pop", POP_BODY), ("chat_async", chat_body)):
+        _compare_refusals(native_service, lane, flask_client, operation_id, key, body)
+
+
+def _compare_refusals(
+    native_service: NativeService,
+    lane: httpx.Client,
+    flask_client: Any,
+    operation_id: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+) -> None:
+    path = ROUTES[operation_id].path
+    others = native_service.context.policy.rate_limits[operation_id][1:]  # not reached by two
+    with route_limits(native_service, operation_id, RateLimit("1 per hour", KEY_PEER), *others):
         forget_rate_limit_counts(native_service)
-        served = [lane.post(POP, headers=pop, json=POP_BODY) for _ in range(2)][1]
+        served = [lane.post(path, headers=headers, json=body) for _ in range(2)][1]
         forget_rate_limit_counts(native_service)
-        flask = [flask_client.post(POP, headers=pop, json=POP_BODY) for _ in range(2)][1]
-    assert (served.status_code, flask.status_code) == (429, 429)
+        flask = [flask_client.post(path, headers=headers, json=body) for _ in range(2)][1]
+    assert (served.status_code, flask.status_code) == (429, 429), operation_id
     # the same refusal; its wait (in the message too) is each window's own, to the millisecond
     waits = [float(r.headers["retry-after-ms"]) / 1000 for r in (served, flask)]
     bodies = [json.loads(served.content), json.loads(flask.data)]
-    for body, wait in zip(bodies, waits, strict=True):
-        assert body["rc"] == "RateLimited"
+    for refusal, wait in zip(bodies, waits, strict=True):
+        assert refusal["rc"] == "RateLimited"
         said = f"Rate limit exceeded: 1 per 1 hour. Try again in {wait:.2f} seconds."
-        assert body["message"] == said
+        assert refusal["message"] == said
         assert 3000 < wait <= 3600
     assert abs(waits[0] - waits[1]) <= 60  # two windows begun one after the other
     for name in ("x-ratelimit-limit", "x-ratelimit-remaining"):

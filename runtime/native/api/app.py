@@ -2,10 +2,11 @@
 
 Routes come from ``generated.routes.ROUTES`` (surface ``native``); each implemented
 operation id has a view in ``VIEWS``; an operation without one is not registered and
-answers 404 RouteNotFound. The workers' lane's views (``LANE_VIEWS``) are served without
-Flask by ``runtime.native.api.lane`` (``app.extensions[LANE]``, which the ASGI shell
-dispatches to); the app registers the same functions too (``flask_view``), so its routing
-answers a wrong method 405 and a test client reaches them.
+answers 404 RouteNotFound. The workers' lane's views (``LANE_VIEWS``) and the chat submit
+(``CLIENT_LANE_VIEWS``) are served without Flask by ``runtime.native.api.lane``
+(``app.extensions[LANE]`` and ``[CLIENT_LANE]``, which the ASGI shell dispatches to); the
+app registers the same functions too (``flask_view``), so its routing answers a wrong
+method 405 and a test client reaches them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from runtime.native.api import worker_views as views_workers
 from runtime.native.api.context import EXTENSION, NativeContext
 from runtime.native.api.dashboard import DASHBOARD_VIEWS
 from runtime.native.api.errors import register_error_handlers
-from runtime.native.api.lane import LANE, Lane, LaneView, flask_view
+from runtime.native.api.lane import CLIENT_LANE, LANE, Lane, LaneView, flask_view
 from runtime.native.api.observe import OPERATOR_VIEWS
 from runtime.native.api.observe import install as install_observability
 from runtime.native.api.rate_limits import LIMITER, make_limiter, route_limits
@@ -42,15 +43,17 @@ LANE_VIEWS: dict[str, LaneView] = {
     "heartbeat": views_public.heartbeat,
 }
 """The workers' lane: pop, submit, progress, leave and heartbeat (runtime.native.asgi)."""
+CLIENT_LANE_VIEWS: dict[str, LaneView] = {"chat_async": views_chat.chat_async}
+"""Clients' routes served without Flask too, on the clients' threads: the chat submit."""
 VIEWS: dict[str, Callable[..., Any]] = {
     "text_async": views_text.text_async,
     "text_status": views_text.text_status_view,
     "text_cancel": views_text.text_cancel,
-    "chat_async": views_chat.chat_async,
     "chat_status": views_chat.chat_status_view,
     "chat_cancel": views_chat.chat_cancel,
     "chat_cancel_operation": views_chat.chat_cancel_operation,
     **{operation_id: flask_view(view) for operation_id, view in LANE_VIEWS.items()},
+    **{operation_id: flask_view(view) for operation_id, view in CLIENT_LANE_VIEWS.items()},
     "models": views_status.models,
     "model": views_status.model,
     "stats_text_totals": views_status.stats_text_totals,
@@ -100,4 +103,5 @@ def create_app(ctx: NativeContext) -> Flask:
     access_log = app.extensions["horde_access_log"]
     max_body = int(app.config["MAX_CONTENT_LENGTH"])
     app.extensions[LANE] = Lane(ctx, LANE_VIEWS, limiter, access_log, max_body)
+    app.extensions[CLIENT_LANE] = Lane(ctx, CLIENT_LANE_VIEWS, limiter, access_log, max_body)
     return app

@@ -6,6 +6,8 @@ that needs no image (a bad one is 400 with nothing queued), and objects the comm
 does not own are deleted again. The front, with the service passkey, has its forwarded
 address trusted; a wrong passkey is 403 on every chat route. A queued request is answered
 with its first status (``_first_status``), so the front decides gaps and fail_fast unread.
+The submit is served without Flask, as the workers' lane is (``runtime.native.api.lane``),
+on the clients' threads: it is on every completion's path.
 """
 
 from __future__ import annotations
@@ -27,9 +29,15 @@ from runtime.contract.messages import image_parts
 from runtime.contract.validator import requested_models, validate_chat_request
 from runtime.native.accounts.keys import ANONYMOUS_USER_ID, key_hash_of, user_for_hash
 from runtime.native.accounts.shared_keys import requester
-from runtime.native.api.body import checked_headers, parse_json
-from runtime.native.api.context import native
-from runtime.native.api.service_passkey import source_address, trusted_service
+from runtime.native.api.body import check_headers, checked_headers, parse_json
+from runtime.native.api.context import NativeContext, native
+from runtime.native.api.lane import LaneRequest, Reply
+from runtime.native.api.service_passkey import (
+    refuse_wrong_passkey,
+    source_address,
+    source_of,
+    trusted_service,
+)
 from runtime.native.api.text_views import DEFAULT_CLIENT_AGENT
 from runtime.native.api.validation import validate_body
 from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
@@ -61,38 +69,38 @@ OPERATION_KEY_ATTEMPTS = 2
 """A lost race on a new operation key is retried once; the retry finds the winner's row."""
 
 
-def chat_async() -> tuple[Response, int]:
-    ctx = native()
-    trusted_service(ctx.settings)  # first: any wrong passkey is 403, even a malformed one
-    checked_headers("chat_async")
-    raw = parse_json(request.get_data(cache=True))
+def chat_async(req: LaneRequest) -> Reply:
+    """Queue a chat request (served without Flask, on the clients' threads)."""
+    ctx = req.ctx
+    refuse_wrong_passkey(req.header, ctx.settings)  # first: a wrong one is 403, even malformed
+    check_headers(req.operation_id, req.headers, req.header_values)
+    raw = parse_json(req.data())
     chat_request = validate_chat_request(raw)
-    validate_body("chat_async", raw)
-    source = Source(ctx.redis, source_address(ctx.settings))
+    validate_body(req.operation_id, raw)
+    source = Source(ctx.redis, source_of(req.remote_addr, req.header, ctx.settings))
     with source.counted():
-        result = _admitted(chat_request, source)
+        result = _admitted(req, chat_request, source)
     if result.id is not None and not result.existing:
         wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
     if result.id is None:
-        return jsonify(kudos=float(result.kudos)), 200
+        return Reply({"kudos": float(result.kudos)})
     # A replay by operation key queues nothing: 200 with the first request's id and kudos
     # (docs/design.md, "Operation keys"); a new request is 202, queued.
-    code = 200 if result.existing else 202
     accepted: ChatAccepted = {
         "id": str(result.id),
         "kudos": float(result.kudos),
-        "status": _first_status(result),
+        "status": _first_status(ctx, result),
     }
-    return jsonify(accepted), code
+    return Reply(dict(accepted), 200 if result.existing else 202)
 
 
-def _admitted(chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
+def _admitted(req: LaneRequest, chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
     """The request queued (or quoted, or recovered by its operation key), its images taken
     in. A wrong key fetches and stores nothing: with images, the admission before intake
     checks the key first; without, intake stores nothing and the transaction checks it."""
-    ctx = native()
+    ctx = req.ctx
     assert ctx.objects is not None
-    replayed = _admitted_before_intake(chat_request, source)
+    replayed = _admitted_before_intake(req, chat_request, source)
     if replayed is not None:
         return replayed
     stored_request, objects = take_in(
@@ -100,10 +108,10 @@ def _admitted(chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
         ctx.objects,
         ctx.settings,
         offload_threshold(ctx.settings),
-        source=_fetch_source(source),
+        source=_fetch_source(req, source),
     )
     try:
-        result = _create(stored_request, chat_request, objects, source)
+        result = _create(req, stored_request, chat_request, objects, source)
     except BaseException:
         objects.discard_unowned(())
         raise
@@ -111,21 +119,20 @@ def _admitted(chat_request: dict[str, Any], source: Source) -> ChatSubmitted:
     return result
 
 
-def _fetch_source(source: Source) -> str:
+def _fetch_source(req: LaneRequest, source: Source) -> str:
     """Whose share of the image fetch pool a submit uses: its registered API key's (the
     key was admitted before any fetch); without one, its address's."""
-    key_hash = key_hash_of(request.headers.get(HEADER_APIKEY))
+    key_hash = key_hash_of(req.header(HEADER_APIKEY))
     if key_hash == key_hash_of(None):
         return f"address:{source.address}"
     return f"key:{key_hash}"
 
 
-def _first_status(result: ChatSubmitted) -> ChatStatus:
+def _first_status(ctx: NativeContext, result: ChatSubmitted) -> ChatStatus:
     """The status right after the commit that queued (or found) the request. A new one's
     is what its submit had in hand and its queue position, one statement outside any
     transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read, in
     one snapshot as the status route reads it."""
-    ctx = native()
     if result.first is not None:
         with ctx.autocommit.connect() as connection:
             driver = connection.connection.driver_connection
@@ -137,17 +144,20 @@ def _first_status(result: ChatSubmitted) -> ChatStatus:
         return chat_status(session, ctx.policy, wp, utcnow())
 
 
-def _admitted_before_intake(chat_request: dict[str, Any], source: Source) -> ChatSubmitted | None:
+def _admitted_before_intake(
+    req: LaneRequest, chat_request: dict[str, Any], source: Source
+) -> ChatSubmitted | None:
     """With image parts, every refusal that needs no image runs before any fetch or decode
     (a request refused anyway costs no fetch); an operation-key replay is answered from here,
     its images not taken in again. None: go on and take the images in."""
     if not image_parts(chat_request[PARAM_MESSAGES]):
         return None
-    early = _create(chat_request, chat_request, None, source, admission_only=True)
+    early = _create(req, chat_request, chat_request, None, source, admission_only=True)
     return early if early.existing else None
 
 
 def _create(
+    req: LaneRequest,
     stored_request: dict[str, Any],
     original: dict[str, Any],
     objects: ChatObjects | None,
@@ -155,19 +165,19 @@ def _create(
     *,
     admission_only: bool = False,
 ) -> ChatSubmitted:
-    ctx = native()
+    ctx = req.ctx
     for attempt in range(OPERATION_KEY_ATTEMPTS):
         try:
             with transaction(ctx.sessions) as session:
                 return create_chat_request(
                     session,
                     ctx.policy,
-                    request.headers.get(HEADER_APIKEY),
+                    req.header(HEADER_APIKEY),
                     stored_request,
                     moderation=Screen.of(ctx.settings),
                     source=source,
-                    operation_key=request.headers.get(HEADER_X_OPERATION_KEY),
-                    client_agent=request.headers.get(HEADER_CLIENT_AGENT, DEFAULT_CLIENT_AGENT),
+                    operation_key=req.header(HEADER_X_OPERATION_KEY),
+                    client_agent=_client_agent(req),
                     ipaddr=source.address,
                     now=utcnow(),
                     original=original,
@@ -178,6 +188,11 @@ def _create(
             if attempt + 1 == OPERATION_KEY_ATTEMPTS:
                 raise
     raise AssertionError("unreachable")
+
+
+def _client_agent(req: LaneRequest) -> str:
+    agent = req.header(HEADER_CLIENT_AGENT)
+    return DEFAULT_CLIENT_AGENT if agent is None else agent
 
 
 def chat_status_view(id: str) -> Response:

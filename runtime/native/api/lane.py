@@ -1,8 +1,10 @@
-"""The workers' lane without Flask: pop, submit, progress, leave and heartbeat.
+"""Hot routes without Flask: the workers' lane (pop, submit, progress, leave, heartbeat) and
+the clients' chat submit.
 
 Flask, werkzeug's request and flask-limiter's per-request work cost a large share of these
 hot routes' CPU (docs/performance.md), so ``Lane.respond`` does their part directly on the
-lane's threads: request id, rate limits (``HordeLimiter.lane_hit``), the view, the error
+thread the ASGI shell runs it on (the workers' lane's, or the clients' for the chat submit):
+request id, rate limits (``HordeLimiter.lane_hit``), the view, the error
 envelope, the X-RateLimit headers, the access log and the metrics. A view is written once,
 as a function of a ``LaneRequest`` answering a ``Reply``; the Flask app registers it too
 (``flask_view``), for 405s and test clients. Where the time goes: ``bench/native_cycles.py``.
@@ -36,11 +38,11 @@ from runtime.native.api.rate_limits import (
     limit_headers,
     rate_limited,
 )
-from runtime.native.asgi import LANE, PopAttempt
+from runtime.native.asgi import CLIENT_LANE, LANE, PopAttempt
 from runtime.observability.access_log import AccessLog
 from runtime.observability.context import REQUEST_ID_HEADER
 
-__all__ = ["LANE", "Lane", "LaneRequest", "LaneView", "Reply", "flask_view"]
+__all__ = ["CLIENT_LANE", "LANE", "Lane", "LaneRequest", "LaneView", "Reply", "flask_view"]
 
 JSON_TYPE = "application/json"
 _dumps = functools.partial(
@@ -149,7 +151,7 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 
 
 class Lane:
-    """The lane's routes, served without Flask (``respond``, on the lane's threads)."""
+    """Routes served without Flask (``respond``, on the threads the ASGI shell picks)."""
 
     def __init__(
         self,

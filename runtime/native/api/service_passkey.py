@@ -29,9 +29,14 @@ def _matches(sent: str, configured: str | None) -> bool:
     )
 
 
-def trusted_service(settings: Settings) -> bool:
-    """True with the right passkey, False without one; a wrong one is refused (403)."""
-    sent = request.headers.get(HEADER_X_HORDE_SERVICE_PASSKEY)
+HeaderGet = Callable[[str], "str | None"]
+"""A request's header by name (flask's ``request.headers.get``, or a lane request's)."""
+
+
+def refuse_wrong_passkey(get: HeaderGet, settings: Settings) -> bool:
+    """True with the right passkey in the headers ``get`` reads, False without one; a wrong
+    one is refused (403)."""
+    sent = get(HEADER_X_HORDE_SERVICE_PASSKEY)
     if sent is None:
         return False
     if not _matches(sent, settings.service_passkey):
@@ -39,8 +44,9 @@ def trusted_service(settings: Settings) -> bool:
     return True
 
 
-HeaderGet = Callable[[str], "str | None"]
-"""A request's header by name (flask's ``request.headers.get``, or the workers' lane's)."""
+def trusted_service(settings: Settings) -> bool:
+    """Flask's request, as ``refuse_wrong_passkey``."""
+    return refuse_wrong_passkey(request.headers.get, settings)
 
 
 def passkey_in(get: HeaderGet, settings: Settings) -> bool:
