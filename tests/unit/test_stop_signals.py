@@ -5,7 +5,9 @@ the first one's ``Event.set``) cannot deadlock the command; the previous handler
 from __future__ import annotations
 
 import signal
+import sys
 import threading
+import time
 
 import pytest
 
@@ -37,6 +39,47 @@ def test_a_signal_while_the_main_thread_holds_the_events_lock_does_not_deadlock(
             signal.raise_signal(signal.SIGINT)
             assert not stop.is_set()  # the relay waits for the lock, not this thread
         assert stop.wait(10)
+
+
+@pytest.mark.parametrize("sig", STOP_SIGNALS)
+def test_a_signal_another_thread_takes_still_stops_a_main_thread_that_waits(
+    sig: signal.Signals,
+) -> None:
+    """The kernel may hand a signal sent to the process to any thread; Python runs its
+    handler only when the main thread runs bytecode again, which a main thread blocked in
+    ``stop.wait()`` (``serve_until``) does not: a front once ignored SIGTERM so. Here the
+    signal is sent to another thread (``pthread_kill``) once the main thread waits."""
+    stop = threading.Event()
+    main = threading.get_ident()
+
+    def send_once_the_main_thread_waits() -> None:
+        while (frame := sys._current_frames().get(main)) is None or frame.f_code.co_name != "wait":
+            time.sleep(0.01)
+        time.sleep(0.05)  # from the frame's name to its blocking acquire
+        signal.pthread_kill(threading.get_ident(), sig)
+
+    with stop_on_signals(stop):
+        elsewhere = threading.Thread(target=send_once_the_main_thread_waits, name="elsewhere")
+        elsewhere.start()
+        assert stop.wait(10)
+        elsewhere.join()
+
+
+def test_another_signal_with_a_handler_does_not_stop() -> None:
+    """A signal of another handler (SIGUSR1 prints the stacks) writes its number to the same
+    wakeup fd; it is not a stop."""
+    stop = threading.Event()
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(signum))
+    try:
+        with stop_on_signals(stop):
+            signal.raise_signal(signal.SIGUSR1)
+            assert seen == [signal.SIGUSR1]
+            assert not stop.wait(0.5)
+            signal.raise_signal(signal.SIGTERM)
+            assert stop.wait(10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def test_many_signals_never_block_the_handler() -> None:
