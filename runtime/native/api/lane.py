@@ -4,10 +4,10 @@ the clients' chat submit.
 Flask, werkzeug's request and flask-limiter's per-request work cost a large share of these
 hot routes' CPU (docs/performance.md), so ``Lane.respond`` does their part directly on the
 thread the ASGI shell runs it on (the workers' lane's, or the clients' for the chat submit):
-request id, rate limits (``HordeLimiter.lane_hit``), the view, the error
-envelope, the X-RateLimit headers, the access log and the metrics. A view is written once,
-as a function of a ``LaneRequest`` answering a ``Reply``; the Flask app registers it too
-(``flask_view``), for 405s and test clients. Where the time goes: ``bench/native_cycles.py``.
+request id, rate limits (``HordeLimiter.lane_hit``), the view, the error envelope, the
+X-RateLimit headers, the access log and the metrics. A view is written once, as a function
+of a ``LaneRequest`` answering a ``Reply``; the Flask app registers it too (``flask_view``),
+for 405s and test clients. Where the time goes: ``bench/native_cycles.py``.
 """
 
 from __future__ import annotations
