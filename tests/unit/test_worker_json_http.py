@@ -134,15 +134,17 @@ def test_calls_share_one_connection_and_send_json(serve: Callable) -> None:
     assert json.loads(server.seen[2].body) == {"n": 2, "text": "é"}
 
 
-def test_a_connection_the_server_closed_while_idle_is_not_sent_on(serve: Callable) -> None:
-    """uvicorn closes a keep-alive connection idle for 5 s; the next call opens another at
-    once, and the server sees each request once."""
+def test_a_connection_the_server_closed_while_idle_costs_the_next_call_nothing(
+    serve: Callable,
+) -> None:
+    """uvicorn closes a keep-alive connection idle for 5 s; the next call gets its answer on
+    another, and the server sees each request once (whether the client saw the close before
+    sending, or sent and met it: the next test)."""
     server = serve(lambda conn, number: "answer-then-close")
     client = _client(server.url)
     try:
         client.request("POST", "/submit", {"id": 1})
         assert server.closed.wait(5)
-        time.sleep(0.05)  # the server's FIN reaches the client's socket
         answer = client.request("POST", "/submit", {"id": 2})
     finally:
         client.close()
@@ -160,9 +162,7 @@ def test_a_reused_connection_closed_as_the_request_went_out_is_sent_again(
     client = _client(server.url)
     try:
         client.request("POST", "/submit", {"id": 1})
-        started = time.monotonic()
-        answer = client.request("POST", "/submit", {"id": 2})
-        took = time.monotonic() - started
+        answer = client.request("POST", "/submit", {"id": 2})  # not CallFailed: sent again
     finally:
         client.close()
     assert answer.json() == {"ok": True}
@@ -171,7 +171,6 @@ def test_a_reused_connection_closed_as_the_request_went_out_is_sent_again(
         (0, 2),
         (1, 2),
     ]
-    assert took < 5  # not the timeout's worth
 
 
 def test_a_new_connection_closed_without_an_answer_fails_the_call(serve: Callable) -> None:
