@@ -13,8 +13,10 @@ ways, side by side in one run (printed, never pass/fail):
    stores) and the project's worker (``horde-chat worker``, its own process, long-polling
    its pops) on that same llama-cpp-python server.
 
-The client runs in a process of its own (spawned), sequential requests, so no leg shares an
-interpreter with the server it measures. A leg's overhead is its percentile minus the direct
+The three legs run interleaved: ``ROUNDS`` rounds, each a block of back-to-back requests a
+leg, so the machine's drift over a run (other work, the clock, the cache) falls on every leg
+alike. The client runs in a process of its own (spawned), so no leg shares an interpreter
+with the server it measures. A leg's overhead is its percentile minus the direct
 call's; ``e2e_overhead_ratio_vs_litellm`` is the horde's p50 overhead over LiteLLM's (1 or
 less: the horde costs no more than the proxy). Beside the latencies, the CPU each leg's
 servers spent a request (``/proc``): the proxy's, and the horde's front, native API, worker,
@@ -37,7 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +59,8 @@ from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
 
 SAMPLES = int(os.environ.get("BENCH_E2E_SAMPLES", "200"))
+ROUNDS = int(os.environ.get("BENCH_E2E_ROUNDS", "10"))
+"""The interleaved legs' rounds: each leg runs SAMPLES / ROUNDS requests a round."""
 SHIPPED_SAMPLES = int(os.environ.get("BENCH_E2E_SHIPPED_SAMPLES", "40"))
 """Each horde leg at the shipped rate limits: fewer, as they take a second or so each."""
 SHIPPED_PACE = 1.0
@@ -79,15 +85,21 @@ def _pct(values: list[float], p: float) -> float:
     return percentile(values, p) * 1000
 
 
-def measure(url: str, headers: dict[str, str], samples: int, pace: float, queue: Any) -> None:
-    """Child process: ``WARMUP + samples`` sequential completions, each started ``pace``
-    seconds after the one before at the earliest (0: back to back); puts the latencies."""
+def serve_client(commands: Any, answers: Any) -> None:
+    """Child process: the legs' one client. Each command is ``(url, headers, count, pace)``:
+    ``count`` sequential completions, each started ``pace`` seconds after the one before at
+    the earliest (0: back to back); answers their latencies (a string if one failed). A
+    connection pool per URL is kept from one command to the next, so a leg's first block
+    opens its connections and later blocks reuse them, as a long-lived client does."""
     body = {"model": MODEL_NAME, "messages": MESSAGES}
-    times: list[float] = []
-    try:
-        with httpx.Client(timeout=60, headers=headers) as client:
+    clients: dict[str, httpx.Client] = {}
+    while (command := commands.get()) is not None:
+        url, headers, count, pace = command
+        times: list[float] = []
+        try:
+            client = clients.setdefault(url, httpx.Client(timeout=60, headers=headers))
             started = 0.0
-            for i in range(WARMUP + samples):
+            for i in range(count):
                 time.sleep(max(0.0, started + pace - time.perf_counter()) if i else 0.0)
                 started = time.perf_counter()
                 response = client.post(url, json=body)
@@ -96,47 +108,98 @@ def measure(url: str, headers: dict[str, str], samples: int, pace: float, queue:
                 content = response.json()["choices"][0]["message"]["content"]
                 if content != DEMO_REPLY:
                     raise RuntimeError(f"unexpected reply {content!r}")
-                if i >= WARMUP:
-                    times.append(elapsed)
-        queue.put(times)
-    except Exception as exc:  # noqa: BLE001  # reported by the parent
-        queue.put(repr(exc))
+                times.append(elapsed)
+            answers.put(times)
+        except Exception as exc:  # noqa: BLE001  # reported by the parent
+            answers.put(repr(exc))
+    for client in clients.values():
+        client.close()
 
 
-def run_leg(
-    url: str,
-    headers: dict[str, str] | None = None,
-    samples: int = SAMPLES,
-    pace: float = 0.0,
-    meter: CpuMeter | None = None,
-) -> list[float]:
-    """A client process's latencies; ``meter`` counts the CPU of the leg's servers over its
-    requests, the warm-up ones included."""
-    spawn = multiprocessing.get_context("spawn")
-    queue: Any = spawn.Queue()
-    child = spawn.Process(target=measure, args=(url, headers or {}, samples, pace, queue))
-    if meter is not None:
-        meter.start()
-    child.start()
-    result = queue.get(timeout=(samples + WARMUP) * (30 + pace) + 120)
-    if meter is not None:
-        meter.stop()
-    child.join(timeout=30)
-    if not isinstance(result, list):
-        raise RuntimeError(f"the client failed: {result}")
-    return result
+@dataclass
+class Target:
+    """Where a leg sends its completions, and the processes whose CPU it counts."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    meter: CpuMeter | None = None
 
 
 @dataclass
 class Leg:
     """One leg's latencies in seconds, and the CPU its servers spent a request, in ms."""
 
-    times: list[float]
-    cpu_ms: dict[str, float]
+    times: list[float] = field(default_factory=list)
+    cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
-def cpu_per_request(meter: CpuMeter, samples: int) -> dict[str, float]:
-    return {name: spent * 1000 / (samples + WARMUP) for name, spent in meter.spent.items()}
+class Client:
+    """The client process (spawned, so it shares no interpreter with a server it measures)."""
+
+    def __init__(self) -> None:
+        spawn = multiprocessing.get_context("spawn")
+        self._commands: Any = spawn.Queue()
+        self._answers: Any = spawn.Queue()
+        self._process = spawn.Process(
+            target=serve_client, args=(self._commands, self._answers), daemon=True
+        )
+        self._process.start()
+
+    def run(
+        self, target: Target, count: int, pace: float = 0.0
+    ) -> tuple[list[float], dict[str, float]]:
+        """``count`` completions to ``target``: their latencies, and the CPU seconds its
+        servers spent meanwhile."""
+        if target.meter is not None:
+            target.meter.start()
+        self._commands.put((target.url, target.headers, count, pace))
+        result = self._answers.get(timeout=count * (30 + pace) + 120)
+        spent: dict[str, float] = {}
+        if target.meter is not None:
+            target.meter.stop()
+            spent = target.meter.spent
+        if not isinstance(result, list):
+            raise RuntimeError(f"the client failed: {result}")
+        return result, spent
+
+    def leg(self, target: Target, samples: int, pace: float = 0.0) -> Leg:
+        """A leg on its own: ``WARMUP`` completions, then ``samples`` measured."""
+        self.run(target, WARMUP, pace)
+        times, spent = self.run(target, samples, pace)
+        return Leg(times, _per_request(spent, samples))
+
+    def close(self) -> None:
+        self._commands.put(None)
+        self._process.join(timeout=30)
+
+
+def interleaved(client: Client, targets: dict[str, Target]) -> dict[str, Leg]:
+    """Every leg's ``SAMPLES`` completions, in ``ROUNDS`` rounds of a block a leg, the legs'
+    order turned by one each round (so each block follows each other leg's as often): a
+    machine whose speed drifts over the minutes of a run slows every leg alike, where legs
+    run one after another would each meet a different machine. Within a block requests are
+    back to back, so what a service does after answering still overlaps its own next
+    request, as in a leg run alone."""
+    names = list(targets)
+    for name in names:
+        client.run(targets[name], WARMUP)
+    legs = {name: Leg() for name in names}
+    spent: dict[str, dict[str, float]] = {name: {} for name in names}
+    block = SAMPLES // ROUNDS
+    for round_ in range(ROUNDS):
+        turn = round_ % len(names)
+        for name in names[turn:] + names[:turn]:
+            times, cpu = client.run(targets[name], block)
+            legs[name].times += times
+            for part, seconds in cpu.items():
+                spent[name][part] = spent[name].get(part, 0.0) + seconds
+    for name, leg in legs.items():
+        leg.cpu_ms = _per_request(spent[name], len(leg.times))
+    return legs
+
+
+def _per_request(spent: dict[str, float], samples: int) -> dict[str, float]:
+    return {name: seconds * 1000 / samples for name, seconds in spent.items()}
 
 
 def litellm_env() -> dict[str, str]:
@@ -158,11 +221,13 @@ def litellm_installed() -> bool:
     return found.returncode == 0
 
 
-def litellm_leg(backend: str) -> Leg | None:
-    """Through LiteLLM's proxy (its own process) in front of ``backend``, if it imports;
-    the CPU counted is the proxy's."""
+@contextmanager
+def litellm_proxy(backend: str) -> Iterator[Target | None]:
+    """LiteLLM's proxy (its own process) in front of ``backend``, if it imports (else
+    None); the CPU counted is the proxy's."""
     if not litellm_installed():
-        return None
+        yield None
+        return
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="bench-litellm-") as folder:
         config = Path(folder) / "config.yaml"
@@ -183,9 +248,7 @@ def litellm_leg(backend: str) -> Leg | None:
             url = f"http://127.0.0.1:{port}"
             _wait_ready(url + "/health/liveliness")
             headers = {"Authorization": f"Bearer {LITELLM_KEY}"}
-            meter = CpuMeter({"proxy": proxy.pid})
-            times = run_leg(url + "/v1/chat/completions", headers, meter=meter)
-            return Leg(times, cpu_per_request(meter, SAMPLES))
+            yield Target(url + "/v1/chat/completions", headers, CpuMeter({"proxy": proxy.pid}))
         finally:
             proxy.terminate()
             proxy.wait(timeout=20)
@@ -211,13 +274,12 @@ def _wait_ready(url: str) -> None:
     raise TimeoutError(f"{url} did not answer within {READY_TIMEOUT:.0f} s")
 
 
-def horde_legs(
-    backend: str, model: Path, legs: list[tuple[int, float]], *, rate_limits: bool = False
-) -> list[Leg]:
-    """Through the front, the native API and the project's long-polling worker, a leg for
-    each (samples, pace) of ``legs``, in turn (``rate_limits``: the native API's shipped
-    limits on). The CPU counted is the front's, the native API's (this process's), the
-    worker's and the stores' (Postgres and Redis)."""
+@contextmanager
+def horde_stack(backend: str, model: Path, *, rate_limits: bool = False) -> Iterator[Target]:
+    """The front, the native API (in this process) and the project's long-polling worker
+    on ``backend`` (``rate_limits``: the native API's shipped limits on). The CPU counted is
+    the front's, the native API's (this process's), the worker's and the stores' (Postgres
+    and Redis)."""
     with (
         native_service(rate_limits=rate_limits) as service,
         tempfile.TemporaryFile("w+") as output,
@@ -236,20 +298,17 @@ def horde_legs(
         worker = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
         try:
             _wait_worker(f"{service.url}/api/v2", worker, output)
-            headers = {"Authorization": f"Bearer {requester}"}
-            url = f"{front_url}/v1/chat/completions"
             pids = {
                 "front": front.pid,
                 "native": os.getpid(),
                 "worker": worker.pid,
                 **_store_pids(service),
             }
-            done = []
-            for samples, pace in legs:
-                meter = CpuMeter(pids, alone=frozenset({"native"}))
-                times = run_leg(url, headers, samples, pace, meter)
-                done.append(Leg(times, cpu_per_request(meter, samples)))
-            return done
+            yield Target(
+                f"{front_url}/v1/chat/completions",
+                {"Authorization": f"Bearer {requester}"},
+                CpuMeter(pids, alone=frozenset({"native"})),
+            )
         finally:
             worker.terminate()
             worker.wait(timeout=30)
@@ -283,17 +342,27 @@ def _wait_worker(native: str, worker: subprocess.Popen[bytes], output: Any) -> N
 
 def main() -> None:
     print_host_figures()  # how fast the machine is at the start (bench/support/host.py)
-    with tempfile.TemporaryDirectory(prefix="bench-e2e-") as folder:
-        model = Path(folder) / "demo.gguf"
-        build_tiny_model(model)
-        with LlamaServer(model, n_ctx=CONTEXT) as llama:
-            backend = llama.openai_base_url
-            direct = run_leg(f"{backend}/chat/completions")
-            litellm = litellm_leg(backend)
-            (horde,) = horde_legs(backend, model, [(SAMPLES, 0.0)])
-            shipped = [(SHIPPED_SAMPLES, SHIPPED_PACE), (SHIPPED_SAMPLES, 0.0)]
-            paced, back_to_back = horde_legs(backend, model, shipped, rate_limits=True)
-    print(f"plain completion of the demo model, {SAMPLES} sequential requests per leg")
+    client = Client()
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-e2e-") as folder:
+            model = Path(folder) / "demo.gguf"
+            build_tiny_model(model)
+            with LlamaServer(model, n_ctx=CONTEXT) as llama:
+                backend = llama.openai_base_url
+                with litellm_proxy(backend) as proxy, horde_stack(backend, model) as stack:
+                    targets = {"direct": Target(f"{backend}/chat/completions")}
+                    targets |= {"litellm": proxy} if proxy is not None else {}
+                    legs = interleaved(client, targets | {"horde": stack})
+                with horde_stack(backend, model, rate_limits=True) as shipped:
+                    paced = client.leg(shipped, SHIPPED_SAMPLES, SHIPPED_PACE)
+                    back_to_back = client.leg(shipped, SHIPPED_SAMPLES)
+    finally:
+        client.close()
+    direct, horde, litellm = legs["direct"].times, legs["horde"], legs.get("litellm")
+    print(
+        f"plain completion of the demo model, {SAMPLES} sequential requests per leg,"
+        f" in {ROUNDS} rounds of a block a leg"
+    )
     print(f"{'':34} {'p50 ms':>9} {'p99 ms':>9}")
     rows = [("direct (llama-cpp-python)", direct), ("LiteLLM proxy", litellm), ("horde", horde)]
     for label, leg in rows:
