@@ -12,6 +12,7 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
+from runtime.stores import pipelined_begin
 from runtime.stores.embedded_postgres import sqlalchemy_url
 
 PING_AFTER_IDLE_S = 1.0
@@ -42,7 +43,17 @@ def make_engine(
     )
     event.listen(engine, "checkin", _note_checkin)
     event.listen(engine, "checkout", ping_if_idle(engine))
+    if not autocommit:  # an autocommit connection sends no BEGIN
+        event.listen(engine, "do_connect", _connect_pipelined_begin)
     return engine
+
+
+def _connect_pipelined_begin(
+    dialect: Any, record: ConnectionPoolEntry, cargs: Any, cparams: Any
+) -> Any:
+    """A transactions' engine connects with ``PipelinedBegin``: a pipeline that opens a
+    transaction sends its BEGIN with its statements, not a round trip before them."""
+    return pipelined_begin.connect(*cargs, **cparams)
 
 
 def _note_checkin(dbapi_connection: Any, record: ConnectionPoolEntry) -> None:

@@ -1,11 +1,12 @@
 """A submit's admission reads in one round trip, chat or text.
 
-``read_admission`` sends, in one psycopg pipeline (BEGIN rides with them), the key's user
-locked FOR UPDATE with its operation key's row, then the user's queued jobs (with the online
-pool for a chat submit). Postgres runs them in order, so the count is read after the lock
-and the concurrency check stays exact. An operation key committed while this submit waited
-for the lock is not seen: its claim then fails and the submit is retried
-(``requests.chat.OperationKeyRace``), finding the winner's request.
+``read_admission`` sends, in one psycopg pipeline (BEGIN rides with them:
+``stores.pipelined_begin``), the key's user locked FOR UPDATE with its operation key's row,
+then the user's queued jobs (with the online pool for a chat submit). Postgres runs them in
+order, so the count is read after the lock and the concurrency check stays exact. An
+operation key committed while this submit waited for the lock is not seen: its claim then
+fails and the submit is retried (``requests.chat.OperationKeyRace``), finding the winner's
+request.
 """
 
 from __future__ import annotations
