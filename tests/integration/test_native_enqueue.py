@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from psycopg import pq
 from sqlalchemy import Text, cast, func, select
 
 from generated.chat.names import HORDE_SLOW_WORKERS, PARAM_HORDE
@@ -21,6 +22,7 @@ from runtime.native.requests.enqueue import REQUESTS, enqueue_request
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
+from tests.support.libpq_trace import messages_sent, syncs
 from tests.support.native import statements_sent
 
 pytestmark = pytest.mark.integration
@@ -84,14 +86,17 @@ def test_the_operation_key_is_claimed_with_the_row(native_db, make_user):
     assert (claim.wp_id, claim.kudos) == (wp.id, Decimal("3.50"))
 
 
-def test_a_key_claimed_first_leaves_the_claim_empty(native_db, make_user):
+@pytest.mark.parametrize("commit", [False, True], ids=["then-commit", "commit-with-it"])
+def test_a_key_claimed_first_leaves_the_claim_empty(native_db, make_user, commit):
+    # With its COMMIT in the same round trip the late submit cannot roll back: the
+    # statement itself must have written nothing (no row, no tax) once its claim failed.
     requester = make_user("req", kudos=10)
     first = WaitingPrompt(**_given(requester.id))
     with transaction(native_db) as session:
         assert enqueue_request(session, first, TAX, ("op-1", "print"))
     late = WaitingPrompt(**_given(requester.id))
     with native_db() as session:
-        assert not enqueue_request(session, late, TAX, ("op-1", "print"))
+        assert not enqueue_request(session, late, TAX, ("op-1", "print"), commit=commit)
         session.rollback()  # the caller's retry: nothing of the late one is kept
     with native_db() as session:
         assert session.scalar(select(func.count()).select_from(WaitingPrompt)) == 1
@@ -100,6 +105,40 @@ def test_a_key_claimed_first_leaves_the_claim_empty(native_db, make_user):
         "grant",
         HORDE_TAX_REASON,
     ]
+    with native_db() as session:
+        assert session.get(User, requester.id).kudos == Decimal(10) - TAX
+
+
+@pytest.mark.parametrize("operation", [None, ("op-1", "print")], ids=["no-key", "key"])
+def test_with_commit_the_statement_and_its_commit_are_one_round_trip(
+    native_db, make_user, operation
+):
+    # The row is the one the statement without commit writes, committed when it returns:
+    # the connection has no transaction open, and the session's rollback undoes nothing.
+    requester = make_user("req", kudos=10)
+    now = utcnow()
+    committed = WaitingPrompt(**_given(requester.id, now))
+    with native_db() as session:
+        driver = session.connection().connection.driver_connection
+        with messages_sent(driver) as sent:
+            assert enqueue_request(session, committed, TAX, operation, commit=True)
+        assert driver.info.transaction_status == pq.TransactionStatus.IDLE
+        session.rollback()
+    assert syncs(sent) == 1, sent  # the statement and the COMMIT: one round trip
+    assert any("COMMIT" in line for line in sent), sent
+    plain = WaitingPrompt(**_given(requester.id, now))
+    with transaction(native_db) as session:
+        assert enqueue_request(session, plain, TAX, None)
+    assert _stored(native_db, committed.id) == _stored(native_db, plain.id)
+    assert [reason for reason, _ in ledger(native_db, requester.id)] == [
+        "grant",
+        HORDE_TAX_REASON,
+        HORDE_TAX_REASON,
+    ]
+    with native_db() as session:
+        assert session.get(User, requester.id).kudos == Decimal(10) - 2 * TAX
+        claims = session.scalars(select(OperationKey)).all()
+    assert [(c.key, c.wp_id) for c in claims] == ([("op-1", committed.id)] if operation else [])
 
 
 def test_a_chat_request_that_keeps_slow_workers_away_holds_its_quote(

@@ -6,8 +6,6 @@ Read off libpq's own trace of what the connection sent: a round trip per Sync.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from sqlalchemy import Connection, Engine
 from runtime.stores.database import make_engine
 from runtime.stores.embedded import EmbeddedStores
 from runtime.stores.pipelined_begin import PipelinedBegin
+from tests.support.libpq_trace import messages_sent, syncs
 
 
 @pytest.fixture
@@ -24,21 +23,6 @@ def engine(horde_stores: EmbeddedStores) -> Iterator[Engine]:
     engine = make_engine(horde_stores.database_url, pool_size=1, max_overflow=0)
     yield engine
     engine.dispose()
-
-
-@contextmanager
-def traced(driver: Any, tmp_path: Path) -> Iterator[list[str]]:
-    """The messages the connection sent meanwhile: the ``F`` lines of libpq's trace."""
-    sent: list[str] = []
-    path = tmp_path / "trace"
-    with path.open("w") as trace:
-        driver.pgconn.trace(trace.fileno())
-        driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-        try:
-            yield sent
-        finally:
-            driver.pgconn.untrace()
-    sent += [line for line in path.read_text().splitlines() if line.startswith("F\t")]
 
 
 def driver_of(connection: Connection) -> Any:
@@ -50,19 +34,18 @@ def test_the_transactions_engine_connects_with_it(engine: Engine) -> None:
         assert isinstance(driver_of(connection), PipelinedBegin)
 
 
-def test_a_pipeline_that_opens_a_transaction_syncs_once(engine: Engine, tmp_path: Path) -> None:
+def test_a_pipeline_that_opens_a_transaction_syncs_once(engine: Engine) -> None:
     with engine.connect() as connection:
         driver = driver_of(connection)
-        with traced(driver, tmp_path) as sent, RawCursor(driver) as one, RawCursor(driver) as two:
+        with messages_sent(driver) as sent, RawCursor(driver) as one, RawCursor(driver) as two:
             with driver.pipeline():
                 one.execute("SELECT $1::int", (1,))
                 two.execute("SELECT $1::int", (2,))
             assert (one.fetchone(), two.fetchone()) == ((1,), (2,))
         assert driver.info.transaction_status == pq.TransactionStatus.INTRANS
         driver.rollback()
-    syncs = [line for line in sent if "\tSync" in line]
     begins = [line for line in sent if "BEGIN" in line]
-    assert len(syncs) == 1, sent  # psycopg's own: a Sync after BEGIN, then the pipeline's
+    assert syncs(sent) == 1, sent  # psycopg's own: a Sync after BEGIN, then the pipeline's
     assert len(begins) == 1, sent  # the second statement queued no BEGIN of its own
 
 

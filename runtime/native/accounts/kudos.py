@@ -204,13 +204,17 @@ def apply_kudos(
     return balance
 
 
-def _apply_kudos() -> Any:
+def apply_kudos_statement(only_if: Any = None) -> Any:
+    """``apply_kudos``' statement; ``only_if``: a condition without which it moves nothing
+    (a CTE's rows to exist, say: ``requests.enqueue`` taxes a request only when it claimed
+    its operation key)."""
     given = {
         name: bindparam(name, type_=LEDGER.c[name].type)
         for name in ("user_id", "delta", "reason", "wp_id", "generation_id", "worker_id")
     }
+    conditions = [USERS.c.id == given["user_id"], *([only_if] if only_if is not None else [])]
     moved = (
-        update(USERS).where(USERS.c.id == given["user_id"])
+        update(USERS).where(*conditions)
         .values(kudos=USERS.c.kudos + given["delta"]).returning(USERS.c.kudos).cte("moved")
     )  # fmt: skip
     row = select(*given.values(), moved.c.kudos)
@@ -219,7 +223,7 @@ def _apply_kudos() -> Any:
     )
 
 
-APPLY_KUDOS = _apply_kudos()
+APPLY_KUDOS = apply_kudos_statement()
 """``apply_kudos``' statement, built once (its values are parameters: ``user_id``,
 ``delta``, ``reason``, ``wp_id``, ``generation_id``, ``worker_id``; it returns the balance
 after): a chat submit moved kudos with a statement built anew each time. A statement

@@ -256,7 +256,9 @@ def create_chat_request(
         owned = [*objects.image_keys, *([wp.messages_object] if wp.messages_object else [])]
         wp.object_keys = owned
     operation = (stored_key, fingerprint) if stored_key else None
-    if not enqueue_request(session, wp, Decimal(policy.horde_tax), operation):
+    # its COMMIT rides with it when nothing follows (no shared key to spend, no hold)
+    last = wp.sharedkey_id is None and not needs_upfront
+    if not enqueue_request(session, wp, Decimal(policy.horde_tax), operation, commit=last):
         raise OperationKeyRace(operation_key)
     shared_keys.spend(session, wp.sharedkey_id, Decimal(policy.horde_tax))
     if needs_upfront:

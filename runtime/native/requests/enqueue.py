@@ -13,14 +13,18 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Select, Table, bindparam, func, select
+from psycopg import RawCursor
+from psycopg.types.json import Jsonb
+from sqlalchemy import Numeric, Select, String, Table, bindparam, cast, exists, func, select
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import ColumnDefault
 
 from runtime.native.accounts import kudos
 from runtime.native.db.tables import OperationKey, WaitingPrompt
+from runtime.native.queue.jobs import DIALECT, driver_of
 from runtime.observability.context import note_kudos
+from runtime.stores.raw_sql import raw_sql
 
 REQUESTS: Table = WaitingPrompt.__table__  # type: ignore[assignment]
 OPERATION_KEYS: Table = OperationKey.__table__  # type: ignore[assignment]
@@ -33,19 +37,25 @@ def _bound(column: Any) -> Any:
     return bindparam(f"row_{column.key}", type_=kind)
 
 
+def _unsized(kind: Any) -> Any:
+    """A column's type without its length or scale: a cast to VARCHAR(n) would cut a longer
+    value short, where the INSERT refuses it; the column itself still applies both."""
+    if isinstance(kind, String):
+        return type(kind)()
+    if isinstance(kind, Numeric):
+        return Numeric()
+    return kind
+
+
 def _enqueue(claim: bool) -> Select[Any]:
-    queued = (
-        insert(REQUESTS)
-        .values({c.key: _bound(c) for c in REQUESTS.columns})
-        .returning(REQUESTS.c.id)
-        .cte("queued")
-    )
-    taxed = kudos.APPLY_KUDOS.cte("taxed")
-    columns = [
-        select(queued.c.id).scalar_subquery().label("queued"),
-        select(taxed.c.balance_after).scalar_subquery().label("balance"),
-    ]
-    if claim:
+    """The row, the tax and, with ``claim``, the operation key's claim, which the other two
+    then wait on: a key claimed first by another submit leaves all three empty, so the
+    statement wrote nothing (and a COMMIT sent behind it, ``commit``, keeps nothing)."""
+    columns = list(REQUESTS.columns)
+    if not claim:
+        queued = insert(REQUESTS).values({c.key: _bound(c) for c in columns})
+        taxed = kudos.APPLY_KUDOS.cte("taxed")
+    else:
         claimed = (
             insert(OPERATION_KEYS)
             .values(
@@ -59,13 +69,30 @@ def _enqueue(claim: bool) -> Select[Any]:
             .returning(OPERATION_KEYS.c.id)
             .cte("claimed")
         )
-        columns.append(select(func.count()).select_from(claimed).scalar_subquery().label("claimed"))
-    return select(*columns)
+        won = exists(select(claimed.c.id))
+        # each value cast to its column's type: a SELECT's NULL has no type of its own
+        row = select(*(cast(_bound(c), _unsized(c.type)) for c in columns)).where(won)
+        queued = insert(REQUESTS).from_select([c.key for c in columns], row)
+        taxed = kudos.apply_kudos_statement(only_if=won).cte("taxed")
+    queued_cte = queued.returning(REQUESTS.c.id).cte("queued")
+    selected = [
+        select(queued_cte.c.id).scalar_subquery().label("queued"),
+        select(taxed.c.balance_after).scalar_subquery().label("balance"),
+    ]
+    if claim:
+        selected.append(
+            select(func.count()).select_from(claimed).scalar_subquery().label("claimed")
+        )
+    return select(*selected)
 
 
 _ENQUEUE = _enqueue(claim=False)
 _ENQUEUE_AND_CLAIM = _enqueue(claim=True)
 """``enqueue_request``'s statements, built once: without an operation key, and with one."""
+_RAW = {claim: raw_sql(_enqueue(claim).compile(dialect=DIALECT).string) for claim in (False, True)}
+"""The two statements in Postgres's placeholders, for ``commit`` (sent on psycopg's
+connection, in a pipeline with the COMMIT), by whether they claim a key."""
+JSON_PARAMS = frozenset(f"row_{c.key}" for c in REQUESTS.columns if isinstance(c.type, JSONB))
 
 
 def row_values(wp: WaitingPrompt) -> dict[str, Any]:
@@ -90,10 +117,16 @@ def enqueue_request(
     wp: WaitingPrompt,
     tax: Decimal,
     operation: tuple[str, str] | None,
+    *,
+    commit: bool = False,
 ) -> bool:
     """Write the new request ``wp`` and its owner's horde tax, and claim the operation key
     (``operation``: the key and the body's fingerprint), in one statement of the session's
-    transaction. False: another submit claimed the key first (nothing is to be kept)."""
+    transaction. False: another submit claimed the key first (nothing was written).
+
+    ``commit``: the transaction's COMMIT goes in the same pipeline, one round trip for both,
+    for a caller with nothing left to write after it; the session's own commit then finds
+    nothing to commit (psycopg's, with no transaction open, sends nothing)."""
     delta = kudos.money(-tax)
     params = {
         **row_values(wp),
@@ -106,6 +139,18 @@ def enqueue_request(
     }
     if operation is not None:
         params.update(operation_key=operation[0], fingerprint=operation[1], cost=wp.kudos_estimate)
-    row = session.execute(_ENQUEUE if operation is None else _ENQUEUE_AND_CLAIM, params).one()
     note_kudos(session.info, kudos.HORDE_TAX_REASON, delta)  # counted once committed
-    return operation is None or row.claimed == 1
+    if not commit:
+        written = session.execute(_ENQUEUE if operation is None else _ENQUEUE_AND_CLAIM, params)
+        return operation is None or written.one().claimed == 1
+    statement = _RAW[operation is not None]
+    values = {k: Jsonb(v) if k in JSON_PARAMS and v is not None else v for k, v in params.items()}
+    driver = driver_of(session)
+    with RawCursor(driver) as cursor, RawCursor(driver) as committing:
+        with driver.pipeline():  # one Sync, at its end, answers both
+            cursor.execute(statement.sql, statement.values(values))
+            # a statement of the pipeline: psycopg's commit() would sync on its own
+            committing.execute(b"COMMIT")
+        row = cursor.fetchone()
+    assert row is not None
+    return operation is None or row[2] == 1
