@@ -2,10 +2,13 @@
 
 ``enqueue_request`` writes the row, the horde tax (balance and ledger) and the operation key
 in one statement of data-modifying CTEs, instead of three round trips. The key is claimed ON
-CONFLICT DO NOTHING: a key claimed first by another submit leaves the claim empty and the
-caller retries (``requests.chat.OperationKeyRace``). An upfront hold is written after it
-(``accounts.kudos.hold_upfront``). The row is written from the admission's ``WaitingPrompt``
-with every column bound, Python defaults included, so its status reads what was stored.
+CONFLICT DO NOTHING, and the row and the tax are written only if the claim took: a key
+claimed first by another submit leaves the statement's writes empty and the caller retries
+(``requests.chat.OperationKeyRace``). So a caller with nothing to write after it may send
+the transaction's COMMIT in the same round trip (``commit``). An upfront hold is written
+after it (``accounts.kudos.hold_upfront``). The row is written from the admission's
+``WaitingPrompt`` with every column bound, Python defaults included, so its status reads
+what was stored.
 """
 
 from __future__ import annotations
@@ -89,7 +92,10 @@ def _enqueue(claim: bool) -> Select[Any]:
 _ENQUEUE = _enqueue(claim=False)
 _ENQUEUE_AND_CLAIM = _enqueue(claim=True)
 """``enqueue_request``'s statements, built once: without an operation key, and with one."""
-_RAW = {claim: raw_sql(_enqueue(claim).compile(dialect=DIALECT).string) for claim in (False, True)}
+_RAW = {
+    claim: raw_sql(statement.compile(dialect=DIALECT).string)
+    for claim, statement in ((False, _ENQUEUE), (True, _ENQUEUE_AND_CLAIM))
+}
 """The two statements in Postgres's placeholders, for ``commit`` (sent on psycopg's
 connection, in a pipeline with the COMMIT), by whether they claim a key."""
 JSON_PARAMS = frozenset(f"row_{c.key}" for c in REQUESTS.columns if isinstance(c.type, JSONB))
