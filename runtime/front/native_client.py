@@ -233,6 +233,7 @@ class NativeClient:
         native API answered with. A lost response (timeout, reset, refused connection, or a
         5xx without the native ``{message, rc}`` shape) is repeated with identical bytes and
         key on the next root; the native API answers a repeat with the request it holds. A
+        refused connection costs no attempt while another root has not refused too. A
         native refusal becomes its HordeError; every attempt lost raises ``SubmitLost``."""
         route = ROUTES["chat_async"]
         headers = {
@@ -246,17 +247,26 @@ class NativeClient:
         loop = asyncio.get_running_loop()
         began = loop.time()
         rate_limited = 0  # submits the native limiter refused: nothing was queued, not attempts
+        # a root that refused the connection never saw the submit: not an attempt while
+        # another root may still answer (a native API that stopped would otherwise take two
+        # of the three attempts from the one still serving)
+        refused = refused_in_a_row = 0
         attempt = 0
-        while attempt - rate_limited < self.submit_attempts:
+        while attempt - rate_limited - refused < self.submit_attempts:
             attempt += 1
             url = self._root(attempt - 1) + route.path
             try:
                 response = await self._call("POST", url, headers, self._submit_timeout, body)
             except LOST as exc:
-                maybe_queued = maybe_queued or not isinstance(exc, NOT_SENT)
+                sent = not isinstance(exc, NOT_SENT)
+                maybe_queued = maybe_queued or sent
+                refused_in_a_row = 0 if sent else refused_in_a_row + 1
+                if 0 < refused_in_a_row < len(self.roots):
+                    refused += 1
                 last = f"{type(exc).__name__} ({exc}) from {url}"
                 log.warning("submit attempt %d lost (%s); repeating", attempt, last)
                 continue
+            refused_in_a_row = 0
             if response.status_code >= 500 and not _is_native_refusal(response):
                 last = f"{response.status_code} from {url}"
                 continue

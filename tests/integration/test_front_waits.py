@@ -571,6 +571,40 @@ def test_submit_lost_every_time_is_502_and_not_retried(
     assert lossy.sent(b"DELETE /api/v2/generate/chat/operation/" + keys.pop().encode())
 
 
+def _refusing_root() -> str:
+    """A root nothing listens on: every connection to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_a_root_that_refuses_costs_the_submit_no_attempt(
+    horde_stores: EmbeddedStores,
+    native_service: NativeService,
+    serve: Callable[..., ChatTestWorker],
+    requester: MadeUser,
+    native_db: Any,
+) -> None:
+    """A native API that stopped refuses connections, so it never saw the submit: the
+    front's three attempts all go to the root that still serves. Here that root loses
+    the first two answers; counting the refusals too, the third try (to the stopped
+    root) would have ended the submit 502."""
+    with (
+        DroppingProxy(native_service.port, drop=SUBMIT, times=2) as lossy,
+        front_on(horde_stores, [_refusing_root(), lossy.url]) as front,
+        serve(),
+        openai.OpenAI(base_url=front.url + "/v1", api_key=requester.api_key) as sdk,
+    ):
+        completion = sdk.chat.completions.create(model=MODEL, messages=MESSAGES)
+    (row,) = rows(native_db)  # the repeats were answered with the request already queued
+    assert completion.id == f"chatcmpl-{row.id}"
+    assert lossy.dropped == 2
+    # every try the same key (the native API's submit limit may have held one more)
+    keys = {split(request)[0]["x-operation-key"] for request in lossy.sent(SUBMIT)}
+    assert len(keys) == 1
+
+
 @pytest.fixture
 def deaf_redis() -> Iterator[EmbeddedRedis]:
     """A second, separate Redis server: nothing the native API publishes reaches it."""
