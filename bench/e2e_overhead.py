@@ -23,11 +23,13 @@ servers spent a request (``/proc``): the proxy's, and the horde's front, native 
 Postgres and Redis.
 
 The horde figures are taken with the native API's rate limits off, as every bench's native
-API has them (bench/native_stack.py). A second horde stack runs at the shipped limits: one
-request a second (``e2e_horde_paced_*``, what a person at a chat UI meets), then back to
-back (``e2e_horde_back_to_back_*``, a script's loop: the per-client submit limit, 2 a
-second, holds it near 2 requests a second). docs/performance.md has the figures measured so
-far and where a completion's time goes.
+API has them (bench/native_stack.py); the native API runs in this process, settled as
+``horde-chat native`` settles its own (``runtime.service_process.settle``: no full
+collection of the startup heap, the GIL's shorter switch interval). A second horde stack
+runs at the shipped limits: one request a second (``e2e_horde_paced_*``, what a person at a
+chat UI meets), then back to back (``e2e_horde_back_to_back_*``, a script's loop: the
+per-client submit limit, 2 a second, holds it near 2 requests a second). docs/performance.md
+has the figures measured so far and where a completion's time goes.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from bench.native_stack import native_service
 from bench.support.cpu import CpuMeter, parent_pid
 from bench.support.figures import percentile
 from bench.support.host import print_host_figures
+from runtime.service_process import settle
 from runtime.worker.llama_server import LlamaServer
 from runtime.worker.tiny_model import DEMO_REPLY, MODEL_NAME, build_tiny_model
 
@@ -285,6 +288,7 @@ def horde_stack(backend: str, model: Path, *, rate_limits: bool = False) -> Iter
         tempfile.TemporaryFile("w+") as output,
     ):
         requester, owner = bench_users(service.context.sessions)
+        settle()  # as `horde-chat native` runs it: its heap frozen, the GIL's 1 ms switch
         redis_url = str(service.context.settings.redis_url)
         front, front_url = start_front(redis_url, service.url, cap=64, poll=10)
         # llama-cpp-python's server reports its context on no route, so the worker is told
