@@ -145,7 +145,8 @@ class VisionWorker:
         return list(self.horde.jobs)
 
     def __enter__(self) -> Self:
-        self.horde.pop(self.loop.body)  # online (and, with nothing queued, no job) first
+        # online first: with nothing queued there is no job, and no long poll to wait out
+        self.horde.pop({key: value for key, value in self.loop.body.items() if key != "wait"})
         self.loop.start()
         return self
 
