@@ -2,13 +2,15 @@
 up``, the shipped limits): the official openai SDK at its defaults (two retries, honouring
 ``retry-after-ms``; ``--max-retries`` changes that) sends one chat completion after
 another, each as soon as the last one ended, for ``--seconds``. Printed, never pass/fail.
+Not one of ``make bench``'s benches, which start what they measure: this one needs a horde
+already serving.
 
 Per ``--bucket`` seconds: the replies and the errors (status and code) that ended in it.
 Figures: ``looping_replies_per_second_first_30s``, ``looping_replies_first_60s``,
 ``looping_first_error_s`` (when the client first met an error, after the SDK's retries),
 ``looping_longest_call_s``.
 
-    .venv/bin/python bench/looping_client.py --base-url http://127.0.0.1:7002/v1
+    .venv/bin/python tools/looping_client.py --base-url http://127.0.0.1:7002/v1
 
 The native API's submit limits (spec/rate_limits.yaml: 2 a second and 90 a minute per
 client, 2 a second per key) apply to the client's address, which the front forwards; the
