@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from psycopg.types.json import Jsonb
+
 _PLACEHOLDER = re.compile(r"%%|%\((\w+)\)s")
 
 
@@ -44,3 +46,10 @@ def raw_sql(sql: str) -> RawSql:
     if "%" in _PLACEHOLDER.sub("", sql):
         raise ValueError("a placeholder raw_sql cannot convert (only %(name)s and %%)")
     return RawSql(_PLACEHOLDER.sub(number, sql).encode(), tuple(names))
+
+
+def with_jsonb(params: Mapping[str, Any], names: frozenset[str]) -> dict[str, Any]:
+    """``params`` with the value of each of ``names`` wrapped in ``Jsonb`` (psycopg sends a
+    dict or list as jsonb only so wrapped), None left as SQL NULL: what SQLAlchemy's JSONB
+    type did for a statement it ran."""
+    return {k: Jsonb(v) if k in names and v is not None else v for k, v in params.items()}

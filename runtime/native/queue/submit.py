@@ -18,7 +18,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple
 
-from psycopg.types.json import Jsonb
 from sqlalchemy import Connection, Table, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
@@ -35,7 +34,7 @@ from runtime.native.queue.sweep import fault_generation
 from runtime.native.queue.webhooks import Delivery, generation_delivery
 from runtime.native.requests.rows import unfinished
 from runtime.observability.context import KIND_TEXT, note_kudos, note_worker_fault
-from runtime.stores.raw_sql import RawSql, raw_sql
+from runtime.stores.raw_sql import RawSql, raw_sql, with_jsonb
 
 FAULTED = STATE_FAULTED
 GENERATIONS: Table = Generation.__table__  # type: ignore[assignment]
@@ -376,8 +375,7 @@ def pay(
     assert not unknown, unknown
     params = {
         **{k: None for k in CLAIMED_COLUMNS},
-        **{k: Jsonb(v) if k in JSON_COLUMNS and v is not None else v
-           for k, v in claimed.items()},
+        **with_jsonb(claimed, JSON_COLUMNS),
         "gen_id": job.gen_id, "worker_id": job.worker_id, "owner_id": job.worker_user_id,
         "wp_id": job.wp_id, "requester_id": job.requester_id, "tokens": tokens,
         "keep": policy.speed_samples,

@@ -17,7 +17,6 @@ from decimal import Decimal
 from typing import Any
 
 from psycopg import RawCursor
-from psycopg.types.json import Jsonb
 from sqlalchemy import Numeric, Select, String, Table, bindparam, cast, exists, func, select
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
@@ -27,7 +26,7 @@ from runtime.native.accounts import kudos
 from runtime.native.db.tables import OperationKey, WaitingPrompt
 from runtime.native.queue.jobs import DIALECT, driver_of
 from runtime.observability.context import note_kudos
-from runtime.stores.raw_sql import raw_sql
+from runtime.stores.raw_sql import raw_sql, with_jsonb
 
 REQUESTS: Table = WaitingPrompt.__table__  # type: ignore[assignment]
 OPERATION_KEYS: Table = OperationKey.__table__  # type: ignore[assignment]
@@ -150,7 +149,7 @@ def enqueue_request(
         written = session.execute(_ENQUEUE if operation is None else _ENQUEUE_AND_CLAIM, params)
         return operation is None or written.one().claimed == 1
     statement = _RAW[operation is not None]
-    values = {k: Jsonb(v) if k in JSON_PARAMS and v is not None else v for k, v in params.items()}
+    values = with_jsonb(params, JSON_PARAMS)
     driver = driver_of(session)
     with RawCursor(driver) as cursor, RawCursor(driver) as committing:
         with driver.pipeline():  # one Sync, at its end, answers both
