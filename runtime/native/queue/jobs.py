@@ -174,7 +174,13 @@ def register_and_pop(
     worker's refresh from its declaration (when the name is that user's worker and not in
     maintenance) and ``pop_text_job``'s pick. None: no such key. A Registered without a
     worker changed nothing: the name is new or another user's, or the worker is in
-    maintenance; ``register_worker`` then decides, in a transaction."""
+    maintenance; ``register_worker`` then decides, in a transaction.
+
+    Its commit does not wait for the WAL to reach the disk (``synchronous_commit`` off for
+    its own transaction, set in the statement): a crash may lose the last moments' check-ins
+    and claims. A lost claim leaves its request queued, to be popped again, and refuses the
+    lost job's submit (InvalidJobID): nothing accepted is lost and nothing is charged twice.
+    The payment's commit waits, and flushes the claim before it with it."""
     declared = _declared(body, declaration)
     worker = Worker(name=body["name"], **declared)
     prompt_jobs, shape = _pop_shape(declaration)
@@ -375,7 +381,8 @@ def driver_of(db: Session | Connection) -> Any:
 DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
 _REGISTER_FRAME = """
 owner AS (
-    SELECT users.id, users.trusted FROM api_keys JOIN users ON users.id = api_keys.user_id
+    SELECT users.id, users.trusted, set_config('synchronous_commit', 'off', true) AS unflushed
+    FROM api_keys JOIN users ON users.id = api_keys.user_id
     WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
 ), registered AS (
     UPDATE workers SET models = %(models)s, max_length = %(max_length)s,
