@@ -99,6 +99,16 @@ def autocommit_engine(url: str) -> Engine:
     return make_engine(url, pool_size=size, max_overflow=overflow, autocommit=True)
 
 
+def flush_wal(engine: Engine) -> None:
+    """Wait until every commit made so far is on disk, those made with synchronous_commit
+    off included. A commit waits for the disk only if its transaction wrote to the WAL: so
+    a transaction of one empty logical-decoding message (any role may write one; a decoding
+    client, if any, reads it as ``horde-chat``'s) whose commit flushes all WAL before it.
+    ``engine``: an autocommit one (``autocommit_engine``), synchronous_commit on."""
+    with engine.connect() as connection:
+        connection.exec_driver_sql("SELECT pg_logical_emit_message(true, 'horde-chat', '')")
+
+
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 

@@ -1,38 +1,25 @@
 """A known worker's pop (its check-in and its claim) commits without waiting for its WAL to
 reach the disk; every other write still waits (``queue.jobs.register_and_pop``).
 
-Measured by Postgres itself: the WAL fsyncs the pop's own backend made (``pg_stat_io``, one
-backend's row), before and after the pop, and after a durable write on that connection."""
+Measured by Postgres itself: the WAL fsyncs the pop's own backend made
+(``tests.support.wal_flushes``), before and after the pop, and after a durable write on
+that connection."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 
 from runtime.contract.declaration import parse_worker_declaration
 from runtime.native.accounts.keys import key_hash_of
 from runtime.native.queue.jobs import register_and_pop
 from runtime.native.queue.sweep import utcnow
 from tests.integration.chat_flow import chat_pop, chat_pop_body, submit_chat
+from tests.support.wal_flushes import wal_fsyncs
 
 pytestmark = pytest.mark.integration
-
-
-def _wal_fsyncs(connection: Connection) -> int:
-    """The WAL fsyncs this connection's backend made so far. Its statistics are flushed
-    when it goes idle, at most once a second unless forced: the first statement forces
-    the flush of what the earlier ones counted."""
-    connection.execute(text("SELECT pg_stat_force_next_flush()"))
-    return int(
-        connection.execute(
-            text(
-                "SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_get_backend_io(pg_backend_pid())"
-                " WHERE object = 'wal'"
-            )
-        ).scalar_one()
-    )
 
 
 def _pop_body(**fields: Any) -> dict[str, Any]:
@@ -50,7 +37,8 @@ def test_a_pop_s_claim_does_not_wait_for_the_wal_flush(
     ctx = native_service.context
     body = _pop_body()
     with ctx.autocommit.connect() as connection:
-        before = _wal_fsyncs(connection)
+        driver = connection.connection.driver_connection
+        before = wal_fsyncs(driver)
         known, popped = register_and_pop(  # in autocommit: the statement commits itself
             connection,
             ctx.policy,
@@ -63,12 +51,12 @@ def test_a_pop_s_claim_does_not_wait_for_the_wal_flush(
         assert known.worker is not None
         assert popped.job is not None
         assert str(popped.job.wp_id) == request_id
-        assert _wal_fsyncs(connection) == before  # the claim committed, unflushed
+        assert wal_fsyncs(driver) == before  # the claim committed, unflushed
         # The measure sees a flush: an ordinary write on the same connection waits for one.
         connection.execute(
             text("UPDATE users SET kudos = kudos WHERE id = :id"), {"id": requester.id}
         )
-        assert _wal_fsyncs(connection) > before
+        assert wal_fsyncs(driver) > before
     with native_db() as session:  # the claim is committed: visible to every session
         claimed = session.execute(
             text("SELECT count(*) FROM processing_gens WHERE wp_id = :id"), {"id": request_id}

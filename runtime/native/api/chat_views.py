@@ -63,7 +63,7 @@ from runtime.native.requests.moderation import Screen
 from runtime.native.requests.signals import publish_chat_event
 from runtime.native.requests.text import cancel_text_request
 from runtime.observability import context as request_context
-from runtime.stores.database import transaction
+from runtime.stores.database import flush_wal, transaction
 
 OPERATION_KEY_ATTEMPTS = 2
 """A lost race on a new operation key is retried once; the retry finds the winner's row."""
@@ -82,6 +82,8 @@ def chat_async(req: LaneRequest) -> Reply:
         result = _admitted(req, chat_request, source)
     if result.id is not None and not result.existing:
         wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
+    if result.unflushed:  # on disk before the 202; a pop may take it meanwhile
+        flush_wal(ctx.autocommit)
     if result.id is None:
         return Reply({"kudos": float(result.kudos)})
     # A replay by operation key queues nothing: 200 with the first request's id and kudos

@@ -84,6 +84,9 @@ class ChatSubmitted:
     """The objects the new row owns (none for a dry run or a recovered request)."""
     first: FirstStatus | None = None
     """A newly queued request's status as of its commit (``FirstStatus.read`` after it)."""
+    unflushed: bool = False
+    """Its commit did not wait for the disk (``enqueue_request``'s ``commit``): the caller
+    flushes (``stores.database.flush_wal``) before it answers."""
 
 
 ANONYMOUS_KEY_SCOPE = "anonymous."
@@ -268,6 +271,7 @@ def create_chat_request(
         kudos=cost,
         object_keys=tuple(wp.object_keys or ()),
         first=first_status(policy, wp, online),
+        unflushed=last,
     )
 
 

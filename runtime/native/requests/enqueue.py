@@ -17,7 +17,18 @@ from decimal import Decimal
 from typing import Any
 
 from psycopg import RawCursor
-from sqlalchemy import Numeric, Select, String, Table, bindparam, cast, exists, func, select
+from sqlalchemy import (
+    Numeric,
+    Select,
+    String,
+    Table,
+    bindparam,
+    cast,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import ColumnDefault
@@ -28,6 +39,8 @@ from runtime.native.queue.jobs import DIALECT, driver_of
 from runtime.observability.context import note_kudos
 from runtime.stores.raw_sql import raw_sql, with_jsonb
 
+UNFLUSHED = "set_config('synchronous_commit', 'off', true)"
+"""SQL that makes its transaction's commit one that does not wait for the disk."""
 REQUESTS: Table = WaitingPrompt.__table__  # type: ignore[assignment]
 OPERATION_KEYS: Table = OperationKey.__table__  # type: ignore[assignment]
 
@@ -49,10 +62,11 @@ def _unsized(kind: Any) -> Any:
     return kind
 
 
-def _enqueue(claim: bool) -> Select[Any]:
+def _enqueue(claim: bool, *, unflushed: bool = False) -> Select[Any]:
     """The row, the tax and, with ``claim``, the operation key's claim, which the other two
     then wait on: a key claimed first by another submit leaves all three empty, so the
-    statement wrote nothing (and a COMMIT sent behind it, ``commit``, keeps nothing)."""
+    statement wrote nothing (and a COMMIT sent behind it, ``commit``, keeps nothing).
+    ``unflushed``: its transaction's commit does not wait for the disk (``commit``)."""
     columns = list(REQUESTS.columns)
     if not claim:
         queued = insert(REQUESTS).values({c.key: _bound(c) for c in columns})
@@ -85,6 +99,8 @@ def _enqueue(claim: bool) -> Select[Any]:
         selected.append(
             select(func.count()).select_from(claimed).scalar_subquery().label("claimed")
         )
+    if unflushed:
+        selected.append(literal_column(UNFLUSHED).label("unflushed"))
     return select(*selected)
 
 
@@ -92,11 +108,12 @@ _ENQUEUE = _enqueue(claim=False)
 _ENQUEUE_AND_CLAIM = _enqueue(claim=True)
 """``enqueue_request``'s statements, built once: without an operation key, and with one."""
 _RAW = {
-    claim: raw_sql(statement.compile(dialect=DIALECT).string)
-    for claim, statement in ((False, _ENQUEUE), (True, _ENQUEUE_AND_CLAIM))
+    claim: raw_sql(_enqueue(claim, unflushed=True).compile(dialect=DIALECT).string)
+    for claim in (False, True)
 }
 """The two statements in Postgres's placeholders, for ``commit`` (sent on psycopg's
-connection, in a pipeline with the COMMIT), by whether they claim a key."""
+connection, in a pipeline with the COMMIT, which they make an unflushed one), by whether
+they claim a key."""
 JSON_PARAMS = frozenset(f"row_{c.key}" for c in REQUESTS.columns if isinstance(c.type, JSONB))
 
 
@@ -131,7 +148,10 @@ def enqueue_request(
 
     ``commit``: the transaction's COMMIT goes in the same pipeline, one round trip for both,
     for a caller with nothing left to write after it; the session's own commit then finds
-    nothing to commit (psycopg's, with no transaction open, sends nothing)."""
+    nothing to commit (psycopg's, with no transaction open, sends nothing). That COMMIT
+    does not wait for the disk: the request is visible at once, so a pop can take it while
+    the caller waits for the flush (``stores.database.flush_wal``) before it tells anyone
+    the request was queued."""
     delta = kudos.money(-tax)
     params = {
         **row_values(wp),
