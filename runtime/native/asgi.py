@@ -188,7 +188,8 @@ class WakeHub:
         if not self.subscribed.is_set():
             seconds = min(seconds, FALLBACK_REPOP_SECONDS)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(waiter.wait(), seconds)
+            async with asyncio.timeout(seconds):  # no task of its own, as wait_for makes
+                await waiter.wait()
 
 
 class NativeASGI:

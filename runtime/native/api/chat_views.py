@@ -80,9 +80,9 @@ def chat_async(req: LaneRequest) -> Reply:
     source = Source(ctx.redis, source_of(req.remote_addr, req.header, ctx.settings))
     with source.counted():
         result = _admitted(req, chat_request, source)
-    if result.id is not None and not result.existing:
+    if result.id is not None and not result.existing and not result.unflushed:
         wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
-    if result.unflushed:  # on disk before the 202; a pop may take it meanwhile
+    if result.unflushed:  # woken already (``_create``); on disk before the 202
         flush_wal(ctx.autocommit)
     if result.id is None:
         return Reply({"kudos": float(result.kudos)})
@@ -171,7 +171,7 @@ def _create(
     for attempt in range(OPERATION_KEY_ATTEMPTS):
         try:
             with transaction(ctx.sessions) as session:
-                return create_chat_request(
+                result = create_chat_request(
                     session,
                     ctx.policy,
                     req.header(HEADER_APIKEY),
@@ -186,6 +186,9 @@ def _create(
                     objects=objects,
                     admission_only=admission_only,
                 )
+                if result.unflushed:  # committed with its writes: a pop takes it from now
+                    wake_workers(ctx.redis, requested_models(stored_request))
+                return result
         except OperationKeyRace:
             if attempt + 1 == OPERATION_KEY_ATTEMPTS:
                 raise
