@@ -99,6 +99,12 @@ def autocommit_engine(url: str) -> Engine:
     return make_engine(url, pool_size=size, max_overflow=overflow, autocommit=True)
 
 
+UNFLUSHED_COMMIT = "set_config('synchronous_commit', 'off', true)"
+"""SQL for a statement's select list: its transaction's commit does not wait for the disk.
+Its caller answers nobody who relies on the write before ``flush_wal``, or the write is one
+a crash may lose (a pop's check-in and claim)."""
+
+
 def flush_wal(engine: Engine) -> None:
     """Wait until every commit made so far is on disk, those made with synchronous_commit
     off included. A commit waits for the disk only if its transaction wrote to the WAL: so

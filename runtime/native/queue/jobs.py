@@ -53,6 +53,7 @@ from runtime.native.queue.fit import (
 )
 from runtime.native.queue.policy import Policy
 from runtime.native.requests.rows import queued
+from runtime.stores.database import UNFLUSHED_COMMIT
 from runtime.stores.raw_sql import RawSql, raw_sql
 
 
@@ -381,7 +382,7 @@ def driver_of(db: Session | Connection) -> Any:
 DIALECT = PGDialect_psycopg()  # type: ignore[no-untyped-call]
 _REGISTER_FRAME = """
 owner AS (
-    SELECT users.id, users.trusted, set_config('synchronous_commit', 'off', true) AS unflushed
+    SELECT users.id, users.trusted, {unflushed} AS unflushed
     FROM api_keys JOIN users ON users.id = api_keys.user_id
     WHERE api_keys.key_hash = %(key_hash)s LIMIT 1
 ), registered AS (
@@ -468,7 +469,9 @@ def _pop_sql(
     compiled = or_(false(), *kinds).compile(dialect=DIALECT)
     queued_sql = and_(*queued()).compile(dialect=DIALECT, compile_kwargs={"literal_binds": True})
     sql = _POP_FRAME.format(
-        registering=_REGISTER_FRAME.format(fast=fast_sql("registered.speed"), uptime=UPTIME_SQL)
+        registering=_REGISTER_FRAME.format(
+            fast=fast_sql("registered.speed"), uptime=UPTIME_SQL, unflushed=UNFLUSHED_COMMIT
+        )
         if registering
         else "",
         queued=queued_sql,

@@ -37,10 +37,9 @@ from runtime.native.accounts import kudos
 from runtime.native.db.tables import OperationKey, WaitingPrompt
 from runtime.native.queue.jobs import DIALECT, driver_of
 from runtime.observability.context import note_kudos
+from runtime.stores.database import UNFLUSHED_COMMIT
 from runtime.stores.raw_sql import raw_sql, with_jsonb
 
-UNFLUSHED = "set_config('synchronous_commit', 'off', true)"
-"""SQL that makes its transaction's commit one that does not wait for the disk."""
 REQUESTS: Table = WaitingPrompt.__table__  # type: ignore[assignment]
 OPERATION_KEYS: Table = OperationKey.__table__  # type: ignore[assignment]
 
@@ -100,7 +99,7 @@ def _enqueue(claim: bool, *, unflushed: bool = False) -> Select[Any]:
             select(func.count()).select_from(claimed).scalar_subquery().label("claimed")
         )
     if unflushed:
-        selected.append(literal_column(UNFLUSHED).label("unflushed"))
+        selected.append(literal_column(UNFLUSHED_COMMIT).label("unflushed"))
     return select(*selected)
 
 
