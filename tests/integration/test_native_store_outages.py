@@ -92,6 +92,27 @@ def test_redis_down_the_limiter_fails_open_and_a_cancel_succeeds(stores, service
     assert "Traceback" not in logged
 
 
+def test_redis_down_a_chat_submit_is_queued_unscreened_for_timeouts(stores, service, caplog):
+    # The source's IP timeout is best effort, as upstream's without its Redis: unread, the
+    # submit goes on (and its wake is lost: the waiting pop re-pops at its deadline).
+    requester, owner = _user(service, "requester", 1000), _user(service, "owner")
+    assert stores.redis is not None
+    with httpx.Client(base_url=f"{service.url}/api/v2", timeout=30) as client:
+        chat_pop(client, owner)  # its worker online
+        caplog.set_level(logging.INFO)
+        stores.redis.stop()
+        try:
+            queued = client.post(
+                "/generate/chat/async", headers={"apikey": requester}, json=chat_body()
+            )
+        finally:
+            stores.redis = EmbeddedRedis.start(stores.redis.data_dir)
+    assert queued.status_code == 202, queued.text
+    logged = _logged(caplog)
+    assert "IP timeout of" in logged
+    assert "Traceback" not in logged
+
+
 def test_postgres_down_is_a_503_and_the_service_reconnects(stores, service, caplog):
     api = f"{service.url}/api/v2"
     owner = _user(service, "owner")

@@ -215,12 +215,13 @@ def create_chat_request(
     anyway costs no fetch. The result's id is None unless an operation key was replayed."""
     asker = shared_keys.requester(session, api_key, now)
     stored_key = stored_operation_key(operation_key, api_key, ipaddr) if operation_key else None
-    admission = read_admission(session, policy, asker.key_hash, stored_key, now)
-    user, online, counted = admission.user, admission.online, admission.queued
-    fingerprint = operation_fingerprint(original or request) if operation_key else ""
-    if operation_key and admission.operation is not None:
-        return _replayed(admission.operation, operation_key, fingerprint)
-    source.refuse_in_timeout()
+    with source.ask_timeout() as timeout:  # its Redis round trip beside the admission's
+        admission = read_admission(session, policy, asker.key_hash, stored_key, now)
+        user, online, counted = admission.user, admission.online, admission.queued
+        fingerprint = operation_fingerprint(original or request) if operation_key else ""
+        if operation_key and admission.operation is not None:
+            return _replayed(admission.operation, operation_key, fingerprint)
+        timeout.refuse()
     full_prompt = flatten_messages(request[PARAM_MESSAGES])
     moderation.check(full_prompt)
     models = requested_models(request)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -39,6 +40,60 @@ def refuse_in_timeout(redis: Redis, source: str) -> None:
     if left > 0:
         seconds = left / 1000
         raise TimeoutIP(seconds=round(seconds), retry_after=seconds)
+
+
+class AskedTimeout:
+    """A source's timeout asked of Redis, its answer read later (``refuse``): its round trip
+    overlaps the caller's next one (a chat submit's admission reads, in Postgres). Best
+    effort, as ``refuse_in_timeout``. Use as a context manager: an answer left unread when
+    the block ends is read then, so the connection goes back to the pool clean."""
+
+    def __init__(self, redis: Redis, source: str) -> None:
+        self._pool = redis.connection_pool
+        self._source = source
+        self._connection: Any = None
+        try:
+            connection: Any = self._pool.get_connection()  # redis-py's is untyped
+        except RedisError as exc:
+            self._unread(exc)
+            return
+        try:
+            connection.send_command("PTTL", TIMEOUT_KEY.format(source=source))
+        except RedisError as exc:  # redis-py disconnected it
+            self._pool.release(connection)
+            self._unread(exc)
+            return
+        self._connection = connection
+
+    def __enter__(self) -> AskedTimeout:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._answer()
+
+    def refuse(self) -> None:
+        """TimeoutIP while the source is in timeout, with the seconds left."""
+        left = self._answer()
+        if left > 0:
+            seconds = left / 1000
+            raise TimeoutIP(seconds=round(seconds), retry_after=seconds)
+
+    def _answer(self) -> int:
+        """The milliseconds left (0 or less: none), read once; 0 when Redis failed."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return 0
+        try:
+            return int(connection.read_response())
+        except RedisError as exc:
+            connection.disconnect()
+            self._unread(exc)
+            return 0
+        finally:
+            self._pool.release(connection)
+
+    def _unread(self, exc: RedisError) -> None:
+        log.warning("IP timeout of %s unread: Redis: %s", self._source, type(exc).__name__)
 
 
 def report_corrupt(redis: Redis, source: str) -> int:
@@ -68,6 +123,10 @@ class Source:
 
     def refuse_in_timeout(self) -> None:
         refuse_in_timeout(self.redis, self.address)
+
+    def ask_timeout(self) -> AskedTimeout:
+        """``refuse_in_timeout`` in two halves: asked now, refused by ``refuse()`` later."""
+        return AskedTimeout(self.redis, self.address)
 
     @contextmanager
     def counted(self) -> Iterator[None]:
