@@ -32,11 +32,19 @@ log = logging.getLogger(__name__)
 
 def refuse_in_timeout(redis: Redis, source: str) -> None:
     """TimeoutIP while ``source`` is in timeout, with the seconds left."""
+    _refuse(_timeout_left(redis, source))
+
+
+def _timeout_left(redis: Redis, source: str) -> int:
+    """The milliseconds left of ``source``'s timeout (0 or less: none); 0 when Redis failed."""
     try:
-        left = redis.pttl(TIMEOUT_KEY.format(source=source))
+        return int(redis.pttl(TIMEOUT_KEY.format(source=source)))
     except RedisError as exc:
         log.warning("IP timeout of %s unread: Redis: %s", source, type(exc).__name__)
-        return
+        return 0
+
+
+def _refuse(left: int) -> None:
     if left > 0:
         seconds = left / 1000
         raise TimeoutIP(seconds=round(seconds), retry_after=seconds)
@@ -44,24 +52,25 @@ def refuse_in_timeout(redis: Redis, source: str) -> None:
 
 class AskedTimeout:
     """A source's timeout asked of Redis, its answer read later (``refuse``): its round trip
-    overlaps the caller's next one (a chat submit's admission reads, in Postgres). Best
-    effort, as ``refuse_in_timeout``. Use as a context manager: an answer left unread when
-    the block ends is read then, so the connection goes back to the pool clean."""
+    overlaps the caller's next one (a chat submit's admission reads, in Postgres). Use as a
+    context manager: an answer left unread when the block ends is read then, so the
+    connection goes back to the pool clean. When the early ask fails (a connection Redis
+    closed, say), ``refuse`` asks again as ``refuse_in_timeout`` does, with redis-py's
+    retries; best effort all the same."""
 
     def __init__(self, redis: Redis, source: str) -> None:
-        self._pool = redis.connection_pool
-        self._source = source
+        self._redis, self._source = redis, source
         self._connection: Any = None
+        self._pending = True
+        pool = redis.connection_pool
         try:
-            connection: Any = self._pool.get_connection()  # redis-py's is untyped
-        except RedisError as exc:
-            self._unread(exc)
+            connection: Any = pool.get_connection()  # redis-py's is untyped
+        except RedisError:
             return
         try:
             connection.send_command("PTTL", TIMEOUT_KEY.format(source=source))
-        except RedisError as exc:  # redis-py disconnected it
-            self._pool.release(connection)
-            self._unread(exc)
+        except RedisError:  # redis-py disconnected it
+            pool.release(connection)
             return
         self._connection = connection
 
@@ -69,31 +78,26 @@ class AskedTimeout:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._answer()
+        if self._connection is not None:  # unread: read it, the connection goes back clean
+            self._read()
 
     def refuse(self) -> None:
-        """TimeoutIP while the source is in timeout, with the seconds left."""
-        left = self._answer()
-        if left > 0:
-            seconds = left / 1000
-            raise TimeoutIP(seconds=round(seconds), retry_after=seconds)
+        """TimeoutIP while the source is in timeout, with the seconds left (asked once)."""
+        if self._pending:
+            self._pending = False
+            left = self._read() if self._connection is not None else None
+            _refuse(_timeout_left(self._redis, self._source) if left is None else left)
 
-    def _answer(self) -> int:
-        """The milliseconds left (0 or less: none), read once; 0 when Redis failed."""
+    def _read(self) -> int | None:
+        """The early ask's answer; None when it failed."""
         connection, self._connection = self._connection, None
-        if connection is None:
-            return 0
         try:
             return int(connection.read_response())
-        except RedisError as exc:
+        except RedisError:
             connection.disconnect()
-            self._unread(exc)
-            return 0
+            return None
         finally:
-            self._pool.release(connection)
-
-    def _unread(self, exc: RedisError) -> None:
-        log.warning("IP timeout of %s unread: Redis: %s", self._source, type(exc).__name__)
+            self._redis.connection_pool.release(connection)
 
 
 def report_corrupt(redis: Redis, source: str) -> int:
