@@ -105,14 +105,14 @@ Its caller answers nobody who relies on the write before ``flush_wal``, or the w
 a crash may lose (a pop's check-in and claim)."""
 
 
-def flush_wal(engine: Engine) -> None:
+def flush_wal(driver: Any) -> None:
     """Wait until every commit made so far is on disk, those made with synchronous_commit
     off included. A commit waits for the disk only if its transaction wrote to the WAL: so
     a transaction of one empty logical-decoding message (any role may write one; a decoding
     client, if any, reads it as ``horde-chat``'s) whose commit flushes all WAL before it.
-    ``engine``: an autocommit one (``autocommit_engine``), synchronous_commit on."""
-    with engine.connect() as connection:
-        connection.exec_driver_sql("SELECT pg_logical_emit_message(true, 'horde-chat', '')")
+    ``driver``: a psycopg connection in autocommit (``autocommit_engine``'s), with
+    synchronous_commit on."""
+    driver.execute("SELECT pg_logical_emit_message(true, 'horde-chat', '')")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

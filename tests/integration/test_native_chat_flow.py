@@ -429,6 +429,31 @@ def test_a_final_status_after_restarts_is_what_the_status_route_answers(
     assert stored == chat_status(native_client, faulted)
 
 
+def test_a_submit_answers_after_its_unflushed_commit_reached_the_disk(
+    native_client, make_user, monkeypatch
+):
+    """The chat submit's COMMIT goes with its writes and does not wait for the disk; the
+    submit flushes (``flush_wal``) before it reads the queue position its 202 carries."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)  # its worker online
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def seen(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name != "horde-sweeper":
+            text = query if isinstance(query, str) else bytes(query).decode()
+            sent.append(" ".join(text.split())[:40])
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", seen)
+    submit_chat(native_client, requester.api_key)
+    monkeypatch.undo()
+    commit = sent.index("COMMIT")
+    flush = sent.index("SELECT pg_logical_emit_message(true, 'ho")
+    position = next(i for i, q in enumerate(sent) if q.startswith("SELECT count(*)"))
+    assert commit < flush < position, sent
+
+
 def test_a_reply_that_ends_its_request_is_read_in_one_round_trip_and_paid_in_one(
     native_client, native_service, make_user, monkeypatch
 ):

@@ -19,7 +19,7 @@ from runtime.native.accounts.kudos import HORDE_TAX_REASON
 from runtime.native.db.tables import KudosHold, OperationKey, User, WaitingPrompt
 from runtime.native.queue.sweep import utcnow
 from runtime.native.requests.enqueue import REQUESTS, enqueue_request
-from runtime.stores.database import flush_wal, make_engine, transaction
+from runtime.stores.database import flush_wal, transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop
 from tests.integration.native_flow import ledger
 from tests.support.libpq_trace import messages_sent, syncs
@@ -110,7 +110,9 @@ def test_a_key_claimed_first_leaves_the_claim_empty(native_db, make_user, commit
         assert session.get(User, requester.id).kudos == Decimal(10) - TAX
 
 
-def test_the_commit_sent_with_it_leaves_the_disk_flush_to_flush_wal(native_db, make_user):
+def test_the_commit_sent_with_it_leaves_the_disk_flush_to_flush_wal(
+    native_service, native_db, make_user
+):
     # Its COMMIT makes the request visible at once without waiting for the disk (a pop may
     # take it); the submit then waits in flush_wal, whose own commit flushes the WAL.
     requester = make_user("req", kudos=10)
@@ -123,17 +125,11 @@ def test_the_commit_sent_with_it_leaves_the_disk_flush_to_flush_wal(native_db, m
         session.rollback()
     with native_db() as session:
         assert session.get(WaitingPrompt, wp.id) is not None
-    bind = native_db.kw["bind"]
-    flusher = make_engine(bind.url.render_as_string(hide_password=False), pool_size=1,
-                          max_overflow=0, autocommit=True)  # fmt: skip
-    try:
-        with flusher.connect() as connection:  # the pool's one connection, flush_wal's too
-            flushed = wal_fsyncs(connection.connection.driver_connection)
+    with native_service.context.autocommit.connect() as connection:  # as the submit's
+        flusher = connection.connection.driver_connection
+        flushed = wal_fsyncs(flusher)
         flush_wal(flusher)
-        with flusher.connect() as connection:
-            assert wal_fsyncs(connection.connection.driver_connection) == flushed + 1
-    finally:
-        flusher.dispose()
+        assert wal_fsyncs(flusher) == flushed + 1
 
 
 @pytest.mark.parametrize("operation", [None, ("op-1", "print")], ids=["no-key", "key"])

@@ -82,8 +82,6 @@ def chat_async(req: LaneRequest) -> Reply:
         result = _admitted(req, chat_request, source)
     if result.id is not None and not result.existing and not result.unflushed:
         wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
-    if result.unflushed:  # woken already (``_create``); on disk before the 202
-        flush_wal(ctx.autocommit)
     if result.id is None:
         return Reply({"kudos": float(result.kudos)})
     # A replay by operation key queues nothing: 200 with the first request's id and kudos
@@ -133,12 +131,16 @@ def _fetch_source(req: LaneRequest, source: Source) -> str:
 def _first_status(ctx: NativeContext, result: ChatSubmitted) -> ChatStatus:
     """The status right after the commit that queued (or found) the request. A new one's
     is what its submit had in hand and its queue position, one statement outside any
-    transaction (no BEGIN, no COMMIT); a found one's (an operation-key replay) is read, in
-    one snapshot as the status route reads it."""
+    transaction (no BEGIN, no COMMIT), after its commit reached the disk when it did not
+    wait for it (``flush_wal`` on the same connection: nothing is answered before it is
+    durable); a found one's (an operation-key replay) is read, in one snapshot as the
+    status route reads it."""
     if result.first is not None:
         with ctx.autocommit.connect() as connection:
             driver = connection.connection.driver_connection
             assert driver is not None
+            if result.unflushed:  # its pops were woken already (``_create``)
+                flush_wal(driver)
             with driver.cursor() as cursor:
                 return result.first.read(cursor)
     with transaction(ctx.snapshots) as session:

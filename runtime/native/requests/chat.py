@@ -86,7 +86,7 @@ class ChatSubmitted:
     """A newly queued request's status as of its commit (``FirstStatus.read`` after it)."""
     unflushed: bool = False
     """Its commit did not wait for the disk (``enqueue_request``'s ``commit``): the caller
-    flushes (``stores.database.flush_wal``) before it answers."""
+    flushes (``stores.database.flush_wal``) before it answers; ``first`` is then set."""
 
 
 ANONYMOUS_KEY_SCOPE = "anonymous."
