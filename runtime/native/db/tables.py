@@ -48,6 +48,10 @@ def _false() -> Any:
 
 OWNS_OBJECTS = "object_keys <> '[]'::jsonb"
 """A request still owns stored objects (the sweep releases ended ones)."""
+UNFINISHED = "generation IS NULL AND faulted IS false AND cancelled IS false"
+"""A job still running, spelled as ``requests.rows.unfinished`` renders it, so a count of a
+user's running jobs (every submit's ``queued_jobs``) is planned on the few running ones'
+index, not on a scan of every job kept until its request expires."""
 
 
 class Base(DeclarativeBase):
@@ -269,7 +273,14 @@ class Generation(Base):
     """One job handed to a worker (upstream ProcessingGeneration)."""
 
     __tablename__ = "processing_gens"
-    __table_args__ = (Index("ix_processing_gens_worker_aborted", "worker_id", "aborted_at"),)
+    __table_args__ = (
+        Index("ix_processing_gens_worker_aborted", "worker_id", "aborted_at"),
+        Index(
+            "ix_processing_gens_unfinished",
+            "wp_id",
+            postgresql_where=text(UNFINISHED),
+        ),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(UUID(as_uuid=True), primary_key=True, default=uuid.uuid4)
     wp_id: Mapped[uuid.UUID] = mapped_column(

@@ -1,0 +1,101 @@
+"""A submit counts its user's running jobs (``queued_jobs``, for the concurrency limit) on
+the index of running jobs, never by scanning every job the horde keeps: finished jobs stay
+until their request expires, so a scan grows with the whole horde's recent traffic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import insert, select, text
+
+from runtime.native.db.tables import Generation, WaitingPrompt, Worker
+from runtime.native.queue.sweep import utcnow
+from runtime.stores.database import transaction
+from tests.integration.chat_flow import chat_pop, submit_chat
+
+pytestmark = pytest.mark.integration
+
+FINISHED = 3_000
+"""Finished jobs kept: enough that a scan of them is the dearer plan by far."""
+INDEX = "ix_processing_gens_unfinished"
+
+
+def test_submits_count_running_jobs_on_their_index(
+    native_client, native_service, native_db, make_user, monkeypatch
+):
+    requester, owner = make_user("req", 10_000), make_user("wk")
+    chat_pop(native_client, owner.api_key)  # one worker online: the chat submit is served
+    _keep_finished_jobs(native_db, requester.id, FINISHED)
+    ran: list[tuple[bool, Any, Any]] = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
+        if "processing_gens" in (query.decode() if isinstance(query, bytes) else str(query)):
+            ran.append((isinstance(cursor, psycopg.RawCursor), query, params))
+        return execute(cursor, query, params, **kw)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    submit_chat(native_client, requester.api_key)
+    chat_rounds = len(ran)
+    text = native_client.post(
+        "/generate/text/async", headers={"apikey": requester.api_key}, json={"prompt": "Hi"}
+    )
+    monkeypatch.undo()
+    assert text.status_code == 202, text.text
+    assert 0 < chat_rounds < len(ran)  # each submit counted
+    scanned, indexed = [], []
+    with native_service.context.engine.connect() as connection:
+        driver = connection.connection.driver_connection
+        for raw, query, params in ran:
+            cursor = psycopg.RawCursor(driver) if raw else driver.cursor()
+            with cursor:
+                prefix = "EXPLAIN (FORMAT JSON) "
+                cursor.execute(prefix.encode() + query if raw else prefix + query, params)
+                (plan,) = cursor.fetchone()[0]
+            for node in _plan_nodes(plan["Plan"]):
+                if node.get("Relation Name") == "processing_gens":
+                    (indexed if node.get("Index Name") == INDEX else scanned).append(node)
+        connection.rollback()
+    assert indexed
+    assert not [node["Node Type"] for node in scanned if node["Node Type"] == "Seq Scan"]
+
+
+def _keep_finished_jobs(native_db: Any, user_id: int, count: int) -> None:
+    """``count`` ended requests of ``user_id``, one finished job each, as a busy horde keeps
+    them until they expire; then the statistics autovacuum would gather."""
+    now = utcnow()
+    requests = [
+        dict(
+            id=uuid.uuid4(), user_id=user_id, prompt="done", params={}, n=0, jobs=1,
+            max_length=80, max_context_length=2048, models=[], workers=[], extra_priority=0,
+            kudos_estimate=1, created=now, expiry=now + timedelta(minutes=20), active=False,
+        )
+        for _ in range(count)
+    ]  # fmt: skip
+    with transaction(native_db) as session:
+        worker_id = session.scalars(select(Worker.id)).first()
+        session.execute(insert(WaitingPrompt), requests)
+        session.execute(
+            insert(Generation),
+            [
+                dict(
+                    id=uuid.uuid4(), wp_id=wp["id"], worker_id=worker_id, model="m",
+                    start_time=now, ttl=60, gen_metadata=[], generation="a reply",
+                )
+                for wp in requests
+            ],
+        )  # fmt: skip
+    with native_db.kw["bind"].connect() as connection:
+        connection.execute(text("ANALYZE processing_gens, waiting_prompts"))
+        connection.commit()
+
+
+def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _plan_nodes(child)
