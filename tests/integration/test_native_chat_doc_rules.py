@@ -5,11 +5,9 @@ room for its reply (routing, truncation, the job)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import select, update
 
@@ -44,6 +42,7 @@ from tests.integration.chat_flow import (
     submit_chat,
     submit_reply,
 )
+from tests.integration.planned import plan_nodes, plans, recorded
 
 pytestmark = pytest.mark.integration
 
@@ -132,9 +131,7 @@ def test_without_max_tokens_routing_truncation_and_the_job_reserve_room_for_a_re
     assert PAYLOAD_FIT_MAX_TOKENS not in explicit
 
 
-def test_eligibility_reads_no_candidates_messages(
-    native_client, native_service, make_user, monkeypatch
-):
+def test_eligibility_reads_no_candidates_messages(native_client, native_service, make_user):
     """Eligibility compares a declaration with the stored requirements and does not load a
     candidate's messages (design doc: "Capability declaration and routing by features").
     Every statement the native API runs for a status read and for pops (one finding only a
@@ -148,43 +145,20 @@ def test_eligibility_reads_no_candidates_messages(
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     submit_chat(native_client, requester.api_key, tools=[tool])  # only tool-worker's
     plain = submit_chat(native_client, requester.api_key)
-    ran: list[tuple[bool, Any, Any]] = []
-    execute = psycopg.Cursor.execute
-
-    def recorded(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
-        if "waiting_prompts" in (query.decode() if isinstance(query, bytes) else str(query)):
-            ran.append((isinstance(cursor, psycopg.RawCursor), query, params))
-        return execute(cursor, query, params, **kw)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
-    chat_status(native_client, plain)
-    assert chat_pop(native_client, worker.api_key)["id"]  # passes the tool request over
-    monkeypatch.undo()
+    with recorded("waiting_prompts") as ran:
+        chat_status(native_client, plain)
+        assert chat_pop(native_client, worker.api_key)["id"]  # passes the tool request over
     assert len(ran) >= 3
     scans, returned = [], []
-    with native_service.context.engine.connect() as connection:
-        driver = connection.connection.driver_connection
-        for raw, query, params in ran:
-            cursor = psycopg.RawCursor(driver) if raw else driver.cursor()
-            with cursor:
-                prefix = "EXPLAIN (VERBOSE, FORMAT JSON) "
-                cursor.execute(prefix.encode() + query if raw else prefix + query, params)
-                (plan,) = cursor.fetchone()[0]
-            for node in _plan_nodes(plan["Plan"]):
-                if node.get("Relation Name") != "waiting_prompts":
-                    continue
-                reads = _reads_messages(node)
-                (returned if node["Node Type"] == "ModifyTable" else scans).append(reads)
-        connection.rollback()
+    for plan in plans(native_service.context.engine, ran, "VERBOSE, FORMAT JSON"):
+        for node in plan_nodes(plan):
+            if node.get("Relation Name") != "waiting_prompts":
+                continue
+            reads = _reads_messages(node)
+            (returned if node["Node Type"] == "ModifyTable" else scans).append(reads)
     assert scans
     assert not any(scans)
     assert returned == [True]  # the pop's UPDATE of the request it took
-
-
-def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
 
 
 def _reads_messages(node: dict[str, Any]) -> bool:

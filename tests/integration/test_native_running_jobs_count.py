@@ -5,11 +5,9 @@ until their request expires, so a scan grows with the whole horde's recent traff
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import insert, select, text
 
@@ -17,6 +15,7 @@ from runtime.native.db.tables import Generation, WaitingPrompt, Worker
 from runtime.native.queue.sweep import utcnow
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_pop, submit_chat
+from tests.integration.planned import plan_nodes, plans, recorded
 
 pytestmark = pytest.mark.integration
 
@@ -26,41 +25,24 @@ INDEX = "ix_processing_gens_unfinished"
 
 
 def test_submits_count_running_jobs_on_their_index(
-    native_client, native_service, native_db, make_user, monkeypatch
+    native_client, native_service, native_db, make_user
 ):
     requester, owner = make_user("req", 10_000), make_user("wk")
     chat_pop(native_client, owner.api_key)  # one worker online: the chat submit is served
     _keep_finished_jobs(native_db, requester.id, FINISHED)
-    ran: list[tuple[bool, Any, Any]] = []
-    execute = psycopg.Cursor.execute
-
-    def recorded(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
-        if "processing_gens" in (query.decode() if isinstance(query, bytes) else str(query)):
-            ran.append((isinstance(cursor, psycopg.RawCursor), query, params))
-        return execute(cursor, query, params, **kw)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
-    submit_chat(native_client, requester.api_key)
-    chat_rounds = len(ran)
-    text = native_client.post(
-        "/generate/text/async", headers={"apikey": requester.api_key}, json={"prompt": "Hi"}
-    )
-    monkeypatch.undo()
-    assert text.status_code == 202, text.text
+    with recorded("processing_gens") as ran:
+        submit_chat(native_client, requester.api_key)
+        chat_rounds = len(ran)
+        queued = native_client.post(
+            "/generate/text/async", headers={"apikey": requester.api_key}, json={"prompt": "Hi"}
+        )
+    assert queued.status_code == 202, queued.text
     assert 0 < chat_rounds < len(ran)  # each submit counted
     scanned, indexed = [], []
-    with native_service.context.engine.connect() as connection:
-        driver = connection.connection.driver_connection
-        for raw, query, params in ran:
-            cursor = psycopg.RawCursor(driver) if raw else driver.cursor()
-            with cursor:
-                prefix = "EXPLAIN (FORMAT JSON) "
-                cursor.execute(prefix.encode() + query if raw else prefix + query, params)
-                (plan,) = cursor.fetchone()[0]
-            for node in _plan_nodes(plan["Plan"]):
-                if node.get("Relation Name") == "processing_gens":
-                    (indexed if node.get("Index Name") == INDEX else scanned).append(node)
-        connection.rollback()
+    for plan in plans(native_service.context.engine, ran):
+        for node in plan_nodes(plan):
+            if node.get("Relation Name") == "processing_gens":
+                (indexed if node.get("Index Name") == INDEX else scanned).append(node)
     assert indexed
     assert not [node["Node Type"] for node in scanned if node["Node Type"] == "Seq Scan"]
 
@@ -93,9 +75,3 @@ def _keep_finished_jobs(native_db: Any, user_id: int, count: int) -> None:
     with native_db.kw["bind"].connect() as connection:
         connection.execute(text("ANALYZE processing_gens, waiting_prompts"))
         connection.commit()
-
-
-def _plan_nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield node
-    for child in node.get("Plans", []):
-        yield from _plan_nodes(child)
