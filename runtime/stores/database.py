@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
@@ -105,7 +106,7 @@ Its caller answers nobody who relies on the write before ``flush_wal``, or the w
 a crash may lose (a pop's check-in and claim)."""
 
 
-def flush_wal(driver: Any) -> None:
+def flush_wal(driver: psycopg.Connection[Any]) -> None:
     """Wait until every commit made so far is on disk, those made with synchronous_commit
     off included. A commit waits for the disk only if its transaction wrote to the WAL: so
     a transaction of one empty logical-decoding message (any role may write one; a decoding

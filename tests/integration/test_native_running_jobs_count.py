@@ -29,7 +29,7 @@ def test_submits_count_running_jobs_on_their_index(
 ):
     requester, owner = make_user("req", 10_000), make_user("wk")
     chat_pop(native_client, owner.api_key)  # one worker online: the chat submit is served
-    _keep_finished_jobs(native_db, requester.id, FINISHED)
+    _keep_finished_jobs(native_service, native_db, requester.id, FINISHED)
     with recorded("processing_gens") as ran:
         submit_chat(native_client, requester.api_key)
         chat_rounds = len(ran)
@@ -44,10 +44,10 @@ def test_submits_count_running_jobs_on_their_index(
             if node.get("Relation Name") == "processing_gens":
                 (indexed if node.get("Index Name") == INDEX else scanned).append(node)
     assert indexed
-    assert not [node["Node Type"] for node in scanned if node["Node Type"] == "Seq Scan"]
+    assert "Seq Scan" not in {node["Node Type"] for node in scanned}
 
 
-def _keep_finished_jobs(native_db: Any, user_id: int, count: int) -> None:
+def _keep_finished_jobs(service: Any, native_db: Any, user_id: int, count: int) -> None:
     """``count`` ended requests of ``user_id``, one finished job each, as a busy horde keeps
     them until they expire; then the statistics autovacuum would gather."""
     now = utcnow()
@@ -72,6 +72,6 @@ def _keep_finished_jobs(native_db: Any, user_id: int, count: int) -> None:
                 for wp in requests
             ],
         )  # fmt: skip
-    with native_db.kw["bind"].connect() as connection:
+    with service.context.engine.connect() as connection:
         connection.execute(text("ANALYZE processing_gens, waiting_prompts"))
         connection.commit()
