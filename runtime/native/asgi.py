@@ -86,6 +86,9 @@ class PopAttempt:
     no_job: bool = False
     models: frozenset[str] | None = None
     """The worker's models and chat model (the view's): wakes for other models pass it by."""
+    parsed: Any = None
+    """The view's, handed from run to run: what it made of the request's headers and body
+    on its first run, which a woken pop's run uses again instead of parsing them anew."""
 
 
 class HubMetrics:
@@ -262,10 +265,12 @@ class NativeASGI:
         loop = asyncio.get_running_loop()
         try:
             retry = last = False
+            parsed = None
             while True:
                 waiter.clear()  # a wake from here on (during this pop) is not lost
-                attempt = PopAttempt(retry=retry, last=last)
+                attempt = PopAttempt(retry=retry, last=last, parsed=parsed)
                 answer = await self._lane_answer(POP_OPERATION, scope, body, attempt)
+                parsed = attempt.parsed
                 if attempt.models is not None and waiter in self.hub.waiters:
                     self.hub.waiters[waiter] = attempt.models
                 done = not attempt.no_job or attempt.wait <= 0 or last

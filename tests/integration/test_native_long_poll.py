@@ -29,6 +29,7 @@ from generated.rate_limits import KEY_PEER, RATE_LIMITS
 from generated.signals import POP_MAX_WAIT_SECONDS, WAKE_CHANNEL
 from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.native import asgi
+from runtime.native.api import worker_views
 from runtime.native.asgi import THREADS, WORKER_LANE_THREADS
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import sweep, utcnow
@@ -158,6 +159,40 @@ def test_a_woken_pop_that_finds_nothing_waits_again(
     assert waiting.response is None
     submit_text(native_client, requester.api_key)
     assert waiting.answer().json()["id"] is not None
+
+
+def test_a_woken_pop_runs_on_the_body_its_first_run_checked(
+    native_service: NativeService,
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each run of a waiting pop used to parse and check its headers and body again; the
+    # woken runs now take the first run's, and still pop with what the worker declared.
+    checked: list[bytes] = []
+    parse_and_check = worker_views._checked
+
+    def counting(req: Any) -> dict[str, Any]:
+        checked.append(req.data())
+        return parse_and_check(req)
+
+    monkeypatch.setattr(worker_views, "_checked", counting)
+    waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
+    until(lambda: hub.waiting == 1, "the pop to wait")
+    for _ in range(2):  # woken with nothing to take: it waits again
+        wakes = hub.wakes
+        native_service.context.redis.publish(WAKE_CHANNEL, "1")
+        until(lambda wakes=wakes: hub.wakes == wakes + 1, "the wake to arrive")  # type: ignore[misc]
+        until(lambda: hub.waiting == 1, "the woken pop to wait again")
+    submit_text(native_client, requester.api_key)
+    job = waiting.answer().json()
+    assert job["id"] is not None
+    assert job["model"] == POP_BODY["models"][0]
+    assert len(checked) == 1, "the woken runs parsed the body again"
+    assert json.loads(checked[0])["name"] == POP_BODY["name"]
 
 
 def test_a_wait_above_the_spec_maximum_is_refused(

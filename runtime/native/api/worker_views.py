@@ -109,12 +109,32 @@ def text_leave(req: LaneRequest) -> Reply:
     return Reply(dict(left))
 
 
-def text_pop(req: LaneRequest) -> Reply:
+@dataclass(frozen=True)
+class PopRequest:
+    """A pop's headers and body checked, and its chat declaration: a woken pop's runs use
+    its first run's (the same request's bytes)."""
+
+    body: dict[str, Any]
+    declaration: dict[str, Any]
+
+
+def _pop_request(req: LaneRequest) -> PopRequest:
+    attempt = req.attempt
+    if attempt is not None and isinstance(attempt.parsed, PopRequest):
+        return attempt.parsed
     body = _checked(req)
     # The worker table stores lengths as INTEGER; a larger declaration means "any".
     body["max_length"] = min(body["max_length"], INT32)
     body["max_context_length"] = min(body["max_context_length"], INT32)
-    declaration = parse_worker_declaration(body)
+    parsed = PopRequest(body, parse_worker_declaration(body))
+    if attempt is not None:
+        attempt.parsed = parsed
+    return parsed
+
+
+def text_pop(req: LaneRequest) -> Reply:
+    parsed = _pop_request(req)
+    body, declaration = parsed.body, parsed.declaration
     attempt = req.attempt
     if attempt is not None:  # served by runtime.native.asgi: it waits when there is no job
         attempt.wait = body["wait"]
