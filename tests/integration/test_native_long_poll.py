@@ -77,6 +77,14 @@ def hub(native_service: NativeService) -> Any:
     return native_service.app.hub
 
 
+def wake_with_nothing_queued(native_service: NativeService, hub: Any) -> None:
+    """Publish a wake with nothing queued; return once the waiting pop, woken, waits again."""
+    wakes = hub.wakes
+    native_service.context.redis.publish(WAKE_CHANNEL, "1")
+    until(lambda: hub.wakes == wakes + 1, "the wake to arrive")
+    until(lambda: hub.waiting == 1, "the woken pop to wait again")
+
+
 def test_a_waiting_pop_is_woken_by_a_queued_request_and_holds_no_connection(
     native_service: NativeService,
     native_url: str,
@@ -152,10 +160,7 @@ def test_a_woken_pop_that_finds_nothing_waits_again(
 ) -> None:
     waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
     until(lambda: hub.waiting == 1, "the pop to wait")
-    wakes = hub.wakes
-    native_service.context.redis.publish(WAKE_CHANNEL, "1")  # a wake with nothing queued
-    until(lambda: hub.wakes == wakes + 1, "the wake to arrive")
-    until(lambda: hub.waiting == 1, "the woken pop to wait again")
+    wake_with_nothing_queued(native_service, hub)
     assert waiting.response is None
     submit_text(native_client, requester.api_key)
     assert waiting.answer().json()["id"] is not None
@@ -183,10 +188,7 @@ def test_a_woken_pop_runs_on_the_body_its_first_run_checked(
     waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
     until(lambda: hub.waiting == 1, "the pop to wait")
     for _ in range(2):  # woken with nothing to take: it waits again
-        wakes = hub.wakes
-        native_service.context.redis.publish(WAKE_CHANNEL, "1")
-        until(lambda wakes=wakes: hub.wakes == wakes + 1, "the wake to arrive")  # type: ignore[misc]
-        until(lambda: hub.waiting == 1, "the woken pop to wait again")
+        wake_with_nothing_queued(native_service, hub)
     submit_text(native_client, requester.api_key)
     job = waiting.answer().json()
     assert job["id"] is not None
@@ -225,10 +227,7 @@ def test_a_waiting_pop_counts_once_against_the_pop_limit(
         waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
         until(lambda: hub.waiting == 1, "the pop to wait")
         for _ in range(3):
-            wakes = hub.wakes
-            native_service.context.redis.publish(WAKE_CHANNEL, "1")
-            until(lambda wakes=wakes: hub.wakes == wakes + 1, "the wake to arrive")  # type: ignore[misc]
-            until(lambda: hub.waiting == 1, "the woken pop to wait again")
+            wake_with_nothing_queued(native_service, hub)
         submit_text(native_client, requester.api_key)
         answer = waiting.answer()
         assert answer.status_code == 200, answer.text
@@ -554,8 +553,8 @@ def test_a_request_queued_in_this_process_wakes_its_waiting_pop_without_redis(
     hub: Any,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A submit wakes its own process's waiting pops directly (``queue.wake.wake_here``, issue
-    14: Redis's delivery back to this process was ~0.5-1.5 ms of a dispatch). Here every
+    """A submit wakes its own process's waiting pops directly (``queue.wake.wake_here``:
+    Redis's delivery back to this process was ~0.5-1.5 ms of a dispatch). Here every
     wake from Redis names a model no worker serves, so only the direct wake can run the pop
     again before its deadline, which is past this client's timeout."""
     monkeypatch.setattr(asgi, "wake_models", lambda data: frozenset({"no-such-model"}))
