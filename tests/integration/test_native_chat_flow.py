@@ -29,11 +29,11 @@ from generated.chat.names import (
 )
 from generated.chat.tables import FEATURES, GUARANTEES, PARAMETERS, SAMPLING_DEFAULTS
 from generated.routes import HEADER_APIKEY, HEADER_CLIENT_AGENT, HEADER_X_OPERATION_KEY
-from generated.signals import CHAT_SIGNALS
+from generated.signals import CHAT_SIGNALS, WAKE_CHANNEL
 from generated.wire import STATE_CENSORED, STATE_FAULTED
 from runtime.contract.pricing import output_estimate
 from runtime.native.accounts import kudos
-from runtime.native.api import worker_views
+from runtime.native.api import chat_views, worker_views
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue import jobs
 from tests.integration.chat_flow import (
@@ -452,6 +452,53 @@ def test_a_submit_answers_after_its_unflushed_commit_reached_the_disk(
     flush = sent.index("SELECT pg_logical_emit_message(true, 'ho")
     position = next(i for i, q in enumerate(sent) if q.startswith("SELECT count(*)"))
     assert commit < flush < position, sent
+
+
+def test_a_chat_submit_wakes_its_own_pops_at_its_commit_and_publishes_after_its_status(
+    native_client, native_service, make_user, monkeypatch
+):
+    """The submit's own process's waiting pops are woken at its commit; the wake the other
+    processes get through Redis is published once its 202's status is read, since this
+    process reads the published wake too, and read while the woken pop runs it slows that
+    pop (docs/performance.md)."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)  # its worker online
+    redis = Redis.from_url(native_service.context.settings.redis_url)
+    another_process = redis.pubsub()
+    another_process.subscribe(WAKE_CHANNEL)
+    confirmed = another_process.get_message(timeout=10.0)
+    assert confirmed is not None
+    assert confirmed["type"] == "subscribe"
+    steps: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def seen(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name != "horde-sweeper":
+            text = query if isinstance(query, str) else bytes(query).decode()
+            steps.append(" ".join(text.split())[:40])
+        return execute(cursor, query, *args, **kwargs)
+
+    def noted(name: str, call: Any) -> Any:
+        def run(*args: Any) -> Any:
+            steps.append(name)
+            return call(*args)
+
+        return run
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", seen)
+    monkeypatch.setattr(chat_views, "wake_local", noted("wake here", chat_views.wake_local))
+    monkeypatch.setattr(chat_views, "publish_wake", noted("publish", chat_views.publish_wake))
+    submit_chat(native_client, requester.api_key)
+    monkeypatch.undo()
+    message = another_process.get_message(timeout=10.0)
+    another_process.close()
+    redis.close()
+    assert message is not None, "the other processes were not woken"
+    assert json.loads(message["data"]) == [MODEL]
+    commit, here = steps.index("COMMIT"), steps.index("wake here")
+    position = next(i for i, q in enumerate(steps) if q.startswith("SELECT count(*)"))
+    assert commit < here < position < steps.index("publish"), steps
+    assert steps.count("publish") == 1, steps
 
 
 def test_a_reply_that_ends_its_request_is_read_in_one_round_trip_and_paid_in_one(

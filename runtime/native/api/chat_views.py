@@ -44,7 +44,7 @@ from runtime.native.objects.lifecycle import ChatObjects, release_ended, take_in
 from runtime.native.objects.offload import offload_threshold
 from runtime.native.progress.settlement import settle_cancelled_streams
 from runtime.native.queue.sweep import utcnow
-from runtime.native.queue.wake import wake_workers
+from runtime.native.queue.wake import publish_wake, wake_local
 from runtime.native.requests.chat import (
     END_USER_FIELDS,
     REQUEST_TYPE,
@@ -80,17 +80,19 @@ def chat_async(req: LaneRequest) -> Reply:
     source = Source(ctx.redis, source_of(req.remote_addr, req.header, ctx.settings))
     with source.counted():
         result = _admitted(req, chat_request, source)
-    if result.id is not None and not result.existing and not result.unflushed:
-        wake_workers(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
+    queued = result.id is not None and not result.existing
+    if queued and not result.unflushed:
+        wake_local(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
     if result.id is None:
         return Reply({"kudos": float(result.kudos)})
     # A replay by operation key queues nothing: 200 with the first request's id and kudos
     # (docs/design.md, "Operation keys"); a new request is 202, queued.
-    accepted: ChatAccepted = {
-        "id": str(result.id),
-        "kudos": float(result.kudos),
-        "status": _first_status(ctx, result),
-    }
+    try:
+        first = _first_status(ctx, result)
+    finally:
+        if queued:  # the other processes' pops: this one's had their start (``queue.wake``)
+            publish_wake(ctx.redis, requested_models(chat_request))
+    accepted: ChatAccepted = {"id": str(result.id), "kudos": float(result.kudos), "status": first}
     return Reply(dict(accepted), 200 if result.existing else 202)
 
 
@@ -189,7 +191,7 @@ def _create(
                     admission_only=admission_only,
                 )
                 if result.unflushed:  # committed with its writes: a pop takes it from now
-                    wake_workers(ctx.redis, requested_models(stored_request))
+                    wake_local(ctx.redis, requested_models(stored_request))
                 return result
         except OperationKeyRace:
             if attempt + 1 == OPERATION_KEY_ATTEMPTS:

@@ -4,7 +4,10 @@ A wake is a hint (spec/signals.yaml ``wake``): waiting pops for one of its model
 and one that finds nothing waits again. A lost wake only delays a pop to its deadline, so a
 Redis error is logged, not raised. This process's own pops are woken directly first
 (``wake_here``), saving Redis's delivery back to us (docs/performance.md); the published
-wake still reaches every process, so a pop may run once more for nothing.
+wake still reaches every process, so a pop may run once more for nothing. A caller on a
+completion's path may wake its own pops at the commit (``wake_local``) and publish a little
+later (``publish_wake``): the message comes back to this process too, and read while the
+woken pop runs it slows that pop.
 """
 
 from __future__ import annotations
@@ -40,10 +43,24 @@ def wake_workers(redis: Redis | None, models: list[str] | None = None) -> None:
     finds nothing."""
     if redis is None:
         return
+    publish_wake(redis, wake_local(redis, models))
+
+
+def wake_local(redis: Redis | None, models: list[str] | None = None) -> list[str]:
+    """``wake_workers`` for this process's waiting pops alone, without Redis's round trip;
+    the wake's models, for ``publish_wake`` to send the other processes after."""
     named = sorted(set(models or []))
-    here = _HERE.get(id(redis))
+    here = None if redis is None else _HERE.get(id(redis))
     if here is not None:
-        here(frozenset(named))  # this process's waiting pops, without Redis's round trip
+        here(frozenset(named))
+    return named
+
+
+def publish_wake(redis: Redis | None, named: list[str]) -> None:
+    """``wake_workers`` for every process's waiting pops, through Redis (``named``:
+    ``wake_local``'s models)."""
+    if redis is None:
+        return
     try:
         redis.publish(WAKE_CHANNEL, json.dumps(named))
     except RedisError as exc:
