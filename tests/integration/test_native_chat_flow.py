@@ -429,14 +429,9 @@ def test_a_final_status_after_restarts_is_what_the_status_route_answers(
     assert stored == chat_status(native_client, faulted)
 
 
-def test_a_submit_answers_after_its_unflushed_commit_reached_the_disk(
-    native_client, make_user, monkeypatch
-):
-    """The chat submit's COMMIT goes with its writes and does not wait for the disk; the
-    submit flushes (``flush_wal``) before it reads the queue position its 202 carries."""
-    requester, worker = make_user("req", 1000), make_user("wk")
-    chat_pop(native_client, worker.api_key)  # its worker online
-    sent: list[str] = []
+def record_statements(monkeypatch: pytest.MonkeyPatch, sent: list[str]) -> None:
+    """Append the first 40 characters of every statement the service sends (the sweeper's
+    thread left out) to ``sent``, until ``monkeypatch.undo()``."""
     execute = psycopg.Cursor.execute
 
     def seen(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -446,6 +441,17 @@ def test_a_submit_answers_after_its_unflushed_commit_reached_the_disk(
         return execute(cursor, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", seen)
+
+
+def test_a_submit_answers_after_its_unflushed_commit_reached_the_disk(
+    native_client, make_user, monkeypatch
+):
+    """The chat submit's COMMIT goes with its writes and does not wait for the disk; the
+    submit flushes (``flush_wal``) before it reads the queue position its 202 carries."""
+    requester, worker = make_user("req", 1000), make_user("wk")
+    chat_pop(native_client, worker.api_key)  # its worker online
+    sent: list[str] = []
+    record_statements(monkeypatch, sent)
     submit_chat(native_client, requester.api_key)
     monkeypatch.undo()
     commit = sent.index("COMMIT")
@@ -470,13 +476,6 @@ def test_a_chat_submit_wakes_its_own_pops_at_its_commit_and_publishes_after_its_
     assert confirmed is not None
     assert confirmed["type"] == "subscribe"
     steps: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def seen(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        if threading.current_thread().name != "horde-sweeper":
-            text = query if isinstance(query, str) else bytes(query).decode()
-            steps.append(" ".join(text.split())[:40])
-        return execute(cursor, query, *args, **kwargs)
 
     def noted(name: str, call: Any) -> Any:
         def run(*args: Any) -> Any:
@@ -485,7 +484,7 @@ def test_a_chat_submit_wakes_its_own_pops_at_its_commit_and_publishes_after_its_
 
         return run
 
-    monkeypatch.setattr(psycopg.Cursor, "execute", seen)
+    record_statements(monkeypatch, steps)
     monkeypatch.setattr(chat_views, "wake_local", noted("wake here", chat_views.wake_local))
     monkeypatch.setattr(chat_views, "publish_wake", noted("publish", chat_views.publish_wake))
     submit_chat(native_client, requester.api_key)
