@@ -81,8 +81,9 @@ def chat_async(req: LaneRequest) -> Reply:
     with source.counted():
         result = _admitted(req, chat_request, source)
     queued = result.id is not None and not result.existing
+    models = requested_models(chat_request)
     if queued and not result.unflushed:
-        wake_local(ctx.redis, requested_models(chat_request))  # committed: a pop takes it
+        wake_local(ctx.redis, models)  # committed: a pop takes it
     if result.id is None:
         return Reply({"kudos": float(result.kudos)})
     # A replay by operation key queues nothing: 200 with the first request's id and kudos
@@ -91,7 +92,7 @@ def chat_async(req: LaneRequest) -> Reply:
         first = _first_status(ctx, result)
     finally:
         if queued:  # the other processes' pops: this one's had their start (``queue.wake``)
-            publish_wake(ctx.redis, requested_models(chat_request))
+            publish_wake(ctx.redis, models)
     accepted: ChatAccepted = {"id": str(result.id), "kudos": float(result.kudos), "status": first}
     return Reply(dict(accepted), 200 if result.existing else 202)
 

@@ -41,8 +41,6 @@ def wake_workers(redis: Redis | None, models: list[str] | None = None) -> None:
     """Wake the waiting pops of workers serving one of ``models`` (a queued request's; none
     or empty: every waiting pop, as for a requeue). Call after the commit, or a woken pop
     finds nothing."""
-    if redis is None:
-        return
     publish_wake(redis, wake_local(redis, models))
 
 
