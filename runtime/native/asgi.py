@@ -6,13 +6,17 @@ the clients' (``THREADS``), so a burst of clients never holds up a worker or the
 probe. Every body is read first on the event loop within the body deadline (408 after), so
 a slow sender holds a coroutine, never a thread. A pop that asked to ``wait`` waits here,
 holding no thread, connection or row lock, until a wake (``WakeHub``) or its deadline.
+A wake from a commit in this process runs one such pop at once on the committing thread
+(``InPlacePop``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import signal
@@ -71,6 +75,9 @@ SUBSCRIBE_TIMEOUT = 5.0
 POP_OPERATION = "text_pop"
 POP_PATH = ROUTES[POP_OPERATION].path
 
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+"""A lane's response whole: status, headers (lower-case names), body."""
+
 
 @dataclass
 class PopAttempt:
@@ -89,6 +96,40 @@ class PopAttempt:
     parsed: Any = None
     """The view's, handed from run to run: what it made of the request's headers and body
     on its first run, which a woken pop's run uses again instead of parsing them anew."""
+
+
+class InPlacePop:
+    """A waiting pop's next run, offered to the thread whose commit queues work for it.
+
+    Woken through the loop, a pop runs again on a lane thread: the wake, the pop's resumption
+    and its hand-over to a thread come after the commit, and the pop then runs beside the
+    committing view's own tail. Taken by that thread (``WakeHub.wake_threadsafe``), it runs
+    there at once, and the loop only sends its answer (docs/performance.md)."""
+
+    __slots__ = ("models", "result", "run", "taken", "waiter")
+
+    def __init__(
+        self,
+        waiter: asyncio.Event,
+        models: frozenset[str],
+        run: Callable[[], tuple[Answer, PopAttempt]],
+    ) -> None:
+        self.waiter = waiter
+        self.models = models
+        self.run = run
+        self.taken = asyncio.Event()
+        """Set on the loop once a thread took it: the pop then waits for ``result``."""
+        self.result: concurrent.futures.Future[tuple[Answer, PopAttempt]]
+        self.result = concurrent.futures.Future()
+
+    def run_here(self) -> None:
+        """Run it on this thread; its answer (or exception) goes to the waiting pop."""
+        try:
+            self.result.set_result(self.run())
+        except BaseException as exc:
+            self.result.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
 
 
 class HubMetrics:
@@ -111,6 +152,10 @@ class WakeHub:
         self.redis_url = redis_url
         self.waiters: dict[asyncio.Event, frozenset[str] | None] = {}
         """Each waiting pop's wake-up, and the models it serves (None: not known yet)."""
+        self.offers: dict[asyncio.Event, InPlacePop] = {}
+        """The waiting pops' next runs a committing thread may take (by their wake-ups),
+        read and changed under ``offers_lock`` (threads take them)."""
+        self.offers_lock = threading.Lock()
         self.wakes = 0  # wake messages received (tests read it)
         self.waiting = 0  # pops waiting now (between two runs of the view)
         self.repops = 0  # woken pops run again (tests read it)
@@ -144,18 +189,56 @@ class WakeHub:
 
     def wake_threadsafe(self, models: frozenset[str]) -> None:
         """``wake_all`` from any thread (``queue.wake.wake_here``'s hook: a view that queued
-        work wakes this process's waiting pops without Redis's round trip)."""
+        work wakes this process's waiting pops without Redis's round trip). With ``models``
+        named, the longest waiting pop serving one of them runs here too, at once: its
+        answer is sent when it has a job; without one, it waits again."""
         loop = self.loop
         if loop is None or loop.is_closed():
             return
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing waits
-            loop.call_soon_threadsafe(self.wake_all, models)
+        taken = self._take(models) if models and not self.closing else None
+        try:
+            loop.call_soon_threadsafe(self.wake_all, models, taken)
+        except RuntimeError:  # the loop closed meanwhile: nothing waits
+            return
+        if taken is not None:
+            taken.run_here()
 
-    def wake_all(self, models: frozenset[str] = frozenset()) -> None:
-        """Wake the waiting pops that could take work for ``models`` (empty: any model)."""
+    def serves(self, waiter: asyncio.Event, models: frozenset[str] | None) -> None:
+        """A waiting pop's models, once its first run has read them."""
+        if models is not None and waiter in self.waiters:
+            self.waiters[waiter] = models
+
+    def offer(self, pop: InPlacePop) -> None:
+        with self.offers_lock:
+            self.offers[pop.waiter] = pop
+
+    def withdraw(self, waiter: asyncio.Event) -> bool:
+        """End the offer: True when it stood, False when a thread took it (its run's result
+        is coming)."""
+        with self.offers_lock:
+            return self.offers.pop(waiter, None) is not None
+
+    def _take(self, models: frozenset[str]) -> InPlacePop | None:
+        with self.offers_lock:
+            for waiter, pop in self.offers.items():
+                if pop.models & models:
+                    del self.offers[waiter]
+                    return pop
+        return None
+
+    def wake_all(
+        self, models: frozenset[str] = frozenset(), taken: InPlacePop | None = None
+    ) -> None:
+        """Wake the waiting pops that could take work for ``models`` (empty: any model);
+        the one a thread runs for this wake (``taken``) waits for that run instead (a wake
+        during it still runs it again after, should it find nothing)."""
         for waiter, serves in self.waiters.items():
+            if taken is not None and waiter is taken.waiter:
+                continue
             if not models or serves is None or serves & models:
                 waiter.set()
+        if taken is not None:
+            taken.taken.set()
 
     async def _listen(self) -> None:
         while True:
@@ -266,13 +349,16 @@ class NativeASGI:
         try:
             retry = last = False
             parsed = None
+            ran: tuple[Answer, PopAttempt] | None = None  # a run a committing thread made
             while True:
-                waiter.clear()  # a wake from here on (during this pop) is not lost
-                attempt = PopAttempt(retry=retry, last=last, parsed=parsed)
-                answer = await self._lane_answer(POP_OPERATION, scope, body, attempt)
+                if ran is None:
+                    waiter.clear()  # a wake from here on (during this pop) is not lost
+                    attempt = PopAttempt(retry=retry, last=last, parsed=parsed)
+                    answer = await self._lane_answer(POP_OPERATION, scope, body, attempt)
+                else:
+                    (answer, attempt), ran = ran, None
                 parsed = attempt.parsed
-                if attempt.models is not None and waiter in self.hub.waiters:
-                    self.hub.waiters[waiter] = attempt.models
+                self.hub.serves(waiter, attempt.models)
                 done = not attempt.no_job or attempt.wait <= 0 or last
                 if done or self.hub.closing or gone.is_set():
                     break
@@ -280,14 +366,11 @@ class NativeASGI:
                     deadline = loop.time() + attempt.wait
                 remaining = deadline - loop.time()
                 if remaining > 0:
-                    gone.watch()
-                    self.hub.waiting += 1
-                    self.hub.metrics.waiting.inc()
-                    try:
-                        await _first(self.hub.wait(waiter, remaining), gone.event.wait())
-                    finally:
-                        self.hub.waiting -= 1
-                        self.hub.metrics.waiting.dec()
+                    offered = self._offer(waiter, scope, body, attempt)
+                    ran = await self._wait(waiter, gone, remaining, offered)
+                    if ran is not None:
+                        retry = True
+                        continue  # its answer is this pop's, as a lane thread's run's
                     if gone.is_set() or self.hub.closing:
                         break  # shutting down: the last empty answer, at once (no skipped)
                 retry = True
@@ -300,6 +383,28 @@ class NativeASGI:
             gone.stop()
         if not gone.is_set():
             await _send_answer(send, answer)
+
+    async def _wait(
+        self, waiter: asyncio.Event, gone: _Gone, seconds: float, offered: InPlacePop | None
+    ) -> tuple[Answer, PopAttempt] | None:
+        """Until a wake, ``seconds``, the client leaving or shutdown; then the run a
+        committing thread made of the pop meanwhile, if one took ``offered``."""
+        gone.watch()
+        self.hub.waiting += 1
+        self.hub.metrics.waiting.inc()
+        waits = [self.hub.wait(waiter, seconds), gone.event.wait()]
+        if offered is not None:
+            waits.append(offered.taken.wait())
+        try:
+            await _first(*waits)
+        finally:
+            self.hub.waiting -= 1
+            self.hub.metrics.waiting.dec()
+            taken = offered is not None and not self.hub.withdraw(waiter)
+        if offered is None or not taken:
+            return None
+        self.hub.repops += 1
+        return await asyncio.wrap_future(offered.result)
 
     async def _lane(self, operation_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         """A route of the workers' lane but the pop: its body read here, its answer whole."""
@@ -339,14 +444,27 @@ class NativeASGI:
         scope: Scope,
         body: tuple[bytes, bool],
         attempt: PopAttempt | None,
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    ) -> Answer:
         """The lane's whole answer to a request whose body was read, on a lane thread (each
         request's own context variables)."""
         request = self.lane.request(operation_id, scope, *body, attempt)
         context = contextvars.copy_context()
-        answer: tuple[int, list[tuple[bytes, bytes]], bytes]
-        answer = await self.lane_threads.call(self.lane.respond_in, context, request)
+        answer: Answer = await self.lane_threads.call(self.lane.respond_in, context, request)
         return answer
+
+    def _offer(
+        self, waiter: asyncio.Event, scope: Scope, body: tuple[bytes, bool], last: PopAttempt
+    ) -> InPlacePop | None:
+        """Offer a waiting pop's next run to the thread whose commit queues work for it
+        (None: its models are not known, so no wake can name them)."""
+        if last.models is None:
+            return None
+        woken = PopAttempt(retry=True, parsed=last.parsed)
+        request = self.lane.request(POP_OPERATION, scope, *body, woken)
+        run = functools.partial(self.lane.respond_in, contextvars.copy_context(), request)
+        pop = InPlacePop(waiter, last.models, lambda: (run(), woken))
+        self.hub.offer(pop)
+        return pop
 
     async def _body_first(
         self, scope: Scope, receive: Receive, send: Send
@@ -382,7 +500,7 @@ class NativeASGI:
         return scope, _replay(body, receive)
 
 
-def _closing(error: HordeError) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+def _closing(error: HordeError) -> Answer:
     """``error``'s answer in upstream's envelope, closing the connection after it."""
     status, payload, headers = error_parts(error)
     body = json.dumps(payload).encode()
@@ -439,7 +557,7 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-async def _send_answer(send: Send, answer: tuple[int, list[tuple[bytes, bytes]], bytes]) -> None:
+async def _send_answer(send: Send, answer: Answer) -> None:
     status, headers, body = answer
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

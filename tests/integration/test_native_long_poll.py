@@ -566,3 +566,92 @@ def test_a_request_queued_in_this_process_wakes_its_waiting_pop_without_redis(
     assert answer.status_code == 200, answer.text
     assert answer.json()["id"] is not None
     until(lambda: hub.wakes == wakes + 1, "the published wake to arrive as well")
+
+
+def retried_pops_threads(
+    native_service: NativeService, monkeypatch: pytest.MonkeyPatch
+) -> list[int]:
+    """The threads the pop view runs on for waiting pops woken (filled as they run)."""
+    lane = native_service.app.lane
+    threads: list[int] = []
+    view = lane.views["text_pop"]
+
+    def recorded(req: Any) -> Any:
+        if req.attempt is not None and req.attempt.retry:
+            threads.append(threading.get_ident())
+        return view(req)
+
+    monkeypatch.setitem(lane.views, "text_pop", recorded)
+    return threads
+
+
+def queue_for_the_pops_model(native_client: httpx.Client, requester: MadeUser) -> None:
+    body = {
+        "prompt": "Once upon a time",
+        "models": POP_BODY["models"],
+        "params": {"max_length": 80},
+    }
+    queued = native_client.post(
+        "/generate/text/async", headers={"apikey": requester.api_key}, json=body
+    )
+    assert queued.status_code == 202, queued.text
+
+
+def test_a_request_queued_in_this_process_runs_a_waiting_pop_on_the_queuing_thread(
+    native_service: NativeService,
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The view that queued a request for a waiting pop's model runs that pop itself, right
+    after its commit (``asgi.InPlacePop``): no hop through the event loop to a lane thread,
+    and no run beside the view's own tail. The loop only sends the pop's answer."""
+    from runtime.native.queue import wake
+
+    ran_on = retried_pops_threads(native_service, monkeypatch)
+    woke_from: list[int] = []
+    wake_local = wake.wake_local
+
+    def recorded_wake(*args: Any) -> list[str]:
+        woke_from.append(threading.get_ident())
+        return wake_local(*args)
+
+    monkeypatch.setattr(wake, "wake_local", recorded_wake)
+    waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
+    until(lambda: hub.waiting == 1, "the pop to wait")
+    queue_for_the_pops_model(native_client, requester)
+    answer = waiting.answer()
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] is not None
+    assert len(woke_from) == 1
+    assert ran_on == woke_from  # one run after the wait, on the thread that queued the job
+
+
+def test_a_pop_run_in_place_that_finds_nothing_waits_again(
+    native_service: NativeService,
+    native_url: str,
+    native_client: httpx.Client,
+    requester: MadeUser,
+    owner: MadeUser,
+    hub: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pop run by a waking thread that finds no job (another worker took it first) is not
+    answered: it waits again, not run once more for the same wake, and the next request
+    for its model reaches it."""
+    ran_on = retried_pops_threads(native_service, monkeypatch)
+    waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
+    until(lambda: hub.waiting == 1, "the pop to wait")
+    repops = hub.repops
+    hub.wake_threadsafe(frozenset(POP_BODY["models"]))  # nothing queued: runs it here
+    assert ran_on == [threading.get_ident()]
+    until(lambda: hub.repops == repops + 1 and hub.waiting == 1, "the pop to wait again")
+    assert waiting.response is None
+    queue_for_the_pops_model(native_client, requester)
+    answer = waiting.answer()
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["id"] is not None
+    assert hub.repops == repops + 2

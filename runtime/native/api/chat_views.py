@@ -191,12 +191,13 @@ def _create(
                     objects=objects,
                     admission_only=admission_only,
                 )
-                if result.unflushed:  # committed with its writes: a pop takes it from now
-                    wake_local(ctx.redis, requested_models(stored_request))
-                return result
         except OperationKeyRace:
             if attempt + 1 == OPERATION_KEY_ATTEMPTS:
                 raise
+            continue
+        if result.unflushed:  # committed with its writes: a pop takes it from now
+            wake_local(ctx.redis, requested_models(stored_request))
+        return result
     raise AssertionError("unreachable")
 
 

@@ -38,7 +38,7 @@ from runtime.native.api.rate_limits import (
     limit_headers,
     rate_limited,
 )
-from runtime.native.asgi import CLIENT_LANE, LANE, PopAttempt
+from runtime.native.asgi import CLIENT_LANE, LANE, Answer, PopAttempt
 from runtime.observability.access_log import AccessLog
 from runtime.observability.context import REQUEST_ID_HEADER
 
@@ -144,10 +144,6 @@ def flask_view(view: LaneView) -> Callable[[], Response]:
         )
 
     return serve
-
-
-Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
-"""A response whole: status, headers (lower-case names), body."""
 
 
 class Lane:

@@ -3,8 +3,9 @@
 A wake is a hint (spec/signals.yaml ``wake``): waiting pops for one of its models pop again,
 and one that finds nothing waits again. A lost wake only delays a pop to its deadline, so a
 Redis error is logged, not raised. This process's own pops are woken directly first
-(``wake_here``), saving Redis's delivery back to us (docs/performance.md); the published
-wake still reaches every process, so a pop may run once more for nothing. A caller on a
+(``wake_here``), saving Redis's delivery back to us (docs/performance.md), and the longest
+waiting one serving a named model runs at once on the waking thread; the published wake
+still reaches every process, so a pop may run once more for nothing. A caller on a
 completion's path may wake its own pops at the commit (``wake_local``) and publish a little
 later (``publish_wake``): the message comes back to this process too, and read while the
 woken pop runs it slows that pop.
@@ -40,13 +41,15 @@ def wake_here(redis: Redis, wake: LocalWake | None) -> None:
 def wake_workers(redis: Redis | None, models: list[str] | None = None) -> None:
     """Wake the waiting pops of workers serving one of ``models`` (a queued request's; none
     or empty: every waiting pop, as for a requeue). Call after the commit, or a woken pop
-    finds nothing."""
+    finds nothing (and as ``wake_local`` says)."""
     publish_wake(redis, wake_local(redis, models))
 
 
 def wake_local(redis: Redis | None, models: list[str] | None = None) -> list[str]:
     """``wake_workers`` for this process's waiting pops alone, without Redis's round trip;
-    the wake's models, for ``publish_wake`` to send the other processes after."""
+    the wake's models, for ``publish_wake`` to send the other processes after. With models,
+    one of those pops may run on this thread first (about a millisecond): call it after the
+    commit, holding no connection or lock."""
     named = sorted(set(models or []))
     here = None if redis is None else _HERE.get(id(redis))
     if here is not None:
