@@ -77,6 +77,15 @@ def hub(native_service: NativeService) -> Any:
     return native_service.app.hub
 
 
+def queue_text(native_client: httpx.Client, requester: MadeUser, models: list[str]) -> None:
+    """Queue a text request for ``models`` (its wake names them)."""
+    body = {"prompt": "Once upon a time", "models": models, "params": {"max_length": 80}}
+    queued = native_client.post(
+        "/generate/text/async", headers={"apikey": requester.api_key}, json=body
+    )
+    assert queued.status_code == 202, queued.text
+
+
 def wake_with_nothing_queued(native_service: NativeService, hub: Any) -> None:
     """Publish a wake with nothing queued; return once the waiting pop, woken, waits again."""
     wakes = hub.wakes
@@ -505,18 +514,10 @@ def test_a_wake_for_another_model_passes_a_waiting_pop_by(
     repops = hub.repops
     waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
     until(lambda: hub.waiting == 1, "the pop to wait")
-
-    def queue(models: list[str]) -> None:
-        body = {"prompt": "Once upon a time", "models": models, "params": {"max_length": 80}}
-        queued = native_client.post(
-            "/generate/text/async", headers={"apikey": requester.api_key}, json=body
-        )
-        assert queued.status_code == 202, queued.text
-
     wakes = hub.wakes
-    queue(["another-model"])
+    queue_text(native_client, requester, ["another-model"])
     until(lambda: hub.wakes == wakes + 1, "the other model's wake")
-    queue(POP_BODY["models"])
+    queue_text(native_client, requester, POP_BODY["models"])
     assert waiting.answer().json()["model"] == POP_BODY["models"][0]
     assert hub.repops == repops + 1  # run again for its own model's wake only
 
@@ -585,18 +586,6 @@ def retried_pops_threads(
     return threads
 
 
-def queue_for_the_pops_model(native_client: httpx.Client, requester: MadeUser) -> None:
-    body = {
-        "prompt": "Once upon a time",
-        "models": POP_BODY["models"],
-        "params": {"max_length": 80},
-    }
-    queued = native_client.post(
-        "/generate/text/async", headers={"apikey": requester.api_key}, json=body
-    )
-    assert queued.status_code == 202, queued.text
-
-
 def test_a_request_queued_in_this_process_runs_a_waiting_pop_on_the_queuing_thread(
     native_service: NativeService,
     native_url: str,
@@ -622,7 +611,7 @@ def test_a_request_queued_in_this_process_runs_a_waiting_pop_on_the_queuing_thre
     monkeypatch.setattr(wake, "wake_local", recorded_wake)
     waiting = WaitingPop(native_url, owner.api_key, POP_MAX_WAIT_SECONDS)
     until(lambda: hub.waiting == 1, "the pop to wait")
-    queue_for_the_pops_model(native_client, requester)
+    queue_text(native_client, requester, POP_BODY["models"])
     answer = waiting.answer()
     assert answer.status_code == 200, answer.text
     assert answer.json()["id"] is not None
@@ -650,7 +639,7 @@ def test_a_pop_run_in_place_that_finds_nothing_waits_again(
     assert ran_on == [threading.get_ident()]
     until(lambda: hub.repops == repops + 1 and hub.waiting == 1, "the pop to wait again")
     assert waiting.response is None
-    queue_for_the_pops_model(native_client, requester)
+    queue_text(native_client, requester, POP_BODY["models"])
     answer = waiting.answer()
     assert answer.status_code == 200, answer.text
     assert answer.json()["id"] is not None
