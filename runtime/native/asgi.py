@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import json
 import logging
 import signal
@@ -106,7 +105,7 @@ class InPlacePop:
     committing view's own tail. Taken by that thread (``WakeHub.wake_threadsafe``), it runs
     there at once, and the loop only sends its answer (docs/performance.md)."""
 
-    __slots__ = ("models", "result", "run", "taken", "waiter")
+    __slots__ = ("claimed", "models", "result", "run", "waiter")
 
     def __init__(
         self,
@@ -117,7 +116,7 @@ class InPlacePop:
         self.waiter = waiter
         self.models = models
         self.run = run
-        self.taken = asyncio.Event()
+        self.claimed = asyncio.Event()
         """Set on the loop once a thread took it: the pop then waits for ``result``."""
         self.result: concurrent.futures.Future[tuple[Answer, PopAttempt]]
         self.result = concurrent.futures.Future()
@@ -238,7 +237,7 @@ class WakeHub:
             if not models or serves is None or serves & models:
                 waiter.set()
         if taken is not None:
-            taken.taken.set()
+            taken.claimed.set()
 
     async def _listen(self) -> None:
         while True:
@@ -394,7 +393,7 @@ class NativeASGI:
         self.hub.metrics.waiting.inc()
         waits = [self.hub.wait(waiter, seconds), gone.event.wait()]
         if offered is not None:
-            waits.append(offered.taken.wait())
+            waits.append(offered.claimed.wait())
         try:
             await _first(*waits)
         finally:
@@ -460,9 +459,13 @@ class NativeASGI:
         if last.models is None:
             return None
         woken = PopAttempt(retry=True, parsed=last.parsed)
-        request = self.lane.request(POP_OPERATION, scope, *body, woken)
-        run = functools.partial(self.lane.respond_in, contextvars.copy_context(), request)
-        pop = InPlacePop(waiter, last.models, lambda: (run(), woken))
+        context = contextvars.copy_context()  # the pop's own, taken here on its task
+
+        def run() -> tuple[Answer, PopAttempt]:  # only once a thread takes it
+            request = self.lane.request(POP_OPERATION, scope, *body, woken)
+            return self.lane.respond_in(context, request), woken
+
+        pop = InPlacePop(waiter, last.models, run)
         self.hub.offer(pop)
         return pop
 

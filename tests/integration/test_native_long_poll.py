@@ -31,6 +31,7 @@ from runtime.body_caps import DEFAULT_MAX_BODY_BYTES
 from runtime.native import asgi
 from runtime.native.api import worker_views
 from runtime.native.asgi import THREADS, WORKER_LANE_THREADS
+from runtime.native.queue import wake
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import sweep, utcnow
 from runtime.native.server import NativeService
@@ -598,8 +599,6 @@ def test_a_request_queued_in_this_process_runs_a_waiting_pop_on_the_queuing_thre
     """The view that queued a request for a waiting pop's model runs that pop itself, right
     after its commit (``asgi.InPlacePop``): no hop through the event loop to a lane thread,
     and no run beside the view's own tail. The loop only sends the pop's answer."""
-    from runtime.native.queue import wake
-
     ran_on = retried_pops_threads(native_service, monkeypatch)
     woke_from: list[int] = []
     wake_local = wake.wake_local
