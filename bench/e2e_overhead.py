@@ -18,9 +18,11 @@ leg, so the machine's drift over a run (other work, the clock, the cache) falls 
 alike. The client runs in a process of its own (spawned), so no leg shares an interpreter
 with the server it measures. A leg's overhead is its percentile minus the direct
 call's; ``e2e_overhead_ratio_vs_litellm`` is the horde's p50 overhead over LiteLLM's (1 or
-less: the horde costs no more than the proxy). Beside the latencies, the CPU each leg's
-servers spent a request (``/proc``): the proxy's, and the horde's front, native API, worker,
-Postgres and Redis.
+less: the horde costs no more than the proxy), each ratio printed with its 90% interval over
+the run's rounds drawn again (``_low``, ``_high``: one run's p99 ratio is known to about a
+tenth either way on a 2-core machine whose speed moves within the run). Beside the
+latencies, the CPU each leg's servers spent a request (``/proc``): the proxy's, and the
+horde's front, native API, worker, Postgres and Redis.
 
 The horde figures are taken with the native API's rate limits off, as every bench's native
 API has them (bench/native_stack.py); the native API runs in this process, settled as
@@ -41,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.front_stack import bench_users, start_front, stop_front
 from bench.native_stack import native_service
 from bench.support.cpu import CpuMeter, parent_pid
-from bench.support.figures import percentile
+from bench.support.figures import bootstrap_interval, percentile
 from bench.support.host import print_host_figures
 from runtime.service_process import settle
 from runtime.worker.llama_server import LlamaServer
@@ -132,10 +134,12 @@ class Target:
 
 @dataclass
 class Leg:
-    """One leg's latencies in seconds, and the CPU its servers spent a request, in ms."""
+    """One leg's latencies in seconds (all, and a list a round when interleaved), and the
+    CPU its servers spent a request, in ms."""
 
     times: list[float] = field(default_factory=list)
     cpu_ms: dict[str, float] = field(default_factory=dict)
+    rounds: list[list[float]] = field(default_factory=list)
 
 
 class Client:
@@ -196,6 +200,7 @@ def interleaved(client: Client, targets: dict[str, Target]) -> dict[str, Leg]:
         for name in names[turn:] + names[:turn]:
             times, cpu = client.run(targets[name], block)
             legs[name].times += times
+            legs[name].rounds.append(times)
             for part, seconds in cpu.items():
                 spent[name][part] = spent[name].get(part, 0.0) + seconds
     for name, leg in legs.items():
@@ -398,6 +403,7 @@ def main() -> None:
         print(f"figure: e2e_overhead_ratio_vs_litellm = {ratio:.2f}")
         print(f"figure: e2e_overhead_p99_ratio_vs_litellm = {ratio_p99:.2f}")
         print(f"figure: e2e_litellm_cpu_per_request_ms = {litellm.cpu_ms['proxy']:.2f} ms")
+        _print_intervals({"direct": legs["direct"], "litellm": litellm, "horde": horde})
     print(f"figure: e2e_horde_cpu_per_request_ms = {sum(horde.cpu_ms.values()):.2f} ms")
     for part, spent in horde.cpu_ms.items():
         print(f"figure: e2e_horde_cpu_{part}_per_request_ms = {spent:.2f} ms")
@@ -411,6 +417,32 @@ def main() -> None:
     print(f"figure: e2e_horde_back_to_back_p90_ms = {_pct(back_to_back.times, 90):.2f} ms")
     rate = len(back_to_back.times) / sum(back_to_back.times)
     print(f"figure: e2e_horde_back_to_back_rate = {rate:.2f} requests/s", flush=True)
+
+
+def _overhead_ratio(p: float) -> Callable[[dict[str, list[float]]], float]:
+    """The horde's overhead over LiteLLM's at the ``p``th percentile, from pooled samples."""
+
+    def ratio(times: dict[str, list[float]]) -> float:
+        direct = _pct(times["direct"], p)
+        litellm = _pct(times["litellm"], p) - direct
+        return (_pct(times["horde"], p) - direct) / litellm if litellm > 0 else float("inf")
+
+    return ratio
+
+
+def _print_intervals(legs: dict[str, Leg]) -> None:
+    """Both ratios' 90% intervals over the run's rounds drawn again (``bootstrap_interval``):
+    the machine's speed moves within a run (a leg's block medians vary by a third), and a
+    p99 is the tenth slowest of a leg's samples, so one run's ratio is known only so far."""
+    rounds = {name: leg.rounds for name, leg in legs.items()}
+    print("the ratios' 90% intervals, the run's rounds resampled (a bootstrap):")
+    for p, name in (
+        (50, "e2e_overhead_ratio_vs_litellm"),
+        (99, "e2e_overhead_p99_ratio_vs_litellm"),
+    ):
+        low, high = bootstrap_interval(rounds, _overhead_ratio(p))
+        print(f"figure: {name}_low = {low:.2f}")
+        print(f"figure: {name}_high = {high:.2f}")
 
 
 if __name__ == "__main__":
