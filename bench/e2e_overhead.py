@@ -19,10 +19,10 @@ alike. The client runs in a process of its own (spawned), so no leg shares an in
 with the server it measures. A leg's overhead is its percentile minus the direct
 call's; ``e2e_overhead_ratio_vs_litellm`` is the horde's p50 overhead over LiteLLM's (1 or
 less: the horde costs no more than the proxy), each ratio printed with its 90% interval over
-the run's rounds drawn again (``_low``, ``_high``: one run's p99 ratio is known to about a
-tenth either way on a 2-core machine whose speed moves within the run). Beside the
-latencies, the CPU each leg's servers spent a request (``/proc``): the proxy's, and the
-horde's front, native API, worker, Postgres and Redis.
+the run's rounds drawn again (``_low``, ``_high``: how far the ratio could have moved with
+the machine's speed, which moves within a run). Beside the latencies, the CPU each leg's
+servers spent a request (``/proc``): the proxy's, and the horde's front, native API, worker,
+Postgres and Redis.
 
 The horde figures are taken with the native API's rate limits off, as every bench's native
 API has them (bench/native_stack.py); the native API runs in this process, settled as
@@ -432,8 +432,8 @@ def _overhead_ratio(p: float) -> Callable[[dict[str, list[float]]], float]:
 
 def _print_intervals(legs: dict[str, Leg]) -> None:
     """Both ratios' 90% intervals over the run's rounds drawn again (``bootstrap_interval``):
-    the machine's speed moves within a run (a leg's block medians vary by a third), and a
-    p99 is the tenth slowest of a leg's samples, so one run's ratio is known only so far."""
+    the machine's speed moves within a run and a p99 is the tenth slowest of a leg's
+    samples, so one run's ratio is known only so far (docs/performance.md)."""
     rounds = {name: leg.rounds for name, leg in legs.items()}
     print("the ratios' 90% intervals, the run's rounds resampled (a bootstrap):")
     for p, name in (
