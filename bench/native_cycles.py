@@ -9,8 +9,11 @@ shipped at HORDE_RATE_LIMIT_SCALE=100, so the limiter's Redis calls are on the m
 path. One process is ``NativeService`` in this process; two are ``horde-chat native
 --processes 2`` (or, where the CLI has no ``--processes``, two processes on two ports).
 Printed, never pass/fail: ``pop_submit_cycles_per_s`` (one process),
-``pop_submit_cycles_per_s_2proc`` (two) and ``pop_submit_server_cpu_ms`` (this process's CPU
-over the 1-process run a cycle, the steadier figure on a shared machine). Run:
+``pop_submit_cycles_per_s_2proc`` (two), ``pop_submit_server_cpu_ms`` (this process's CPU
+over the 1-process run a cycle, the steadier figure on a shared machine) and
+``pop_submit_cycles_per_s_16_workers`` (one process, as many workers as the workers' lane has
+threads: more pops and submits at once than a pool smaller than the lane could serve
+without opening and closing a database connection a request). Run:
 ``.venv/bin/python bench/native_cycles.py``; docs/performance.md has the figures measured
 so far and where a cycle's time goes.
 """
@@ -47,6 +50,8 @@ from runtime.worker.llama_server import free_port
 
 QUEUED = 10_000
 WORKERS = 8
+MANY_WORKERS = 16
+"""As many as the workers' lane has threads (``runtime.native.asgi.WORKER_LANE_THREADS``)."""
 SECONDS = 8.0
 WARMUP = 5
 RATE_LIMIT_SCALE = 100
@@ -69,16 +74,19 @@ def main() -> None:
         )
         try:
             cpu_before = _cpu_seconds()
-            one = _measure([f"{service.url}/api/v2"], keys)
+            one = _measure([f"{service.url}/api/v2"], keys[:WORKERS])
             cpu = _cpu_seconds() - cpu_before
+            print(f"figure: pop_submit_cycles_per_s = {one:.1f} cycles/s", flush=True)
+            cycles = one * SECONDS + WARMUP * WORKERS
+            print(f"figure: pop_submit_server_cpu_ms = {cpu / cycles * 1000:.2f} ms", flush=True)
+            _top_up(stores.database_url, requester_id)
+            many = _measure([f"{service.url}/api/v2"], keys)
+            print(f"figure: pop_submit_cycles_per_s_16_workers = {many:.1f} cycles/s", flush=True)
         finally:
             service.stop()
-        print(f"figure: pop_submit_cycles_per_s = {one:.1f} cycles/s", flush=True)
-        cycles = one * SECONDS + WARMUP * WORKERS
-        print(f"figure: pop_submit_server_cpu_ms = {cpu / cycles * 1000:.2f} ms", flush=True)
         _top_up(stores.database_url, requester_id)
         with _two_processes(stores, data_dir) as (urls, how):
-            two = _measure(urls, keys)
+            two = _measure(urls, keys[:WORKERS])
         print(f"two processes: {how}")
         print(f"figure: pop_submit_cycles_per_s_2proc = {two:.1f} cycles/s", flush=True)
     finally:
@@ -91,7 +99,7 @@ def _accounts(database_url: str) -> tuple[list[str], int]:
     try:
         with transaction(make_sessionmaker(engine)) as session:
             requester, _ = create_user(session, "bench-requester", kudos=10**9)
-            keys = [create_user(session, f"bench-worker-{i}")[1] for i in range(WORKERS)]
+            keys = [create_user(session, f"bench-worker-{i}")[1] for i in range(MANY_WORKERS)]
             return keys, requester.id
     finally:
         engine.dispose()

@@ -29,7 +29,7 @@ from runtime.listening import BACKLOG, bind
 from runtime.native.api.app import create_app
 from runtime.native.api.context import NativeContext
 from runtime.native.api.errors import error_parts
-from runtime.native.asgi import NativeASGI
+from runtime.native.asgi import WORKER_LANE_THREADS, NativeASGI
 from runtime.native.queue.policy import Policy
 from runtime.native.queue.sweep import Sweeper
 from runtime.stores.database import (
@@ -68,7 +68,8 @@ def build_context(
     return NativeContext(
         settings=settings,
         engine=engine,
-        autocommit=autocommit_engine(database_url),
+        # a connection for each of the lane's threads, which use it most (pops, submits)
+        autocommit=autocommit_engine(database_url, WORKER_LANE_THREADS),
         sessions=make_sessionmaker(engine),
         snapshots=snapshot_sessionmaker(engine),
         redis=redis_client(redis_url),

@@ -83,21 +83,18 @@ def ping_if_idle(engine: Engine) -> Any:
     return checkout
 
 
-AUTOCOMMIT_POOL = (8, 8)
-"""An autocommit engine's pool (size, overflow). The native API's serves the workers' lane
-(pops and submits, 16 threads) and the clients' status reads; like the transactions' pool it
-is smaller than the threads that use it, which wait for a connection when all are out."""
-
-
-def autocommit_engine(url: str) -> Engine:
+def autocommit_engine(url: str, connections: int) -> Engine:
     """An engine whose connections are in autocommit from their connect on: a read of one
     statement, or of several that each see what was committed when it ran, and a statement
     that is a transaction of its own (a database function) save the BEGIN and COMMIT round
     trips. Its own pool, not ``engine.execution_options(isolation_level=...)`` on the
     transactions' pool: that sets the isolation level at every checkout and resets it at
-    every check-in, CPU spent twice a pop+submit cycle (docs/performance.md)."""
-    size, overflow = AUTOCOMMIT_POOL
-    return make_engine(url, pool_size=size, max_overflow=overflow, autocommit=True)
+    every check-in, CPU spent twice a pop+submit cycle (docs/performance.md).
+
+    It keeps up to ``connections`` open and opens no more: a thread finding them all out
+    waits for one. No overflow: an overflow connection is closed as it comes back, so a
+    pool smaller than its busy threads started and ended a Postgres backend a request."""
+    return make_engine(url, pool_size=connections, max_overflow=0, autocommit=True)
 
 
 UNFLUSHED_COMMIT = "set_config('synchronous_commit', 'off', true)"
