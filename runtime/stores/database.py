@@ -21,10 +21,22 @@ PING_AFTER_IDLE_S = 1.0
 _CHECKED_IN = "horde_checked_in"
 
 
+TRANSACTION_CONNECTIONS = 20
+"""The most connections an engine keeps by default: upstream's pool, 15 and 5 overflow."""
+
+
 def make_engine(
-    url: str, *, pool_size: int = 15, max_overflow: int = 5, autocommit: bool = False
+    url: str,
+    *,
+    pool_size: int = TRANSACTION_CONNECTIONS,
+    max_overflow: int = 0,
+    autocommit: bool = False,
 ) -> Engine:
-    """An engine with upstream's pool (15 + 5 overflow); any Postgres URL spelling works.
+    """An engine that keeps up to ``pool_size`` connections; any Postgres URL spelling works.
+
+    Upstream's 15 and 5 overflow are 20 kept here: SQLAlchemy closes an overflow connection as
+    it comes back, so past 15 requests at once each one more started a Postgres backend and
+    ended it (docs/performance.md). A thread finding every connection out waits for one.
 
     ``autocommit``: its connections have no transactions (``autocommit_engine``).
 

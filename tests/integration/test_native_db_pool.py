@@ -1,12 +1,12 @@
-"""As many workers as the lane has threads, popping at once, are served on the database
-connections the first round opened: none is opened and closed per request.
+"""Requests held in Postgres at once, as many as a pool's connections, are served on the
+connections the first such round opened: none is opened and closed per request.
 
-A pool smaller than the lane's threads, with overflow above it, closed each overflow
-connection as it came back, so past 8 pops or submits at once each one more started a
-Postgres backend and ended it (bench/native_cycles.py: pop+submit cycles at 16 workers fell
-to two thirds of those at 8). Here every round's pops are held at once: the test locks the
-workers' rows, which each pop's check-in updates, until all of them wait in Postgres, each
-on a connection of its own."""
+A pool with overflow closed each overflow connection as it came back, so past its size every
+request at once more started a Postgres backend and ended it (bench/native_cycles.py:
+pop+submit cycles at 16 workers fell to two thirds of those at 8). Each round here holds its
+requests at once: the test locks what they read or write until every one of them waits in
+Postgres, each on a connection of its own, then lets them go.
+"""
 
 from __future__ import annotations
 
@@ -22,26 +22,24 @@ from sqlalchemy import Connection, Engine, event, text
 from generated.routes import ROUTES
 from runtime.native.asgi import WORKER_LANE_THREADS
 from runtime.native.server import NativeService
-from runtime.stores.database import make_engine
+from runtime.stores.database import TRANSACTION_CONNECTIONS, make_engine
 from tests.conftest import MadeUser
+from tests.integration.native_flow import submit_text
 
 pytestmark = pytest.mark.integration
 
 POP = ROUTES["text_pop"].path
-ROUNDS = 3
+STATUS = ROUTES["text_status"].path
 HELD_TIMEOUT = 30.0
 PAUSE = 1.0
-"""Seconds before each held round: its pops and the last round's stay within the shipped
-60 pops a second a peer."""
-WAITING_POPS = text(
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE workers%'"
-)
+"""Seconds before each held round: its requests and the last round's stay within the
+shipped limits (60 pops a second a peer)."""
 
 
 @pytest.fixture
 def opened(native_service: NativeService) -> Iterator[list[str]]:
-    """Every database connection the native API opens meanwhile, in either of its pools."""
+    """Every database connection the native API opens meanwhile, in either of its pools;
+    after, the pools let go of their idle connections (the session's service is shared)."""
     ctx = native_service.context
     engines: list[Engine] = [ctx.engine, ctx.autocommit]
     seen: list[str] = []
@@ -56,6 +54,7 @@ def opened(native_service: NativeService) -> Iterator[list[str]]:
     finally:
         for engine in engines:
             event.remove(engine, "connect", connected)
+            engine.dispose()
 
 
 @pytest.fixture
@@ -68,28 +67,29 @@ def own_engine(native_service: NativeService) -> Iterator[Engine]:
         engine.dispose()
 
 
-def _pop(client: httpx.Client, key: str, name: str) -> int:
-    body = {"name": name, "models": ["test-model-7B"], "max_length": 80}
-    return client.post(POP, headers={"apikey": key}, json=body).status_code
-
-
-def _held_round(client: httpx.Client, key: str, names: list[str], engine: Engine) -> list[int]:
-    """Every worker pops once, all of them held in Postgres at once, then let go."""
+def _held_round(
+    engine: Engine, lock: str, waiting_on: str, calls: list[Callable[[], int]]
+) -> list[int]:
+    """Run ``calls`` at once while ``lock`` is held, let go once every one of them waits
+    for it in Postgres (its statement mentions ``waiting_on``); their status codes."""
     time.sleep(PAUSE)
-    with engine.connect() as lock, engine.connect() as watch:
-        lock.execute(text("SELECT id FROM workers WHERE name = ANY(:n) FOR UPDATE"), {"n": names})
-        with ThreadPoolExecutor(len(names)) as threads:
-            pops = [threads.submit(_pop, client, key, name) for name in names]
-            _wait_until_waiting(watch, len(names))
-            lock.commit()
-            return [pop.result() for pop in pops]
+    with engine.connect() as holder, engine.connect() as watch:
+        holder.execute(text(lock))
+        with ThreadPoolExecutor(len(calls)) as threads:
+            running = [threads.submit(call) for call in calls]
+            _wait_until_waiting(watch, waiting_on, len(calls))
+            holder.commit()
+            return [call.result() for call in running]
 
 
-def _wait_until_waiting(watch: Connection, count: int) -> None:
+def _wait_until_waiting(watch: Connection, waiting_on: str, count: int) -> None:
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE :q"
+    )
     deadline = time.monotonic() + HELD_TIMEOUT
-    while (waiting := watch.scalar(WAITING_POPS)) != count:
+    while (waiting := watch.scalar(query, {"q": f"%{waiting_on}%"})) != count:
         watch.commit()  # a fresh read of pg_stat_activity, which a transaction keeps
-        assert time.monotonic() < deadline, f"{waiting} of {count} pops held in Postgres"
+        assert time.monotonic() < deadline, f"{waiting} of {count} requests held in Postgres"
         time.sleep(0.02)
 
 
@@ -100,16 +100,54 @@ def test_pops_held_at_once_reuse_the_database_connections(
     opened: list[str],
     own_engine: Engine,
 ) -> None:
+    """The workers' lane: as many workers as it has threads, their pops held by their rows,
+    which each pop's check-in updates."""
     owner = make_user("pool-owner", trusted=True)  # an untrusted user may run 3 workers
     names = [f"pool-worker-{i}" for i in range(WORKER_LANE_THREADS)]
     limits = httpx.Limits(max_connections=len(names), max_keepalive_connections=len(names))
     with httpx.Client(base_url=native_service.url, timeout=60, limits=limits) as client:
-        registered = [_pop(client, owner.api_key, name) for name in names]
-        first = _held_round(client, owner.api_key, names, own_engine)  # fills the pool
+
+        def pop(name: str) -> Callable[[], int]:
+            body = {"name": name, "models": ["test-model-7B"], "max_length": 80}
+            headers = {"apikey": owner.api_key}
+            return lambda: client.post(POP, headers=headers, json=body).status_code
+
+        pops = [pop(name) for name in names]
+        registered = [call() for call in pops]
+        rows = "SELECT id FROM workers WHERE name LIKE 'pool-worker-%' FOR UPDATE"
+        first = _held_round(own_engine, rows, "UPDATE workers", pops)  # fills the pool
         after_first = len(opened)
-        later = [_held_round(client, owner.api_key, names, own_engine) for _ in range(ROUNDS)]
+        later = [_held_round(own_engine, rows, "UPDATE workers", pops) for _ in range(3)]
     assert set(registered) == set(first) == {200}
     assert all(set(statuses) == {200} for statuses in later)
+    assert len(opened) == after_first, (
+        f"{len(opened) - after_first} database connections opened after the first round"
+    )
+
+
+def test_status_reads_held_at_once_reuse_the_database_connections(
+    native_service: NativeService,
+    native_db: Any,
+    make_user: Callable[..., MadeUser],
+    opened: list[str],
+    own_engine: Engine,
+) -> None:
+    """The clients' threads: as many status reads as the transactions' pool holds, held by
+    the requests' table."""
+    requester = make_user("pool-requester", kudos=100)
+    count = TRANSACTION_CONNECTIONS
+    limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
+    api = f"{native_service.url}/api/v2"
+    with httpx.Client(base_url=api, timeout=60, limits=limits) as client:
+        request_id = submit_text(client, requester.api_key)
+        path = STATUS.removeprefix("/api/v2").format(id=request_id)
+        reads = [lambda: client.get(path).status_code] * count
+        table = "LOCK TABLE waiting_prompts IN ACCESS EXCLUSIVE MODE"
+        first = _held_round(own_engine, table, "waiting_prompts", reads)  # fills the pool
+        after_first = len(opened)
+        later = _held_round(own_engine, table, "waiting_prompts", reads)
+    # 40 reads of one request's status: within its 60 a minute
+    assert set(first) == set(later) == {200}
     assert len(opened) == after_first, (
         f"{len(opened) - after_first} database connections opened after the first round"
     )
