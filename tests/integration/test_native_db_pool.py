@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -36,16 +37,30 @@ PAUSE = 1.0
 shipped limits (60 pops a second a peer)."""
 
 
+@dataclass
+class Pools:
+    """What a test sees of the native API's pools: every database connection they open
+    meanwhile, and the test's own connections (the lock's and the watch's) outside them."""
+
+    opened: list[str]
+    own: Engine
+
+    def assert_none_opened_since(self, count: int) -> None:
+        assert len(self.opened) == count, (
+            f"{len(self.opened) - count} database connections opened after the first round"
+        )
+
+
 @pytest.fixture
-def opened(native_service: NativeService) -> Iterator[list[str]]:
-    """Every database connection the native API opens meanwhile, in either of its pools;
-    after, the pools let go of their idle connections (the session's service is shared)."""
+def pools(native_service: NativeService, native_db: Any) -> Iterator[Pools]:
+    """On a clean database; after, the pools let go of their idle connections (the
+    session's service is shared) and the test's engine is closed."""
     ctx = native_service.context
     engines: list[Engine] = [ctx.engine, ctx.autocommit]
-    seen: list[str] = []
+    seen = Pools([], make_engine(str(ctx.engine.url), pool_size=2, max_overflow=0))
 
     def connected(dbapi_connection: Any, _record: Any) -> None:
-        seen.append(type(dbapi_connection).__name__)
+        seen.opened.append(type(dbapi_connection).__name__)
 
     for engine in engines:
         event.listen(engine, "connect", connected)
@@ -55,16 +70,7 @@ def opened(native_service: NativeService) -> Iterator[list[str]]:
         for engine in engines:
             event.remove(engine, "connect", connected)
             engine.dispose()
-
-
-@pytest.fixture
-def own_engine(native_service: NativeService) -> Iterator[Engine]:
-    """The test's own connections (the lock's and the watch's), outside the API's pools."""
-    engine = make_engine(str(native_service.context.engine.url), pool_size=2, max_overflow=0)
-    try:
-        yield engine
-    finally:
-        engine.dispose()
+        seen.own.dispose()
 
 
 def _held_round(
@@ -94,11 +100,7 @@ def _wait_until_waiting(watch: Connection, waiting_on: str, count: int) -> None:
 
 
 def test_pops_held_at_once_reuse_the_database_connections(
-    native_service: NativeService,
-    native_db: Any,
-    make_user: Callable[..., MadeUser],
-    opened: list[str],
-    own_engine: Engine,
+    native_service: NativeService, make_user: Callable[..., MadeUser], pools: Pools
 ) -> None:
     """The workers' lane: as many workers as it has threads, their pops held by their rows,
     which each pop's check-in updates."""
@@ -115,22 +117,16 @@ def test_pops_held_at_once_reuse_the_database_connections(
         pops = [pop(name) for name in names]
         registered = [call() for call in pops]
         rows = "SELECT id FROM workers WHERE name LIKE 'pool-worker-%' FOR UPDATE"
-        first = _held_round(own_engine, rows, "UPDATE workers", pops)  # fills the pool
-        after_first = len(opened)
-        later = [_held_round(own_engine, rows, "UPDATE workers", pops) for _ in range(3)]
+        first = _held_round(pools.own, rows, "UPDATE workers", pops)  # fills the pool
+        after_first = len(pools.opened)
+        later = [_held_round(pools.own, rows, "UPDATE workers", pops) for _ in range(3)]
     assert set(registered) == set(first) == {200}
     assert all(set(statuses) == {200} for statuses in later)
-    assert len(opened) == after_first, (
-        f"{len(opened) - after_first} database connections opened after the first round"
-    )
+    pools.assert_none_opened_since(after_first)
 
 
 def test_status_reads_held_at_once_reuse_the_database_connections(
-    native_service: NativeService,
-    native_db: Any,
-    make_user: Callable[..., MadeUser],
-    opened: list[str],
-    own_engine: Engine,
+    native_service: NativeService, make_user: Callable[..., MadeUser], pools: Pools
 ) -> None:
     """The clients' threads: as many status reads as the transactions' pool holds, held by
     the requests' table."""
@@ -143,11 +139,9 @@ def test_status_reads_held_at_once_reuse_the_database_connections(
         path = STATUS.removeprefix("/api/v2").format(id=request_id)
         reads = [lambda: client.get(path).status_code] * count
         table = "LOCK TABLE waiting_prompts IN ACCESS EXCLUSIVE MODE"
-        first = _held_round(own_engine, table, "waiting_prompts", reads)  # fills the pool
-        after_first = len(opened)
-        later = _held_round(own_engine, table, "waiting_prompts", reads)
+        first = _held_round(pools.own, table, "waiting_prompts", reads)  # fills the pool
+        after_first = len(pools.opened)
+        later = _held_round(pools.own, table, "waiting_prompts", reads)
     # 40 reads of one request's status: within its 60 a minute
     assert set(first) == set(later) == {200}
-    assert len(opened) == after_first, (
-        f"{len(opened) - after_first} database connections opened after the first round"
-    )
+    pools.assert_none_opened_since(after_first)
