@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, Engine, text
 
 from generated.routes import ROUTES
 from runtime.native.asgi import WORKER_LANE_THREADS
@@ -26,6 +26,7 @@ from runtime.native.server import NativeService
 from runtime.stores.database import TRANSACTION_CONNECTIONS, make_engine
 from tests.conftest import MadeUser
 from tests.integration.native_flow import submit_text
+from tests.support.native import on_both_engines
 
 pytestmark = pytest.mark.integration
 
@@ -56,20 +57,17 @@ def pools(native_service: NativeService, native_db: Any) -> Iterator[Pools]:
     """On a clean database; after, the pools let go of their idle connections (the
     session's service is shared) and the test's engine is closed."""
     ctx = native_service.context
-    engines: list[Engine] = [ctx.engine, ctx.autocommit]
     seen = Pools([], make_engine(str(ctx.engine.url), pool_size=2, max_overflow=0))
 
     def connected(dbapi_connection: Any, _record: Any) -> None:
         seen.opened.append(type(dbapi_connection).__name__)
 
-    for engine in engines:
-        event.listen(engine, "connect", connected)
     try:
-        yield seen
+        with on_both_engines(native_service, "connect", connected):
+            yield seen
     finally:
-        for engine in engines:
-            event.remove(engine, "connect", connected)
-            engine.dispose()
+        ctx.engine.dispose()
+        ctx.autocommit.dispose()
         seen.own.dispose()
 
 

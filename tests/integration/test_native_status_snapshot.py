@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
 from runtime.native.db.tables import Generation
 from runtime.native.queue.sweep import fault_generation, utcnow
@@ -33,6 +33,7 @@ from runtime.native.server import NativeService
 from runtime.stores.database import transaction
 from tests.integration.chat_flow import chat_async, chat_body, chat_pop, chat_status
 from tests.integration.native_flow import pop, status, submit_text
+from tests.support.native import on_both_engines
 
 pytestmark = pytest.mark.integration
 
@@ -63,14 +64,8 @@ def _fault_before_the_jobs_read(service: NativeService, request_id: str) -> Iter
             ).one()
             fault_generation(session, ctx.policy, gen_id, utcnow(), aborted=False)
 
-    engines = (ctx.engine, ctx.autocommit)
-    for engine in engines:
-        event.listen(engine, "before_cursor_execute", before)
-    try:
+    with on_both_engines(service, "before_cursor_execute", before):
         yield met
-    finally:
-        for engine in engines:
-            event.remove(engine, "before_cursor_execute", before)
 
 
 def _read_beside_a_fault(

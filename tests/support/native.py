@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -86,6 +86,21 @@ def statements_sent(service: NativeService) -> Iterator[list[str]]:
         yield seen
     finally:
         event.remove(engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def on_both_engines(service: NativeService, name: str, hook: Callable[..., Any]) -> Iterator[None]:
+    """``hook`` listens for the SQLAlchemy event ``name`` on both of the native API's engines
+    (the transactions' and the autocommit one) while the block runs."""
+    ctx = service.context
+    engines = (ctx.engine, ctx.autocommit)
+    for engine in engines:
+        event.listen(engine, name, hook)
+    try:
+        yield
+    finally:
+        for engine in engines:
+            event.remove(engine, name, hook)
 
 
 @contextmanager
