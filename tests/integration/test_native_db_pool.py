@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import sessionmaker
 
 from generated.routes import ROUTES
 from runtime.native.asgi import WORKER_LANE_THREADS
@@ -27,12 +28,12 @@ from runtime.stores.database import TRANSACTION_CONNECTIONS, make_engine
 from tests.conftest import MadeUser
 from tests.integration.native_flow import submit_text
 from tests.support.native import on_both_engines
+from tests.support.waiting import lock_waiters, until
 
 pytestmark = pytest.mark.integration
 
 POP = ROUTES["text_pop"].path
 STATUS = ROUTES["text_status"].path
-HELD_TIMEOUT = 30.0
 PAUSE = 1.0
 """Seconds before each held round: its requests and the last round's stay within the
 shipped limits (60 pops a second a peer)."""
@@ -41,7 +42,7 @@ shipped limits (60 pops a second a peer)."""
 @dataclass
 class Pools:
     """What a test sees of the native API's pools: every database connection they open
-    meanwhile, and the test's own connections (the lock's and the watch's) outside them."""
+    meanwhile, and the test's own (the lock's, the watch's) outside them."""
 
     opened: list[str]
     own: Engine
@@ -77,24 +78,17 @@ def _held_round(
     """Run ``calls`` at once while ``lock`` is held, let go once every one of them waits
     for it in Postgres (its statement mentions ``waiting_on``); their status codes."""
     time.sleep(PAUSE)
-    with engine.connect() as holder, engine.connect() as watch:
+    watch = sessionmaker(engine)
+    with engine.connect() as holder:
         holder.execute(text(lock))
         with ThreadPoolExecutor(len(calls)) as threads:
             running = [threads.submit(call) for call in calls]
-            _wait_until_waiting(watch, waiting_on, len(calls))
+            until(
+                lambda: lock_waiters(watch, f"%{waiting_on}%") == len(calls),
+                f"{len(calls)} requests held in Postgres",
+            )
             holder.commit()
             return [call.result() for call in running]
-
-
-def _wait_until_waiting(watch: Connection, waiting_on: str, count: int) -> None:
-    query = text(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE :q"
-    )
-    deadline = time.monotonic() + HELD_TIMEOUT
-    while (waiting := watch.scalar(query, {"q": f"%{waiting_on}%"})) != count:
-        watch.commit()  # a fresh read of pg_stat_activity, which a transaction keeps
-        assert time.monotonic() < deadline, f"{waiting} of {count} requests held in Postgres"
-        time.sleep(0.02)
 
 
 def test_pops_held_at_once_reuse_the_database_connections(

@@ -28,11 +28,18 @@ def until(condition: Callable[[], Any], what: str, seconds: float = 30, poll: fl
 def waiting_for_a_lock(sessions: sessionmaker[Session]) -> bool:
     """Whether another Postgres backend waits for a lock now (a statement of the service
     under test, blocked on a row a test's transaction holds)."""
+    return lock_waiters(sessions) > 0
+
+
+def lock_waiters(sessions: sessionmaker[Session], statement_like: str = "%") -> int:
+    """How many other Postgres backends wait for a lock now, of those whose statement is
+    LIKE ``statement_like``."""
     with sessions() as session:
         waiting = session.scalar(
             text(
-                "SELECT count(*) FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-            )
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                " AND pid <> pg_backend_pid() AND query LIKE :statement"
+            ),
+            {"statement": statement_like},
         )
-    return bool(waiting)
+    return int(waiting or 0)
