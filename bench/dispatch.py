@@ -93,7 +93,7 @@ def main() -> None:
 
 
 def _accounts(database_url: str) -> tuple[str, str]:
-    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    engine = make_engine(database_url, pool_size=1)
     try:
         with transaction(make_sessionmaker(engine)) as session:
             _, requester = create_user(session, "bench-requester", kudos=1_000_000)

@@ -74,7 +74,7 @@ def start_front(settings: Settings, stores: EmbeddedStores) -> Service:
 
 def demo_worker_key(database_url: str, key_file: Path) -> str:
     """The demo worker user's API key: the kept one while it still names a user, else new."""
-    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    engine = make_engine(database_url, pool_size=1)
     try:
         sessions = make_sessionmaker(engine)
         if key_file.exists():
@@ -246,7 +246,7 @@ def run_native(
 
     database_url = _required(settings.database_url, "HORDE_DATABASE_URL", "native")
     redis_url = _required(settings.redis_url, "HORDE_REDIS_URL", "native")
-    engine = make_engine(database_url, pool_size=1, max_overflow=0)
+    engine = make_engine(database_url, pool_size=1)
     redis = redis_client(redis_url)
     try:
         found = problems(engine, redis)

@@ -69,7 +69,7 @@ def create_user_command(
     stores = EmbeddedStores.start(Settings(**{**vars(settings), "redis_url": "unused://"}))
     try:
         upgrade(stores.database_url)
-        engine = make_engine(stores.database_url, pool_size=1, max_overflow=0)
+        engine = make_engine(stores.database_url, pool_size=1)
         try:
             with transaction(make_sessionmaker(engine)) as session:
                 user, api_key = create_user(session, name, kudos=kudos, concurrency=concurrency)

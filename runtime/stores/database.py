@@ -29,7 +29,6 @@ def make_engine(
     url: str,
     *,
     pool_size: int = TRANSACTION_CONNECTIONS,
-    max_overflow: int = 0,
     autocommit: bool = False,
 ) -> Engine:
     """An engine that keeps up to ``pool_size`` connections; any Postgres URL spelling works.
@@ -50,7 +49,7 @@ def make_engine(
     engine = create_engine(
         sqlalchemy_url(url),
         pool_size=pool_size,
-        max_overflow=max_overflow,
+        max_overflow=0,  # kept, never opened and closed a request (the docstring)
         hide_parameters=True,  # an error's text never carries a statement's values (prompts)
         **({"isolation_level": "AUTOCOMMIT"} if autocommit else {}),
     )
@@ -106,7 +105,7 @@ def autocommit_engine(url: str, connections: int) -> Engine:
     It keeps up to ``connections`` open and opens no more: a thread finding them all out
     waits for one. No overflow: an overflow connection is closed as it comes back, so a
     pool smaller than its busy threads started and ended a Postgres backend a request."""
-    return make_engine(url, pool_size=connections, max_overflow=0, autocommit=True)
+    return make_engine(url, pool_size=connections, autocommit=True)
 
 
 UNFLUSHED_COMMIT = "set_config('synchronous_commit', 'off', true)"

@@ -58,7 +58,7 @@ def pools(native_service: NativeService, native_db: Any) -> Iterator[Pools]:
     """On a clean database; after, the pools let go of their idle connections (the
     session's service is shared) and the test's engine is closed."""
     ctx = native_service.context
-    seen = Pools([], make_engine(str(ctx.engine.url), pool_size=2, max_overflow=0))
+    seen = Pools([], make_engine(str(ctx.engine.url), pool_size=2))
 
     def connected(dbapi_connection: Any, _record: Any) -> None:
         seen.opened.append(type(dbapi_connection).__name__)

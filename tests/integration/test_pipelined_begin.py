@@ -20,7 +20,7 @@ from tests.support.libpq_trace import messages_sent, syncs
 
 @pytest.fixture
 def engine(horde_stores: EmbeddedStores) -> Iterator[Engine]:
-    engine = make_engine(horde_stores.database_url, pool_size=1, max_overflow=0)
+    engine = make_engine(horde_stores.database_url, pool_size=1)
     yield engine
     engine.dispose()
 
