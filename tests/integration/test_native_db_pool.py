@@ -128,8 +128,8 @@ def test_status_reads_held_at_once_reuse_the_database_connections(
     api = f"{native_service.url}/api/v2"
     with httpx.Client(base_url=api, timeout=60, limits=limits) as client:
         request_id = submit_text(client, requester.api_key)
-        path = STATUS.removeprefix("/api/v2").format(id=request_id)
-        reads = [lambda: client.get(path).status_code] * count
+        url = native_service.url + STATUS.format(id=request_id)  # the route's whole path
+        reads = [lambda: client.get(url).status_code] * count
         table = "LOCK TABLE waiting_prompts IN ACCESS EXCLUSIVE MODE"
         first = _held_round(pools.own, table, "waiting_prompts", reads)  # fills the pool
         after_first = len(pools.opened)
