@@ -1,16 +1,18 @@
 """Pop+submit cycles per second on the native API, 10,000 text requests queued, 8 workers.
 
-The workers are a process of their own (bench/support/cycle_client.py: stdlib HTTP, one
-forked process and keep-alive connection per worker), so the client never shares the
-server's interpreter. A cycle is one pop (FOR UPDATE SKIP LOCKED) and one submit
-(compare-and-set, payment); each worker runs a few cycles first, then all run for
-``SECONDS``, the queue topped up to 10,000 before each run. The rate limits are on as
-shipped at HORDE_RATE_LIMIT_SCALE=100, so the limiter's Redis calls are on the measured
-path. One process is ``NativeService`` in this process; two are ``horde-chat native
---processes 2`` (or, where the CLI has no ``--processes``, two processes on two ports).
+The workers are a process of their own (bench/support/cycle_client.py: one forked process
+and keep-alive connection per worker, HTTP written and read by hand to spend little of the
+two cores the server runs on), so the client never shares the server's interpreter. A
+cycle is one pop (FOR UPDATE SKIP LOCKED) and one submit (compare-and-set, payment); each
+worker runs a few cycles first, then all run for ``SECONDS``, the queue topped up to 10,000
+before each run. The rate limits are on as shipped at HORDE_RATE_LIMIT_SCALE=100, so the
+limiter's Redis calls are on the measured path. One process is ``NativeService`` in this
+process; two are ``horde-chat native --processes 2`` (or, where the CLI has no
+``--processes``, two processes on two ports).
 Printed, never pass/fail: ``pop_submit_cycles_per_s`` (one process),
 ``pop_submit_cycles_per_s_2proc`` (two), ``pop_submit_server_cpu_ms`` (this process's CPU
-over the 1-process run a cycle, the steadier figure on a shared machine) and
+over the 1-process run a cycle, the steadier figure on a shared machine),
+``pop_submit_client_cpu_ms`` (the client's, its workers' processes included) and
 ``pop_submit_cycles_per_s_16_workers`` (one process, as many workers as the workers' lane has
 threads: more pops and submits at once than a pool smaller than the lane could serve
 without opening and closing a database connection a request). Run:
@@ -73,12 +75,14 @@ def main() -> None:
             sweep=False,
         )
         try:
-            cpu_before = _cpu_seconds()
+            server_before, client_before = _cpu_seconds(), _cpu_seconds(resource.RUSAGE_CHILDREN)
             one = _measure([f"{service.url}/api/v2"], keys[:WORKERS])
-            cpu = _cpu_seconds() - cpu_before
+            server = _cpu_seconds() - server_before
+            client = _cpu_seconds(resource.RUSAGE_CHILDREN) - client_before
             print(f"figure: pop_submit_cycles_per_s = {one:.1f} cycles/s", flush=True)
             cycles = one * SECONDS + WARMUP * WORKERS
-            print(f"figure: pop_submit_server_cpu_ms = {cpu / cycles * 1000:.2f} ms", flush=True)
+            print(f"figure: pop_submit_server_cpu_ms = {server / cycles * 1000:.2f} ms")
+            print(f"figure: pop_submit_client_cpu_ms = {client / cycles * 1000:.2f} ms", flush=True)
             _top_up(stores.database_url, requester_id)
             many = _measure([f"{service.url}/api/v2"], keys)
             print(f"figure: pop_submit_cycles_per_s_16_workers = {many:.1f} cycles/s", flush=True)
@@ -133,9 +137,10 @@ def _top_up(database_url: str, requester_id: int) -> None:
         engine.dispose()
 
 
-def _cpu_seconds() -> float:
-    """This process's CPU time so far (user and system, every thread)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+def _cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    """This process's CPU time so far (user and system, every thread), or with
+    ``RUSAGE_CHILDREN`` its ended children's (the client's run, waited for, and its forks)."""
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
 
 
