@@ -7,8 +7,9 @@ cycle is one pop (FOR UPDATE SKIP LOCKED) and one submit (compare-and-set, payme
 worker runs a few cycles first, then all run for ``SECONDS``, the queue topped up to 10,000
 before each run. The rate limits are on as shipped at HORDE_RATE_LIMIT_SCALE=100, so the
 limiter's Redis calls are on the measured path. One process is ``NativeService`` in this
-process; two are ``horde-chat native --processes 2`` (or, where the CLI has no
-``--processes``, two processes on two ports).
+process, settled as ``horde-chat native`` settles its own
+(``runtime.service_process.settle``); two are ``horde-chat native --processes 2`` (or,
+where the CLI has no ``--processes``, two processes on two ports).
 Printed, never pass/fail: ``pop_submit_cycles_per_s`` (one process),
 ``pop_submit_cycles_per_s_2proc`` (two), ``pop_submit_server_cpu_ms`` (this process's CPU
 over the 1-process run a cycle, the steadier figure on a shared machine),
@@ -46,6 +47,7 @@ from runtime.native.db.migrate import upgrade
 from runtime.native.db.tables import WaitingPrompt
 from runtime.native.queue.sweep import utcnow
 from runtime.native.server import NativeService
+from runtime.service_process import settle
 from runtime.stores.database import make_engine, make_sessionmaker, transaction
 from runtime.stores.embedded import EmbeddedStores
 from runtime.worker.llama_server import free_port
@@ -74,6 +76,7 @@ def main() -> None:
             port=0,
             sweep=False,
         )
+        settle()
         try:
             server_before, client_before = _cpu_seconds(), _cpu_seconds(resource.RUSAGE_CHILDREN)
             one = _measure([f"{service.url}/api/v2"], keys[:WORKERS])
