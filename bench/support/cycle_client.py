@@ -89,8 +89,8 @@ def work(index: int, spec: dict[str, Any], ready: Any, go: Any, results: Any) ->
         url = urlsplit(spec["urls"][index % len(spec["urls"])])
         conn = KeptConnection(url.hostname or "127.0.0.1", url.port or 80, spec["keys"][index])
         base = url.path.rstrip("/")
-        body = json.dumps(pop_body(f"cycle-w{index}", spec["kind"], spec.get("declaration")))
-        pop = body.encode()
+        declaration = spec.get("declaration")
+        pop = json.dumps(pop_body(f"cycle-w{index}", spec["kind"], declaration)).encode()
 
         def cycle() -> None:
             job = conn.post(f"{base}/generate/text/pop", pop)
